@@ -1,0 +1,1 @@
+"""The `recorder` command line: one module per command group, each thin."""

@@ -1,0 +1,40 @@
+"""Entry point of the `recorder` console script: parse, dispatch, exit code."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from recorder import __version__
+from recorder.cli import replay
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line."""
+    parser = argparse.ArgumentParser(
+        prog="recorder",
+        description="Observability and metering recorder for LLM API streaming traffic.",
+    )
+    parser.add_argument("--version", action="version", version=f"recorder {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    replay.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; return the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""Protocol interpreters, one per endpoint, chosen from a table.
+
+Each turns framed SSE events into facts (output deltas, tool calls, finish
+reason, usage, errors, the terminal event) accumulated on an
+:class:`~recorder.core.protocols.base.Observations`.
+"""
+
+from recorder.core.protocols.base import Interpreter, Observations
+from recorder.core.protocols.chat import ChatCompletionsInterpreter
+from recorder.core.protocols.messages import AnthropicMessagesInterpreter
+from recorder.core.protocols.responses import ResponsesInterpreter
+
+INTERPRETERS: dict[str, type[Interpreter]] = {
+    "chat.completions": ChatCompletionsInterpreter,
+    "responses": ResponsesInterpreter,
+    "messages": AnthropicMessagesInterpreter,
+}
+ENDPOINTS = tuple(INTERPRETERS)
+PROVIDERS = {name: cls.provider for name, cls in INTERPRETERS.items()}
+
+
+def interpreter_for(endpoint: str) -> Interpreter:
+    """A fresh interpreter for ``endpoint``; ``KeyError`` if there is none."""
+    return INTERPRETERS[endpoint]()
+
+
+__all__ = [
+    "ENDPOINTS",
+    "INTERPRETERS",
+    "PROVIDERS",
+    "Interpreter",
+    "Observations",
+    "interpreter_for",
+]

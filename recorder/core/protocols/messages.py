@@ -1,0 +1,148 @@
+"""Anthropic Messages.
+
+Output is ``content_block_delta`` with ``text_delta``, ``input_json_delta``
+(tool arguments, also a server tool's), ``thinking_delta``; ``signature_delta``
+and ``citations_delta`` are not output text. A ``tool_use`` /
+``server_tool_use`` / ``mcp_tool_use`` block start is a tool call.
+
+Usage: ``message_start`` carries exact input and cache counts and a
+PROVISIONAL ``output_tokens``; ``message_delta``'s counts are cumulative and
+overwrite (never add to) what came before, input and cache counts included
+(they grow when server tools ran). A stream cut before ``message_delta`` thus
+has exact input usage and no reported output. A duplicated ``message_start``
+(a misbehaving gateway) changes nothing; a second one with another id (a
+spliced retry) makes that message the one whose id and usage we keep.
+``ping`` is an event, not a keepalive. ``event: error`` is an error event,
+including a gateway's "Response stream interrupted, please retry".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from recorder.core.protocols.base import Interpreter, text_len
+from recorder.core.sse import Event
+from recorder.core.usage import from_anthropic
+
+_TOOL_BLOCKS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
+
+
+class AnthropicMessagesInterpreter(Interpreter):
+    """Interpreter for ``/v1/messages``."""
+
+    endpoint = "messages"
+    provider = "anthropic"
+
+    __slots__ = ("_usage",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._usage: dict[str, Any] = {}
+
+    def handle(self, event: Event) -> int:
+        obj = self.parse(event.data)
+        if obj is None:
+            return 0
+        typ = obj.get("type")
+        if not isinstance(typ, str):
+            typ = event.event
+        if typ == "content_block_delta":
+            delta = obj.get("delta")
+            if not isinstance(delta, dict):
+                return 0
+            dtype = delta.get("type")
+            if dtype == "text_delta":
+                chars = text_len(delta.get("text"))
+            elif dtype == "input_json_delta":
+                chars = text_len(delta.get("partial_json"))
+            elif dtype == "thinking_delta":
+                chars = text_len(delta.get("thinking"))
+            else:
+                return 0
+            self.obs.output_chars += chars
+            return chars
+        if typ == "content_block_start":
+            block = obj.get("content_block")
+            if isinstance(block, dict) and block.get("type") in _TOOL_BLOCKS:
+                self.obs.tool_calls += 1
+        elif typ == "message_delta":
+            delta = obj.get("delta")
+            if isinstance(delta, dict) and delta.get("stop_reason"):
+                self.obs.finish_reason = str(delta["stop_reason"])
+            self._merge_usage(obj.get("usage"), final=True)
+        elif typ == "message_start":
+            self._start(obj.get("message"))
+        elif typ == "message_stop":
+            self.obs.decide("completed")
+        elif typ == "error":
+            self.obs.decide("error")
+            err = obj.get("error")
+            if not isinstance(err, dict):
+                err = obj
+            self.obs.set_error(err.get("type") or "error", err.get("code"), err.get("message"))
+        return 0
+
+    def read_body(self, body: bytes) -> int:
+        obj = self.parse(body)
+        if obj is None:
+            return 0
+        if obj.get("type") == "error":
+            self.handle(Event("error", body, None, None))
+            return 0
+        self._start(obj)
+        chars = 0
+        content = obj.get("content")
+        if isinstance(content, list):
+            for block in content:
+                if not isinstance(block, dict):
+                    continue
+                btype = block.get("type")
+                if btype in _TOOL_BLOCKS:
+                    self.obs.tool_calls += 1
+                    chars += len(_compact_json(block.get("input")))
+                chars += text_len(block.get("text")) + text_len(block.get("thinking"))
+        self.obs.output_chars += chars
+        if obj.get("stop_reason"):
+            self.obs.finish_reason = str(obj["stop_reason"])
+        self._merge_usage(obj.get("usage"), final=True)
+        self.obs.decide("completed")
+        return chars
+
+    def _start(self, message: Any) -> None:
+        if not isinstance(message, dict):
+            return
+        obs = self.obs
+        mid = message.get("id")
+        if mid and mid != obs.response_id:
+            if obs.response_id is not None:
+                # a spliced retry: the new message's usage replaces the old one
+                self._usage = {}
+                obs.output_final = False
+            obs.response_id = str(mid)
+        model = message.get("model")
+        if model and (obs.response_model is None or mid):
+            obs.response_model = str(model)
+        self._merge_usage(message.get("usage"), final=False)
+
+    def _merge_usage(self, usage: Any, *, final: bool) -> None:
+        if not isinstance(usage, dict):
+            return
+        for key, value in usage.items():
+            if value is not None:
+                self._usage[key] = value
+        if final:
+            self.obs.output_final = True
+        self.obs.raw_usage = dict(self._usage)
+        self.obs.usage = from_anthropic(self._usage, output_final=self.obs.output_final)
+
+
+def _compact_json(value: Any) -> str:
+    """The tool input as the stream would have carried it (compact JSON)."""
+    if not value:
+        return ""  # an empty input streams as no argument characters at all
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return ""

@@ -1,0 +1,117 @@
+"""The finished record of one stream, field for field as INTERFACES.md defines it.
+
+The record is the product's public face: users script against its field names
+(`recorder sessions --format json`, the SQL columns, the audit). ``FIELDS`` fixes
+the order in which they are printed. Fields beyond INTERFACES.md (parse issues,
+the transport's own words about an ending, ...) are additions, never renames.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+OUTCOMES = (
+    "completed",
+    "incomplete",
+    "error",
+    "upstream_disconnect",
+    "client_disconnect",
+    "truncated",
+    "http_error",
+)
+INTERRUPTED_OUTCOMES = frozenset({"error", "upstream_disconnect", "client_disconnect", "truncated"})
+SOURCES = ("reported", "estimated", "none")
+
+
+@dataclass(slots=True, frozen=True)
+class Gap:
+    """A notable silence of a stream, for the timeline of `recorder show`.
+
+    ``kind`` is ``stall`` (an output silence of at least the stall threshold),
+    ``keepalive`` (an interval between two keepalive comments) or ``silence``
+    (the longest interval with no bytes at all). Offsets are from the request start.
+    """
+
+    kind: str
+    start_ms: float
+    length_ms: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape of `recorder show`."""
+        return {"kind": self.kind, "start_ms": self.start_ms, "length_ms": self.length_ms}
+
+
+@dataclass(slots=True)
+class StreamRecord:
+    """One recorded stream. ``None`` means unknown, never zero."""
+
+    id: str | None = None
+    started_at: str | None = None
+    endpoint: str | None = None
+    provider: str | None = None
+    upstream: str | None = None
+    model: str | None = None
+    response_model: str | None = None
+    request_id: str | None = None
+    response_id: str | None = None
+    project: str | None = None
+    streamed: bool = True
+    http_status: int | None = None
+    outcome: str = "truncated"
+    interrupted: bool = True
+    finish_reason: str | None = None
+    error_type: str | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+    ttfb_ms: float | None = None
+    first_event_ms: float | None = None
+    ttft_ms: float | None = None
+    duration_ms: float | None = None
+    events: int | None = None
+    keepalives: int | None = None
+    max_keepalive_gap_ms: float | None = None
+    max_silence_ms: float | None = None
+    max_output_gap_ms: float | None = None
+    stalls: int | None = None
+    stall_ms: float | None = None
+    output_chars: int = 0
+    tool_calls: int = 0
+    input_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    output_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    input_source: str = "none"
+    output_source: str = "none"
+    usage_source: str = "none"
+    estimate_method: str | None = None
+    cost_usd: str | None = None
+    price_version: str | None = None
+    api_key_id: str | None = None
+    # Additions beyond INTERFACES.md.
+    parse_issues: int = 0
+    oversized_events: int = 0
+    partial_event_at_end: bool = False
+    transport_error: str | None = None
+    raw_usage: dict[str, Any] | None = None
+    gaps: list[Gap] = field(default_factory=list)
+
+    def to_dict(self, *, with_gaps: bool = False) -> dict[str, Any]:
+        """The record as INTERFACES.md prints it (``gaps`` only when asked)."""
+        out = {name: getattr(self, name) for name in FIELDS}
+        if with_gaps:
+            out["gaps"] = [g.to_dict() for g in self.gaps]
+        return out
+
+
+FIELDS: tuple[str, ...] = tuple(f.name for f in fields(StreamRecord) if f.name != "gaps")
+
+
+def combine_sources(input_source: str, output_source: str) -> str:
+    """``usage_source`` from the two per-figure sources (INTERFACES.md)."""
+    if input_source == output_source:
+        return input_source
+    if input_source == "none" and output_source == "none":
+        return "none"
+    return "mixed"

@@ -1,0 +1,261 @@
+"""Server-Sent-Events framer: bytes in, events and comments out, for any chunking.
+
+Theory of operation
+-------------------
+The framer follows the WHATWG "event stream interpretation" rules, but works on
+bytes: a line is decoded (UTF-8, with replacement) only once it is whole, so a
+multibyte character split across two reads survives. Line ends are CRLF, LF or
+CR. A CR that ends a read is already a complete line end; we only remember to
+swallow an LF that may begin the next read (a CRLF split across reads).
+
+Data lines stay ``bytes``: the protocol interpreters hand them straight to the
+JSON parser, which reads UTF-8 itself, so the hot path never builds a ``str``
+for a payload it is about to parse.
+
+``feed(b"")`` ends the stream (as mitmproxy's stream callable and h11 do). An
+event still pending then is not dispatched (the spec says so); we report it as
+a :class:`FramingIssue` because, for a recorder, it is evidence of a cut.
+
+Memory is bounded: an event whose pending bytes exceed ``max_event_bytes`` is
+skipped up to its terminating blank line and reported once. The framer never
+raises on any input.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+_BOM = b"\xef\xbb\xbf"
+DEFAULT_MAX_EVENT_BYTES = 4 * 1024 * 1024
+
+
+class Event(NamedTuple):
+    """A dispatched SSE event. ``data`` is the joined data lines, undecoded."""
+
+    event: str
+    data: bytes
+    id: str | None
+    retry: int | None
+
+
+class Comment(NamedTuple):
+    """A comment line (``: hopbase-keepalive``), without the leading colon."""
+
+    text: str
+
+
+class FramingIssue(NamedTuple):
+    """Damage seen by the framer.
+
+    ``kind`` is ``oversized_event`` (an event skipped because it grew past the
+    cap) or ``unterminated_event`` (the stream ended inside an event).
+    ``size`` is the number of bytes concerned (at least the cap for oversized).
+    """
+
+    kind: str
+    size: int
+
+
+Item = Event | Comment | FramingIssue
+
+
+class SSEFramer:
+    """Incremental SSE parser. Call :meth:`feed` with each received piece."""
+
+    __slots__ = (
+        "_at_start",
+        "_buf",
+        "_data",
+        "_data_size",
+        "_ended",
+        "_event",
+        "_has_data",
+        "_last_id",
+        "_max",
+        "_midline",
+        "_retry",
+        "_skip_lf",
+        "_skipped",
+        "_skipping",
+    )
+
+    def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
+        self._max = max(1, max_event_bytes)
+        self._buf = bytearray()  # an incomplete line
+        self._data: list[bytes] = []
+        self._data_size = 0
+        self._has_data = False  # a data line was seen in the current event
+        self._event = ""
+        self._last_id: str | None = None
+        self._retry: int | None = None
+        self._skip_lf = False  # the previous read ended in CR
+        self._at_start = True  # a BOM may still come
+        self._skipping = False  # inside an oversized event, discarding
+        self._skipped = 0
+        self._midline = False  # skipping began inside a line whose tail is still to come
+        self._ended = False
+
+    @property
+    def last_event_id(self) -> str | None:
+        """The last event id seen (kept across events, as the spec says)."""
+        return self._last_id
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes held for an event not yet dispatched (bounded by the cap)."""
+        return len(self._buf) + self._data_size
+
+    def feed(self, data: bytes) -> list[Item]:
+        """Feed one received piece; ``b""`` ends the stream. Never raises."""
+        try:
+            if not data:
+                return self._finish()
+            if self._ended:
+                return []
+            return self._feed(data)
+        except Exception:  # pragma: no cover - a bug here must not reach the proxy
+            # Unreachable by design (every branch below is total), kept as the
+            # last line of the "never raises" promise.
+            self._reset_event()
+            self._buf.clear()
+            return [FramingIssue("internal_error", len(data))]
+
+    def _feed(self, data: bytes) -> list[Item]:
+        if self._at_start:
+            if self._buf:
+                data = bytes(self._buf) + data
+                self._buf.clear()
+            if len(data) < 3 and _BOM.startswith(data):
+                self._buf += data  # could still become a BOM
+                return []
+            self._at_start = False
+            if data.startswith(_BOM):
+                data = data[3:]
+                if not data:
+                    return []
+        if self._skip_lf:
+            self._skip_lf = False
+            if data[0] == 0x0A:
+                data = data[1:]
+                if not data:
+                    return []
+        if b"\r" in data:
+            self._skip_lf = data[-1] == 0x0D
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        nl = data.rfind(b"\n")
+        if nl < 0:
+            return self._hold(data)
+        if self._buf:
+            self._buf += data[:nl]
+            head = bytes(self._buf)
+            self._buf.clear()
+        else:
+            head = data[:nl]
+        rest = data[nl + 1 :]
+        out: list[Item] = []
+        lines = head.split(b"\n")
+        if self._midline:
+            self._midline = False
+            self._skipped += len(lines[0]) + 1
+            del lines[0]  # the tail of the oversized line, not a blank line
+        self._lines(lines, out)
+        if rest:
+            out.extend(self._hold(rest))
+        return out
+
+    def _hold(self, piece: bytes) -> list[Item]:
+        """Keep an incomplete line, enforcing the cap."""
+        if self._skipping:
+            self._skipped += len(piece)
+            self._midline = True
+            return []
+        self._buf += piece
+        if len(self._buf) + self._data_size > self._max:
+            self._midline = True
+            return self._start_skipping(len(self._buf))
+        return []
+
+    def _start_skipping(self, extra: int) -> list[Item]:
+        self._skipping = True
+        self._skipped = self._data_size + extra
+        self._buf.clear()
+        self._reset_event()
+        return [FramingIssue("oversized_event", self._skipped)]
+
+    def _lines(self, lines: list[bytes], out: list[Item]) -> None:
+        data = self._data
+        for line in lines:
+            if self._skipping:
+                if line:
+                    self._skipped += len(line) + 1
+                    continue
+                self._skipping = False  # the blank line ends the skipped event
+                self._skipped = 0
+                continue
+            if not line:
+                if self._has_data:
+                    out.append(
+                        Event(
+                            self._event or "message", b"\n".join(data), self._last_id, self._retry
+                        )
+                    )
+                    data.clear()
+                    self._data_size = 0
+                    self._has_data = False
+                # the spec resets the type (and our retry) even when nothing is dispatched
+                self._event = ""
+                self._retry = None
+                continue
+            if line.startswith(b"data:"):
+                value = line[6:] if line[5:6] == b" " else line[5:]
+                self._data_size += len(value) + 1
+                if self._data_size > self._max:
+                    out.extend(self._start_skipping(0))
+                    continue
+                data.append(value)
+                self._has_data = True
+                continue
+            if line[0] == 0x3A:  # ':' starts a comment
+                out.append(Comment(line[1:].decode("utf-8", "replace")))
+                continue
+            name, colon, value = line.partition(b":")
+            if colon and value[:1] == b" ":
+                value = value[1:]
+            if name == b"event":
+                self._event = value.decode("utf-8", "replace")
+                self._data_size += len(value)
+            elif name == b"data":  # "data" with no colon: an empty data line
+                data.append(b"")
+                self._data_size += 1
+                self._has_data = True
+            elif name == b"id":
+                if b"\0" not in value:
+                    self._last_id = value.decode("utf-8", "replace")
+            elif name == b"retry" and value and value.isdigit():
+                self._retry = int(value)
+            # other field names are ignored, as the spec says
+
+    def _reset_event(self) -> None:
+        self._data.clear()
+        self._data_size = 0
+        self._has_data = False
+        self._event = ""
+        self._retry = None
+
+    def _finish(self) -> list[Item]:
+        if self._ended:
+            return []
+        self._ended = True
+        pending = len(self._buf)
+        if self._at_start:
+            pending = 0 if _BOM.startswith(bytes(self._buf)) else pending
+        out: list[Item] = []
+        if self._skipping:
+            out.append(FramingIssue("unterminated_event", self._skipped + pending))
+        elif self._has_data or self._event or pending:
+            out.append(FramingIssue("unterminated_event", self._data_size + pending))
+        self._buf.clear()
+        self._reset_event()
+        self._skipping = False
+        self._midline = False
+        return out

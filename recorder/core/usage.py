@@ -1,0 +1,110 @@
+"""Reported usage, normalised to the token fields of INTERFACES.md.
+
+The providers count differently, and a billing audit must not care:
+
+- ``input_tokens`` is ALL prompt tokens. OpenAI's ``prompt_tokens`` /
+  ``input_tokens`` already include cached ones; Anthropic's ``input_tokens``
+  excludes cache reads and writes, so we add them.
+- ``output_tokens`` is ALL output tokens including reasoning. OpenAI's
+  ``completion_tokens`` includes reasoning; xAI's does not (its
+  ``total_tokens`` = prompt + completion + reasoning), so there we add it.
+- cache and reasoning figures are parts of those totals, never added twice.
+
+A figure the provider did not report stays ``None``: unknown is not zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(slots=True)
+class Usage:
+    """Normalised token counts; ``None`` where the provider said nothing."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
+
+
+def _int(value: Any) -> int | None:
+    # bool is an int subclass; a provider sending true/false here is noise
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    return None
+
+
+def _sub(obj: Any, key: str) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(key)
+    return None
+
+
+def from_openai_chat(raw: dict[str, Any]) -> Usage:
+    """Chat Completions ``usage`` (OpenAI, Azure, DeepSeek, xAI and the like)."""
+    prompt = _int(raw.get("prompt_tokens"))
+    completion = _int(raw.get("completion_tokens"))
+    total = _int(raw.get("total_tokens"))
+    reasoning = _int(_sub(raw.get("completion_tokens_details"), "reasoning_tokens"))
+    cached = _int(_sub(raw.get("prompt_tokens_details"), "cached_tokens"))
+    if cached is None:
+        cached = _int(raw.get("prompt_cache_hit_tokens"))  # DeepSeek's own name
+    output = completion
+    if (
+        completion is not None
+        and reasoning
+        and prompt is not None
+        and total is not None
+        and total == prompt + completion + reasoning
+        and total != prompt + completion
+    ):
+        output = completion + reasoning  # xAI: reasoning is outside completion_tokens
+    cache_write = _int(_sub(raw.get("prompt_tokens_details"), "cache_write_tokens"))
+    return Usage(prompt, output, cached, cache_write, reasoning)
+
+
+def from_openai_responses(raw: dict[str, Any]) -> Usage:
+    """Responses ``response.usage``."""
+    details = raw.get("input_tokens_details")
+    cache_write = _int(_sub(details, "cache_write_tokens"))
+    if cache_write is None:
+        cache_write = _int(_sub(details, "cache_creation_tokens"))
+    return Usage(
+        input_tokens=_int(raw.get("input_tokens")),
+        output_tokens=_int(raw.get("output_tokens")),
+        cache_read_tokens=_int(_sub(details, "cached_tokens")),
+        cache_write_tokens=cache_write,
+        reasoning_tokens=_int(_sub(raw.get("output_tokens_details"), "reasoning_tokens")),
+    )
+
+
+def from_anthropic(raw: dict[str, Any], *, output_final: bool) -> Usage:
+    """Anthropic usage, merged from ``message_start`` and ``message_delta``.
+
+    ``output_final`` is false while only ``message_start``'s provisional
+    ``output_tokens`` is known: that number is not the output, so it stays None.
+    """
+    base = _int(raw.get("input_tokens"))
+    cache_read = _int(raw.get("cache_read_input_tokens"))
+    cache_write = _int(raw.get("cache_creation_input_tokens"))
+    if cache_write is None:
+        by_ttl = raw.get("cache_creation")
+        if isinstance(by_ttl, dict):
+            parts = [_int(v) for v in by_ttl.values()]
+            if parts and all(p is not None for p in parts):
+                cache_write = sum(p for p in parts if p is not None)
+    total_in = None
+    if base is not None:
+        total_in = base + (cache_read or 0) + (cache_write or 0)
+    return Usage(
+        input_tokens=total_in,
+        output_tokens=_int(raw.get("output_tokens")) if output_final else None,
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
+        reasoning_tokens=None,  # Anthropic does not report thinking tokens apart
+    )
