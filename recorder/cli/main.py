@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from recorder import __version__
-from recorder.cli import replay
+from recorder.cli import proxy, replay
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"recorder {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    proxy.add_parser(sub)
     replay.add_parser(sub)
     return parser
 

@@ -272,9 +272,11 @@ class StreamMeter:
         rec.finish_reason = obs.finish_reason
         rec.response_model = obs.response_model
         rec.response_id = obs.response_id
-        rec.error_type = obs.error_type
-        rec.error_code = obs.error_code
-        rec.error_message = obs.error_message
+        if obs.error_type or obs.error_code or obs.error_message:
+            # an in-stream error; otherwise keep what the edge read from an error body
+            rec.error_type = obs.error_type
+            rec.error_code = obs.error_code
+            rec.error_message = obs.error_message
         rec.parse_issues = obs.parse_issues
         rec.oversized_events = self.oversized_events
         rec.partial_event_at_end = self.partial_event_at_end

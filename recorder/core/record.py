@@ -90,10 +90,14 @@ class StreamRecord:
     price_version: str | None = None
     api_key_id: str | None = None
     # Additions beyond INTERFACES.md.
+    organization: str | None = None  # OpenAI-Organization header
+    include_usage: bool | None = None  # the request's stream_options.include_usage
+    max_output_tokens: int | None = None  # the request's output limit
     parse_issues: int = 0
     oversized_events: int = 0
     partial_event_at_end: bool = False
     transport_error: str | None = None
+    recorder_error: str | None = None  # the recorder failed while metering: figures may be partial
     raw_usage: dict[str, Any] | None = None
     gaps: list[Gap] = field(default_factory=list)
 

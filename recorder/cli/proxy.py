@@ -1,0 +1,221 @@
+"""`recorder proxy`: run the recording proxy until SIGINT/SIGTERM.
+
+Every option can also come from ``RECORDER_<NAME>`` (``--listen-port`` from
+``RECORDER_LISTEN_PORT``; ``--mode`` from ``RECORDER_MODE``, several specs
+separated by spaces or commas); a flag on the command line wins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+from recorder.keys import load_secret
+from recorder.proxy.addon import Recorder, RecorderConfig
+from recorder.sinks import JsonlSink
+
+DEFAULT_DB = "sqlite:///recorder.db"
+
+
+class OptionError(Exception):
+    """A bad option value; printed as one line, exit code 2."""
+
+
+def _env(name: str) -> str | None:
+    value = os.environ.get("RECORDER_" + name.upper().replace("-", "_"))
+    return value if value not in (None, "") else None
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register the `proxy` command."""
+    p = sub.add_parser(
+        "proxy",
+        help="run the recording proxy (until SIGINT/SIGTERM)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--mode",
+        action="append",
+        metavar="SPEC",
+        help="mitmproxy mode spec, repeatable: 'regular' (default), "
+        "'reverse:https://api.openai.com', 'reverse:http://127.0.0.1:9000@8081'",
+    )
+    p.add_argument("--listen-host", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--listen-port", help="port to listen on (default 8080)")
+    p.add_argument("--db", help=f"SQLAlchemy URL of the store (default {DEFAULT_DB})")
+    p.add_argument("--jsonl", metavar="FILE", help="also append every record to FILE as JSON lines")
+    p.add_argument("--metrics-host", help="where /metrics is served (default 127.0.0.1)")
+    p.add_argument("--metrics-port", help="port of /metrics (default 9464)")
+    p.add_argument(
+        "--stall-after",
+        metavar="SECONDS",
+        help="output silence that counts as a stall (default 30)",
+    )
+    p.add_argument("--prices", metavar="FILE", help="price table (default: the shipped one)")
+    p.add_argument(
+        "--spool-dir", metavar="DIR", help="where records wait while the database is unreachable"
+    )
+    p.add_argument(
+        "--max-model-labels",
+        metavar="N",
+        help="distinct model label values before 'other' (default 50)",
+    )
+    p.add_argument(
+        "--capture-bodies",
+        action="store_true",
+        default=None,
+        help="also keep raw SSE response bodies, compressed (never prompts)",
+    )
+    p.set_defaults(func=run)
+
+
+def _pick(args: argparse.Namespace, name: str, default: str | None) -> str | None:
+    value = getattr(args, name.replace("-", "_"))
+    if value is None:
+        value = _env(name)
+    return default if value is None else value
+
+
+def _port(text: str | None, what: str) -> int:
+    try:
+        port = int(text or "")
+    except ValueError:
+        raise OptionError(f"{what} must be a port number, not {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise OptionError(f"{what} must be between 0 and 65535, not {port}")
+    return port
+
+
+def _positive_float(text: str | None, what: str) -> float:
+    try:
+        value = float(text or "")
+    except ValueError:
+        raise OptionError(f"{what} must be a number of seconds, not {text!r}") from None
+    if not value > 0:
+        raise OptionError(f"{what} must be positive, not {text}")
+    return value
+
+
+def parse_modes(specs: list[str] | None) -> list[str]:
+    """Mode specs from the flags or RECORDER_MODE, validated by mitmproxy's parser."""
+    from mitmproxy.proxy.mode_specs import ProxyMode
+
+    if not specs:
+        env = _env("mode")
+        specs = env.replace(",", " ").split() if env else ["regular"]
+    for spec in specs:
+        try:
+            ProxyMode.parse(spec)
+        except ValueError as e:
+            raise OptionError(f"invalid --mode {spec!r}: {e}") from None
+    return specs
+
+
+class Settings:
+    """Validated options of `recorder proxy`."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.modes = parse_modes(args.mode)
+        self.listen_host = _pick(args, "listen-host", "127.0.0.1") or "127.0.0.1"
+        self.listen_port = _port(_pick(args, "listen-port", "8080"), "--listen-port")
+        self.db = _pick(args, "db", DEFAULT_DB) or DEFAULT_DB
+        self.jsonl = _pick(args, "jsonl", None)
+        self.metrics_host = _pick(args, "metrics-host", "127.0.0.1") or "127.0.0.1"
+        self.metrics_port = _port(_pick(args, "metrics-port", "9464"), "--metrics-port")
+        self.stall_after = _positive_float(_pick(args, "stall-after", "30"), "--stall-after")
+        self.prices = _pick(args, "prices", None)
+        if self.prices is not None and not Path(self.prices).is_file():
+            raise OptionError(f"--prices {self.prices}: no such file")
+        spool = _pick(args, "spool-dir", None)
+        self.spool_dir = Path(spool) if spool else self._default_spool_dir()
+        labels = _pick(args, "max-model-labels", "50")
+        try:
+            self.max_model_labels = int(labels or "")
+        except ValueError:
+            raise OptionError(f"--max-model-labels must be an integer, not {labels!r}") from None
+        if self.max_model_labels < 1:
+            raise OptionError("--max-model-labels must be at least 1")
+        capture = args.capture_bodies
+        if capture is None:
+            capture = (_env("capture-bodies") or "").lower() in ("1", "true", "yes", "on")
+        self.capture_bodies = bool(capture)
+
+    def _default_spool_dir(self) -> Path:
+        prefix = "sqlite:///"
+        if self.db.startswith(prefix) and self.db[len(prefix) :] not in ("", ":memory:"):
+            return Path(self.db[len(prefix) :]).resolve().parent
+        return Path.cwd()
+
+    @property
+    def records_file(self) -> Path:
+        """Where records go until the SQL store exists: JSON lines."""
+        if self.jsonl:
+            return Path(self.jsonl)
+        return self.spool_dir / "recorder.jsonl"
+
+
+def _banner(settings: Settings, confdir: str) -> object:
+    from recorder.proxy.runner import Listener
+
+    def show(listeners: list[Listener]) -> None:
+        lines = ["recorder: proxy running (Ctrl-C to stop)"]
+        for lst in listeners:
+            host = f"[{lst.host}]" if ":" in lst.host else lst.host
+            base = f"http://{host}:{lst.port}"
+            if lst.mode.startswith("reverse:"):
+                upstream = lst.mode.split(":", 1)[1].split("@", 1)[0]
+                lines.append(f"  reverse  {base}  ->  {upstream}")
+                if "anthropic" not in upstream:
+                    lines.append(f"    OpenAI SDK:     OPENAI_BASE_URL={base}/v1")
+                if "openai" not in upstream:
+                    lines.append(f"    Anthropic SDK:  ANTHROPIC_BASE_URL={base}")
+            else:
+                lines.append(f"  {lst.mode.split('@')[0]}  {base}")
+                lines.append(f"    any SDK:        HTTPS_PROXY={base} HTTP_PROXY={base} \\")
+                lines.append(f"                    SSL_CERT_FILE={confdir}/mitmproxy-ca-cert.pem")
+        lines.append(f"  records:  {settings.records_file} (JSON lines, one per stream)")
+        lines.append(
+            "  metrics:  not served yet (the Prometheus exporter is a later release;"
+            f" --metrics-port {settings.metrics_port} is accepted)"
+        )
+        print("\n".join(lines), flush=True)
+
+    return show
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute `recorder proxy`."""
+    try:
+        settings = Settings(args)
+    except OptionError as e:
+        print(f"recorder proxy: {e}", file=sys.stderr)
+        return 2
+    from recorder.proxy.runner import ProxySettings, serve
+
+    confdir = os.path.expanduser("~/.mitmproxy")
+    try:
+        secret = load_secret(settings.spool_dir / ".recorder-key-secret")
+        sink = JsonlSink(settings.records_file)
+    except OSError as e:
+        print(f"recorder proxy: {e}", file=sys.stderr)
+        return 1
+    recorder = Recorder(sink, RecorderConfig(key_secret=secret, stall_after=settings.stall_after))
+    proxy = ProxySettings(
+        modes=settings.modes,
+        listen_host=settings.listen_host,
+        listen_port=settings.listen_port,
+        confdir=confdir,
+    )
+    try:
+        asyncio.run(serve(recorder, proxy, _banner(settings, confdir)))  # type: ignore[arg-type]
+    except KeyboardInterrupt:
+        pass
+    finally:
+        recorder.close()
+    stats = recorder.stats()
+    print(f"recorder: stopped; {stats['records']} records written to {settings.records_file}")
+    return 0

@@ -1,0 +1,308 @@
+"""The mitmproxy addon: taps the three endpoints' responses and meters them.
+
+Failure policy: recording may fail, traffic may not. Every hook and the stream
+tap catch every exception (counted in ``health.internal_errors``, logged), and
+the tap always returns the bytes it was given, unchanged, so the client
+receives exactly what the upstream sent, with no added buffering. Nothing here
+blocks the event loop: the tap does a bounded amount of parsing per piece,
+finished records go to a sink that only enqueues, and a large request body is
+read on a worker thread.
+
+Per-flow state lives in ``self._flows`` from ``requestheaders`` until
+``response`` or ``error`` (which exclude each other), and ``done`` finishes
+whatever is left, so the map cannot grow with the number of requests served.
+
+Accept-Encoding is removed from tapped requests: the upstream then sends plain
+SSE, which the tap reads without decompressing. An upstream that compresses
+anyway is decoded on the side (``recorder.proxy.decoding``), never for the
+client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from mitmproxy import http
+
+from recorder.core.endpoints import endpoint_for
+from recorder.core.meter import DEFAULT_STALL_AFTER_S, StreamMeter
+from recorder.core.record import StreamRecord
+from recorder.core.request import read_error_body, read_request
+from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES
+from recorder.health import Health
+from recorder.ids import new_record_id
+from recorder.keys import extract_key, fingerprint
+from recorder.proxy.decoding import Decoder, decoder_for
+from recorder.sinks import Sink
+
+log = logging.getLogger("recorder")
+
+# Request bodies above this size are parsed on a worker thread: a long prompt
+# (images inlined as base64 run to megabytes) would hold the event loop.
+INLINE_PARSE_LIMIT = 256 * 1024
+
+
+@dataclass(slots=True)
+class RecorderConfig:
+    """How the addon meters."""
+
+    key_secret: bytes
+    stall_after: float = DEFAULT_STALL_AFTER_S
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    strip_accept_encoding: bool = True
+
+
+class FlowState:
+    """What the addon holds for one tapped flow."""
+
+    __slots__ = ("broken", "decoder", "ended_at", "meter", "record", "streaming", "t0")
+
+    def __init__(self, meter: StreamMeter, record: StreamRecord, t0: float) -> None:
+        self.meter = meter
+        self.record = record
+        self.t0 = t0
+        self.streaming = False
+        self.decoder: Decoder | None = None
+        self.broken = False  # the tap gave up on this stream (it still forwards)
+        self.ended_at: float | None = None
+
+
+class Recorder:
+    """The addon. Construct it with a sink and a config; add it to a master."""
+
+    def __init__(
+        self,
+        sink: Sink,
+        config: RecorderConfig,
+        *,
+        health: Health | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        on_record: Callable[[StreamRecord, StreamMeter], None] | None = None,
+    ) -> None:
+        self.sink = sink
+        self.config = config
+        self.health = health or Health()
+        self._clock = clock
+        self._on_record = on_record
+        self._flows: dict[str, FlowState] = {}
+        self._closed = False
+
+    # -- bookkeeping ----------------------------------------------------------
+
+    @property
+    def open_flows(self) -> int:
+        """Flows being metered right now."""
+        return len(self._flows)
+
+    def _internal_error(self, where: str) -> None:
+        self.health.internal_errors += 1
+        n = self.health.internal_errors
+        if n <= 10 or n % 1000 == 0:
+            log.exception("recorder: internal error in %s (#%d); traffic is unaffected", where, n)
+
+    def _close_meter(
+        self, state: FlowState, now: float, ending: str, transport_error: str | None
+    ) -> StreamRecord:
+        """The finished record; if the meter itself fails, still a record, marked."""
+        try:
+            return state.meter.finish(now, ending=ending, transport_error=transport_error)
+        except Exception as e:
+            self._internal_error("finishing a record")
+            rec = state.record
+            rec.outcome = ending if ending != "eof" else "truncated"
+            rec.interrupted = True
+            rec.transport_error = transport_error
+            rec.duration_ms = round((now - state.t0) * 1000.0, 3)
+            rec.recorder_error = f"{type(e).__name__}: {e}"
+            return rec
+
+    def _finish(self, state: FlowState, rec: StreamRecord) -> None:
+        self.health.in_flight -= 1
+        self.health.records += 1
+        self.health.parse_issues += rec.parse_issues
+        if self._on_record is not None:
+            try:
+                self._on_record(rec, state.meter)
+            except Exception:
+                self._internal_error("on_record")
+        self.sink.submit(rec)
+
+    # -- hooks ----------------------------------------------------------------
+
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        """A request to one of the endpoints starts its record."""
+        try:
+            req = flow.request
+            endpoint = endpoint_for(req.method, req.path)
+            if endpoint is None:
+                return
+            t0 = self._clock()
+            headers = req.headers
+            key = extract_key(headers)
+            rec = StreamRecord(
+                id=new_record_id(),
+                started_at=datetime.now(UTC)
+                .isoformat(timespec="milliseconds")
+                .replace("+00:00", "Z"),
+                upstream=f"{req.host}:{req.port}",
+                project=headers.get("openai-project") or headers.get("anthropic-workspace"),
+                organization=headers.get("openai-organization"),
+                api_key_id=fingerprint(key, self.config.key_secret) if key else None,
+            )
+            meter = StreamMeter(
+                endpoint,
+                start=t0,
+                stall_after=self.config.stall_after,
+                max_event_bytes=self.config.max_event_bytes,
+                record=rec,
+            )
+            self._flows[flow.id] = FlowState(meter, rec, t0)
+            self.health.in_flight += 1
+            if self.config.strip_accept_encoding and "accept-encoding" in headers:
+                del headers["accept-encoding"]
+        except Exception:
+            self._internal_error("requestheaders")
+
+    async def request(self, flow: http.HTTPFlow) -> None:
+        """Read the request's model, stream flag and limits (never its text)."""
+        try:
+            state = self._flows.get(flow.id)
+            if state is None:
+                return
+            body = flow.request.get_content(strict=False) or b""
+            if not body:
+                return
+            if len(body) > INLINE_PARSE_LIMIT:
+                facts = await asyncio.to_thread(read_request, body)
+            else:
+                facts = read_request(body)
+            rec = state.record
+            rec.model = facts.model
+            rec.include_usage = facts.include_usage
+            rec.max_output_tokens = facts.max_output_tokens
+        except Exception:
+            self._internal_error("request")
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        """Headers arrived: time them, and tap the body if it is an event stream."""
+        try:
+            state = self._flows.get(flow.id)
+            if state is None or flow.response is None:
+                return
+            resp = flow.response
+            now = self._clock()
+            state.meter.headers(now, resp.status_code)
+            rec = state.record
+            rec.request_id = resp.headers.get("x-request-id") or resp.headers.get("request-id")
+            ctype = resp.headers.get("content-type", "").lower()
+            if "text/event-stream" not in ctype:
+                rec.streamed = False
+                return  # a JSON body: mitmproxy buffers it, `response` reads it
+            state.streaming = True
+            try:
+                state.decoder = decoder_for(resp.headers.get("content-encoding"))
+            except ValueError:
+                state.broken = True
+                self.health.decode_errors += 1
+                log.warning(
+                    "recorder: cannot decode %r; %s will be recorded without its events",
+                    resp.headers.get("content-encoding"),
+                    rec.id,
+                )
+            if resp.stream:
+                # Another addon streams this response already; leave it be and
+                # record the flow without its events.
+                state.broken = True
+                return
+            resp.stream = self._tap(state)
+        except Exception:
+            self._internal_error("responseheaders")
+
+    def _tap(self, state: FlowState) -> Callable[[bytes], bytes]:
+        feed = state.meter.feed
+        clock = self._clock
+
+        def tap(data: bytes) -> bytes:
+            # Runs on the event loop for every piece of every stream: keep it lean,
+            # and whatever happens, hand the bytes on unchanged.
+            try:
+                if not data:
+                    state.ended_at = clock()
+                elif not state.broken:
+                    decoder = state.decoder
+                    feed(data if decoder is None else decoder.decode(data), clock())
+            except Exception:
+                state.broken = True
+                if state.decoder is not None:
+                    self.health.decode_errors += 1
+                self._internal_error("stream tap")
+            return data
+
+        return tap
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        """The response is complete: finish its record."""
+        try:
+            state = self._flows.pop(flow.id, None)
+            if state is None:
+                return
+            now = self._clock()
+            resp = flow.response
+            meter, rec = state.meter, state.record
+            if not state.streaming and resp is not None:
+                body = resp.get_content(strict=False) or b""
+                if 200 <= resp.status_code < 300:
+                    meter.read_body(body, now)
+                else:
+                    rec.error_type, rec.error_code, rec.error_message = read_error_body(body)
+            self._finish(state, self._close_meter(state, state.ended_at or now, "eof", None))
+        except Exception:
+            self._internal_error("response")
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        """The flow broke: a client that went away, or an upstream that did."""
+        try:
+            state = self._flows.pop(flow.id, None)
+            if state is None:
+                return
+            msg = flow.error.msg if flow.error is not None else "unknown error"
+            ending = (
+                "client_disconnect"
+                if "client disconnected" in msg.lower()
+                else "upstream_disconnect"
+            )
+            self._finish(state, self._close_meter(state, self._clock(), ending, msg))
+        except Exception:
+            self._internal_error("error")
+
+    def done(self) -> None:
+        """Shutdown: finish what is still open, then flush the sink."""
+        try:
+            now = self._clock()
+            for flow_id in list(self._flows):
+                state = self._flows.pop(flow_id)
+                rec = self._close_meter(state, now, "client_disconnect", "proxy shut down")
+                self._finish(state, rec)
+        except Exception:
+            self._internal_error("done")
+        self.close()
+
+    def close(self) -> None:
+        """Flush and close the sink (once)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.sink.close()
+        except Exception:
+            self._internal_error("sink close")
+
+    def stats(self) -> dict[str, Any]:
+        """Health counters plus open flows."""
+        return {**self.health.snapshot(), "open_flows": self.open_flows}

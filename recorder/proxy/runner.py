@@ -1,0 +1,106 @@
+"""Running mitmproxy in-process with the recorder addon.
+
+``recorder proxy`` and ``recorder demo`` (and the end-to-end tests) use this
+instead of shelling out to ``mitmdump -s``, so that they own the sink's
+lifecycle: on SIGINT/SIGTERM mitmproxy stops accepting, the addon's ``done``
+finishes open flows and the sink flushes every record before the process exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mitmproxy import options
+from mitmproxy.tools.dump import DumpMaster
+
+from recorder.proxy.addon import Recorder
+
+
+@dataclass(slots=True)
+class Listener:
+    """One address the proxy listens on, and its mode."""
+
+    mode: str
+    host: str
+    port: int
+
+
+@dataclass(slots=True)
+class ProxySettings:
+    """What mitmproxy needs to know."""
+
+    modes: Sequence[str] = ("regular",)
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 8080
+    confdir: str | None = None
+    ssl_insecure: bool = False  # trust any upstream certificate (tests only)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _Started:
+    """Addon that reports the bound addresses once the servers are up."""
+
+    def __init__(self, callback: Callable[[list[Listener]], None]) -> None:
+        self._callback = callback
+
+    def running(self) -> None:
+        from mitmproxy import ctx
+
+        proxyserver: Any = ctx.master.addons.get("proxyserver")
+        listeners: list[Listener] = []
+        for server in proxyserver.servers:
+            for addr in server.listen_addrs:
+                listener = Listener(server.mode.full_spec, str(addr[0]), int(addr[1]))
+                if listener not in listeners:  # a server may report one address twice
+                    listeners.append(listener)
+        self._callback(listeners)
+
+
+def build_master(
+    recorder: Recorder,
+    settings: ProxySettings,
+    on_started: Callable[[list[Listener]], None] | None = None,
+) -> DumpMaster:
+    """A DumpMaster with the recorder addon; call inside a running event loop."""
+    opts = options.Options(
+        mode=list(settings.modes),
+        listen_host=settings.listen_host,
+        listen_port=settings.listen_port,
+    )
+    if settings.confdir:
+        opts.update(confdir=settings.confdir)
+    master = DumpMaster(opts, with_termlog=True, with_dumper=False)
+    # mitmproxy's own log: warnings and errors only (a bound port, a TLS failure)
+    opts.update(termlog_verbosity="warn", ssl_insecure=settings.ssl_insecure, **settings.extra)
+    master.addons.add(recorder)
+    if on_started is not None:
+        master.addons.add(_Started(on_started))
+    return master
+
+
+async def serve(
+    recorder: Recorder,
+    settings: ProxySettings,
+    on_started: Callable[[list[Listener]], None] | None = None,
+    *,
+    handle_signals: bool = True,
+) -> None:
+    """Run the proxy until SIGINT/SIGTERM (or until the master shuts down)."""
+    master = build_master(recorder, settings, on_started)
+    loop = asyncio.get_running_loop()
+    if handle_signals:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, master.shutdown)
+    logging.getLogger("hpack").setLevel(logging.WARNING)
+    try:
+        await master.run()
+    finally:
+        if handle_signals:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+        recorder.close()

@@ -1,0 +1,114 @@
+"""Where finished records go.
+
+A sink's ``submit`` is called on mitmproxy's event loop, so it must neither
+block nor raise: it hands the record to a queue and returns. Writing happens
+on the sink's own thread. ``close`` drains everything submitted before it.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from pathlib import Path
+from typing import Protocol
+
+import orjson
+
+from recorder.core.record import StreamRecord
+
+log = logging.getLogger("recorder.sinks")
+
+
+class Sink(Protocol):
+    """Receives finished records."""
+
+    def submit(self, record: StreamRecord) -> None:
+        """Take a record; never blocks, never raises."""
+
+    def close(self) -> None:
+        """Write out everything submitted so far, then release resources."""
+
+
+def record_json(record: StreamRecord) -> bytes:
+    """One record as a JSON object (with its gaps and raw usage)."""
+    doc = record.to_dict(with_gaps=True)
+    return orjson.dumps(doc)
+
+
+class MemorySink:
+    """Keeps records in a list (tests, the demo's summary)."""
+
+    def __init__(self) -> None:
+        self.records: list[StreamRecord] = []
+
+    def submit(self, record: StreamRecord) -> None:
+        self.records.append(record)
+
+    def close(self) -> None:
+        return None
+
+
+class JsonlSink:
+    """Appends one JSON line per record to a file, from a writer thread."""
+
+    _STOP = object()
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.written = 0
+        self.failed = 0
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="recorder-jsonl", daemon=True)
+        self._thread.start()
+
+    def submit(self, record: StreamRecord) -> None:
+        self._queue.put(record)  # SimpleQueue.put never blocks
+
+    def close(self) -> None:
+        self._queue.put(self._STOP)
+        self._thread.join()
+
+    def _run(self) -> None:
+        with self.path.open("ab") as fh:
+            while True:
+                item = self._queue.get()
+                batch = [item]
+                while not self._queue.empty() and batch[-1] is not self._STOP:
+                    batch.append(self._queue.get())
+                stop = batch[-1] is self._STOP
+                for rec in batch:
+                    if isinstance(rec, StreamRecord):
+                        try:
+                            fh.write(record_json(rec) + b"\n")
+                            self.written += 1
+                        except (OSError, TypeError) as e:
+                            self.failed += 1
+                            log.error(
+                                "recorder: could not write record %s to %s: %s",
+                                rec.id,
+                                self.path,
+                                e,
+                            )
+                try:
+                    fh.flush()
+                except OSError as e:
+                    log.error("recorder: could not flush %s: %s", self.path, e)
+                if stop:
+                    return
+
+
+class FanoutSink:
+    """Hands each record to several sinks."""
+
+    def __init__(self, *sinks: Sink) -> None:
+        self.sinks = list(sinks)
+
+    def submit(self, record: StreamRecord) -> None:
+        for sink in self.sinks:
+            sink.submit(record)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()

@@ -1,0 +1,404 @@
+"""The addon's hooks, driven directly (mitmproxy's taddons/tflow), with a fake clock."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+from pathlib import Path
+
+import brotli
+import orjson
+import pytest
+from mitmproxy import http
+from mitmproxy.test import taddons, tflow, tutils
+
+from recorder.core.record import StreamRecord
+from recorder.keys import fingerprint
+from recorder.proxy.addon import Recorder, RecorderConfig
+from recorder.sinks import MemorySink
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+SECRET = b"test-secret"
+CHAT_SSE = (FIXTURES / "openai-chat" / "d61558011839.sse").read_bytes()
+# The SDK stored this capture without the blank line that ends its last event on the wire.
+MESSAGES_SSE = (FIXTURES / "anthropic-messages" / "basic_response.sse").read_bytes() + b"\n\n"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make(**config: object) -> tuple[Recorder, MemorySink, Clock]:
+    sink = MemorySink()
+    clock = Clock()
+    rec = Recorder(sink, RecorderConfig(key_secret=SECRET, **config), clock=clock)  # type: ignore[arg-type]
+    return rec, sink, clock
+
+
+def make_flow(
+    path: str = "/v1/chat/completions",
+    body: dict[str, object] | None = None,
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> http.HTTPFlow:
+    body = body if body is not None else {"model": "gpt-4o", "stream": True, "messages": []}
+    hdrs = headers if headers is not None else []
+    hdrs = [*hdrs, (b"content-type", b"application/json"), (b"accept-encoding", b"gzip, br")]
+    req = tutils.treq(
+        method=b"POST",
+        host="api.example.com",
+        port=443,
+        scheme=b"https",
+        path=path.encode(),
+        headers=http.Headers(hdrs),
+        content=orjson.dumps(body),
+    )
+    flow = tflow.tflow(req=req)
+    flow.response = None
+    return flow
+
+
+def sse_response(
+    status: int = 200, extra: list[tuple[bytes, bytes]] | None = None
+) -> http.Response:
+    headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"x-request-id", b"req_1")]
+    return tutils.tresp(
+        status_code=status, headers=http.Headers(headers + (extra or [])), content=None
+    )
+
+
+async def start(addon: Recorder, flow: http.HTTPFlow, clock: Clock) -> None:
+    addon.requestheaders(flow)
+    await addon.request(flow)
+    clock.now += 0.25
+
+
+def stream_through(
+    flow: http.HTTPFlow, pieces: list[bytes], clock: Clock, step: float = 0.01
+) -> bytes:
+    assert flow.response is not None and callable(flow.response.stream)
+    out = b""
+    for piece in pieces:
+        clock.now += step
+        got = flow.response.stream(piece)
+        assert got is piece or got == piece  # the client gets exactly the bytes
+        out += got
+    flow.response.stream(b"")
+    return out
+
+
+def pieces_of(body: bytes, size: int) -> list[bytes]:
+    return [body[i : i + size] for i in range(0, len(body), size)]
+
+
+async def test_streamed_chat_is_recorded_and_bytes_pass_unchanged() -> None:
+    addon, sink, clock = make()
+    with taddons.context(addon):
+        flow = make_flow(headers=[(b"authorization", b"Bearer sk-test-abcdef1234")])
+        await start(addon, flow, clock)
+        assert "accept-encoding" not in flow.request.headers
+        flow.response = sse_response()
+        addon.responseheaders(flow)
+        out = stream_through(flow, pieces_of(CHAT_SSE, 97), clock)
+        addon.response(flow)
+    assert hashlib.sha256(out).digest() == hashlib.sha256(CHAT_SSE).digest()
+    (rec,) = sink.records
+    assert rec.outcome == "completed" and rec.streamed is True
+    assert rec.endpoint == "chat.completions" and rec.provider == "openai"
+    assert rec.model == "gpt-4o" and rec.response_model == "gpt-4o-2024-08-06"
+    assert rec.upstream == "api.example.com:443"
+    assert rec.request_id == "req_1"
+    assert rec.http_status == 200
+    assert (rec.input_tokens, rec.output_tokens) == (19, 177)
+    assert rec.include_usage is False  # the body did not ask; the fixture had usage anyway
+    assert rec.ttfb_ms == 250.0
+    assert rec.ttft_ms is not None and rec.ttft_ms > rec.ttfb_ms
+    assert rec.api_key_id == fingerprint("sk-test-abcdef1234", SECRET)
+    assert "sk-test" not in orjson.dumps(rec.to_dict(with_gaps=True)).decode()
+    assert addon.open_flows == 0 and addon.health.in_flight == 0
+
+
+@pytest.mark.parametrize(
+    ("path", "endpoint"),
+    [
+        ("/v1/chat/completions", "chat.completions"),
+        ("/openai/v1/chat/completions", "chat.completions"),
+        (
+            "/openai/deployments/gpt4o-prod/chat/completions?api-version=2024-10-21",
+            "chat.completions",
+        ),
+        ("/v1/responses", "responses"),
+        ("/v1/messages", "messages"),
+    ],
+)
+async def test_endpoints_are_recognised_under_prefixes(path: str, endpoint: str) -> None:
+    addon, sink, clock = make()
+    with taddons.context(addon):
+        flow = make_flow(path=path)
+        await start(addon, flow, clock)
+        flow.response = sse_response()
+        addon.responseheaders(flow)
+        stream_through(flow, [b": hi\n\n"], clock)
+        addon.response(flow)
+    assert [r.endpoint for r in sink.records] == [endpoint]
+
+
+@pytest.mark.parametrize(
+    "path", ["/v1/models", "/v1/threads/t1/messages", "/v1/messages/count_tokens"]
+)
+async def test_other_paths_are_not_tapped(path: str) -> None:
+    addon, sink, clock = make()
+    with taddons.context(addon):
+        flow = make_flow(path=path)
+        await start(addon, flow, clock)
+        assert "accept-encoding" in flow.request.headers
+        flow.response = sse_response()
+        addon.responseheaders(flow)
+        assert not callable(flow.response.stream)
+        addon.response(flow)
+    assert sink.records == []
+
+
+@pytest.mark.parametrize(
+    ("encoding", "compress"),
+    [("gzip", gzip.compress), ("br", brotli.compress)],
+)
+async def test_compressed_stream_is_metered_on_the_side(encoding: str, compress: object) -> None:
+    addon, sink, clock = make()
+    body = compress(MESSAGES_SSE)  # type: ignore[operator]
+    with taddons.context(addon):
+        flow = make_flow(path="/v1/messages", body={"model": "claude-x", "stream": True})
+        await start(addon, flow, clock)
+        flow.response = sse_response(extra=[(b"content-encoding", encoding.encode())])
+        addon.responseheaders(flow)
+        out = stream_through(flow, pieces_of(body, 13), clock)
+        addon.response(flow)
+    assert out == body  # the client still gets the compressed bytes
+    (rec,) = sink.records
+    assert rec.outcome == "completed" and rec.output_chars > 0
+    assert addon.health.decode_errors == 0
+
+
+async def test_undecodable_encoding_is_recorded_without_events() -> None:
+    addon, sink, clock = make()
+    with taddons.context(addon):
+        flow = make_flow()
+        await start(addon, flow, clock)
+        flow.response = sse_response(extra=[(b"content-encoding", b"compress")])
+        addon.responseheaders(flow)
+        out = stream_through(flow, [CHAT_SSE], clock)
+        addon.response(flow)
+    assert out == CHAT_SSE
+    (rec,) = sink.records
+    assert rec.outcome == "truncated" and rec.events == 0
+    assert addon.health.decode_errors == 1
+
+
+async def test_client_disconnect_mid_stream() -> None:
+    addon, sink, clock = make()
+    with taddons.context(addon):
+        flow = make_flow()
+        await start(addon, flow, clock)
+        flow.response = sse_response()
+        addon.responseheaders(flow)
+        assert flow.response.stream(CHAT_SSE[:1500]) == CHAT_SSE[:1500]
+        clock.now += 2.0
+        flow.error = tflow.terr("Client disconnected.")
+        addon.error(flow)
+    (rec,) = sink.records
+    assert rec.outcome == "client_disconnect" and rec.interrupted
+    assert rec.transport_error == "Client disconnected."
+    assert rec.max_output_gap_ms is not None and rec.max_output_gap_ms >= 2000.0
+    assert addon.open_flows == 0
+
+
+async def test_upstream_disconnect_mid_stream() -> None:
+    addon, sink, clock = make()
+    msg = "HTTP/1 protocol error: peer closed connection without sending complete message body"
+    with taddons.context(addon):
+        flow = make_flow()
+        await start(addon, flow, clock)
+        flow.response = sse_response()
+        addon.responseheaders(flow)
+        flow.response.stream(CHAT_SSE[:1500])
+        flow.error = tflow.terr(msg)
+        addon.error(flow)
+    (rec,) = sink.records
+    assert rec.outcome == "upstream_disconnect" and rec.transport_error == msg
+
+
+async def test_upstream_gone_before_headers() -> None:
+    addon, sink, clock = make()
+    with taddons.context(addon):
+        flow = make_flow()
+        await start(addon, flow, clock)
+        flow.error = tflow.terr("server closed connection")
+        addon.error(flow)
+    (rec,) = sink.records
+    assert rec.outcome == "upstream_disconnect" and rec.http_status is None
+    assert rec.ttfb_ms is None
+
+
+async def test_clean_end_without_terminal_event_is_truncated() -> None:
+    addon, sink, clock = make()
+    cut = CHAT_SSE[: CHAT_SSE.index(b"data: [DONE]")]
+    with taddons.context(addon):
+        flow = make_flow()
+        await start(addon, flow, clock)
+        flow.response = sse_response()
+        addon.responseheaders(flow)
+        stream_through(flow, [cut], clock)
+        addon.response(flow)
+    (rec,) = sink.records
+    assert rec.outcome == "truncated" and rec.interrupted
+
+
+async def test_non_streamed_json_response() -> None:
+    addon, sink, clock = make()
+    body = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "gpt-4o-2024-08-06",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "こんにちは"},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12},
+    }
+    with taddons.context(addon):
+        flow = make_flow(body={"model": "gpt-4o", "messages": []})
+        await start(addon, flow, clock)
+        flow.response = tutils.tresp(
+            headers=http.Headers([(b"content-type", b"application/json")]),
+            content=orjson.dumps(body),
+        )
+        addon.responseheaders(flow)
+        assert not callable(flow.response.stream)
+        clock.now += 0.5
+        addon.response(flow)
+    (rec,) = sink.records
+    assert rec.streamed is False and rec.outcome == "completed"
+    assert (rec.input_tokens, rec.output_tokens, rec.output_chars) == (9, 3, 5)
+    assert rec.finish_reason == "stop" and rec.response_id == "chatcmpl-1"
+    assert rec.events is None
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            {
+                "error": {
+                    "message": "Rate limit reached",
+                    "type": "requests",
+                    "code": "rate_limit_exceeded",
+                }
+            },
+            ("requests", "rate_limit_exceeded", "Rate limit reached"),
+        ),
+        (
+            {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+            ("overloaded_error", None, "Overloaded"),
+        ),
+    ],
+)
+async def test_http_error_records_type_and_message(
+    body: dict[str, object], expected: tuple[object, ...]
+) -> None:
+    addon, sink, clock = make()
+    with taddons.context(addon):
+        flow = make_flow()
+        await start(addon, flow, clock)
+        flow.response = tutils.tresp(
+            status_code=429,
+            headers=http.Headers([(b"content-type", b"application/json")]),
+            content=orjson.dumps(body),
+        )
+        addon.responseheaders(flow)
+        addon.response(flow)
+    (rec,) = sink.records
+    assert rec.outcome == "http_error" and rec.http_status == 429 and not rec.interrupted
+    assert (rec.error_type, rec.error_code, rec.error_message) == expected
+
+
+async def test_a_failing_meter_never_breaks_traffic() -> None:
+    addon, sink, clock = make()
+    with taddons.context(addon):
+        flow = make_flow()
+        await start(addon, flow, clock)
+        flow.response = sse_response()
+        addon.responseheaders(flow)
+
+        class Broken:
+            def feed(self, data: bytes) -> list[object]:
+                raise RuntimeError("bug in the meter")
+
+        # the tap holds the meter's bound feed; break the framer beneath it
+        addon._flows[flow.id].meter.framer = Broken()  # type: ignore[assignment]
+        out = stream_through(flow, pieces_of(CHAT_SSE, 500), clock)
+        addon.response(flow)
+    assert out == CHAT_SSE
+    # one error in the tap (which then gives up on the stream), one finishing the record
+    assert addon.health.internal_errors == 2
+    (rec,) = sink.records  # the stream is recorded all the same, and marked
+    assert rec.recorder_error == "RuntimeError: bug in the meter"
+    assert rec.outcome == "truncated" and rec.http_status == 200
+
+
+async def test_hook_errors_are_caught_and_counted() -> None:
+    addon, sink, clock = make()
+    with taddons.context(addon):
+        flow = make_flow()
+        await start(addon, flow, clock)
+        flow.response = None
+        flow.error = None
+        addon._flows[flow.id].meter = None  # type: ignore[assignment]
+        addon.error(flow)  # finishing with no meter raises inside; must be caught
+    assert addon.health.internal_errors == 1
+    (rec,) = sink.records
+    assert rec.recorder_error is not None and rec.outcome == "upstream_disconnect"
+
+
+async def test_done_finishes_open_flows_and_closes_the_sink() -> None:
+    closed: list[bool] = []
+
+    class Sink(MemorySink):
+        def close(self) -> None:
+            closed.append(True)
+
+    sink = Sink()
+    addon = Recorder(sink, RecorderConfig(key_secret=SECRET), clock=Clock())
+    with taddons.context(addon):
+        flow = make_flow()
+        addon.requestheaders(flow)
+        addon.done()
+        addon.done()
+    assert [r.outcome for r in sink.records] == ["client_disconnect"]
+    assert closed == [True]
+
+
+async def test_state_is_released_on_every_path() -> None:
+    addon, sink, clock = make()
+    with taddons.context(addon):
+        for i in range(300):
+            flow = make_flow()
+            await start(addon, flow, clock)
+            if i % 3 == 0:
+                flow.error = tflow.terr("Client disconnected.")
+                addon.error(flow)
+                continue
+            flow.response = sse_response(status=200 if i % 3 == 1 else 500)
+            addon.responseheaders(flow)
+            if callable(flow.response.stream):
+                stream_through(flow, [CHAT_SSE[:300]], clock)
+            addon.response(flow)
+    assert addon.open_flows == 0
+    assert addon.health.in_flight == 0
+    assert len(sink.records) == 300
+    assert all(isinstance(r, StreamRecord) for r in sink.records)
