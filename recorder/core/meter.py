@@ -12,10 +12,11 @@ hands events to the endpoint's interpreter, and keeps the stream's rhythm:
   the request start, through response headers and every piece, to the end
   (what an idle timeout between proxy and upstream would see).
 - output timing: ``ttft_ms`` is the first output delta. Output gaps are the
-  intervals between consecutive outputs and, when the stream did not end with
-  its protocol's terminal event (``completed`` or ``incomplete``), the interval
-  from the last output (or the request start) to the end: a silence that runs
-  into a cut is the stall that mattered. Keepalive comments are not output, so
+  intervals between consecutive outputs and, when the stream was interrupted
+  (``error``, ``upstream_disconnect``, ``client_disconnect``, ``truncated``),
+  the interval from the last output (or the request start) to the end: a
+  silence that runs into a cut is the stall that mattered. An ``http_error``
+  had no output stream to stall. Keepalive comments are not output, so
   they never end a stall. Each gap of at least ``stall_after`` seconds is a stall.
 - keepalives: comment lines, the intervals between consecutive ones.
 
@@ -145,8 +146,12 @@ class StreamMeter:
                 self.keepalives += 1
                 if timed:
                     self._keepalive(now)  # type: ignore[arg-type]
-            else:
+            elif item.kind == "oversized_event":
+                # skipped for its size, but the upstream did send an event
+                self.events += 1
                 self.oversized_events += 1
+                if timed and self._first_event is None:
+                    self._first_event = now
 
     def read_body(self, body: bytes, now: float | None = None) -> None:
         """A whole non-streamed JSON body (``streamed: false``)."""
@@ -243,7 +248,7 @@ class StreamMeter:
         t0 = self._t0
         if t0 is not None and now is not None:
             self._bytes_at(now)
-            if outcome not in ("completed", "incomplete") and rec.streamed:
+            if outcome in INTERRUPTED_OUTCOMES and rec.streamed:
                 last = self._last_output if self._last_output is not None else t0
                 self._output_gap(last, now - last)
             rec.ttfb_ms = None if self._ttfb is None else _ms(self._ttfb)

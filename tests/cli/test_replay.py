@@ -1,0 +1,318 @@
+"""`recorder replay FILE --endpoint E`: a captured body metered offline."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from recorder.cli.main import main
+from recorder.core.record import FIELDS
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures"
+CHAT_TEXT = FIXTURES / "openai-chat" / "e2aad469b71d.sse"  # text + usage chunk + [DONE]
+CHAT_TOOLS = FIXTURES / "openai-chat" / "a247c49c5fcd.sse"  # tool calls
+CONSOLE_SCRIPT = Path(sys.executable).parent / "recorder"
+
+# INTERFACES.md, "A recorded stream (one row)"
+DOCUMENTED_FIELDS = (
+    "id",
+    "started_at",
+    "endpoint",
+    "provider",
+    "upstream",
+    "model",
+    "response_model",
+    "request_id",
+    "response_id",
+    "project",
+    "streamed",
+    "http_status",
+    "outcome",
+    "interrupted",
+    "finish_reason",
+    "error_type",
+    "error_code",
+    "error_message",
+    "ttfb_ms",
+    "first_event_ms",
+    "ttft_ms",
+    "duration_ms",
+    "events",
+    "keepalives",
+    "max_keepalive_gap_ms",
+    "max_silence_ms",
+    "max_output_gap_ms",
+    "stalls",
+    "stall_ms",
+    "output_chars",
+    "tool_calls",
+    "input_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "input_source",
+    "output_source",
+    "usage_source",
+    "estimate_method",
+    "cost_usd",
+    "price_version",
+    "api_key_id",
+)
+# What a body alone cannot tell (INTERFACES.md: timings, stalls, HTTP status, key).
+BODY_CANNOT_TELL = (
+    "ttfb_ms",
+    "first_event_ms",
+    "ttft_ms",
+    "duration_ms",
+    "max_keepalive_gap_ms",
+    "max_silence_ms",
+    "max_output_gap_ms",
+    "stalls",
+    "stall_ms",
+    "http_status",
+    "api_key_id",
+)
+
+
+def replay_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    code = main(["replay", *args, "--format", "json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert err == ""
+    doc = json.loads(out)  # exactly one JSON document, nothing else on stdout
+    assert isinstance(doc, dict)
+    return doc
+
+
+def count_events(body: bytes) -> int:
+    return sum(1 for line in body.splitlines() if line.startswith(b"data:"))
+
+
+def test_replay_chat_fixture_json(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = replay_json(capsys, str(CHAT_TEXT), "--endpoint", "chat.completions")
+    for name in DOCUMENTED_FIELDS:
+        assert name in doc, name
+    assert list(doc) == list(FIELDS)
+    for name in BODY_CANNOT_TELL:
+        assert doc[name] is None, name
+    assert doc["outcome"] == "completed"
+    assert doc["interrupted"] is False
+    assert doc["endpoint"] == "chat.completions"
+    assert doc["provider"] == "openai"
+    assert doc["streamed"] is True
+    assert doc["finish_reason"] == "stop"
+    assert doc["response_id"] == "chatcmpl-ABfw031mOJeYCSHe4yI2ZjOA6kMJL"
+    assert doc["response_model"] == "gpt-4o-2024-08-06"
+    assert doc["events"] == count_events(CHAT_TEXT.read_bytes())
+    assert doc["keepalives"] == 0
+    assert doc["output_chars"] > 0
+    assert (doc["input_tokens"], doc["output_tokens"]) == (14, 30)
+    assert doc["usage_source"] == "reported"
+    assert doc["partial_event_at_end"] is False
+
+
+@pytest.mark.parametrize("path", sorted((FIXTURES / "openai-chat").glob("*.sse")), ids=str)
+def test_replay_every_chat_fixture_completes(
+    capsys: pytest.CaptureFixture[str], path: Path
+) -> None:
+    doc = replay_json(capsys, str(path), "--endpoint", "chat.completions")
+    assert doc["outcome"] == "completed"
+    assert doc["events"] == count_events(path.read_bytes())
+    assert doc["parse_issues"] == 0
+    for name in BODY_CANNOT_TELL:
+        assert doc[name] is None, name
+
+
+def test_replay_tool_calls(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = replay_json(capsys, str(CHAT_TOOLS), "--endpoint", "chat.completions")
+    assert doc["outcome"] == "completed"
+    assert doc["tool_calls"] >= 1
+    assert doc["finish_reason"] == "tool_calls"
+
+
+def test_body_cut_before_terminal_event_is_truncated(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    body = CHAT_TEXT.read_bytes()
+    cut = body[: body.rindex(b"data: [DONE]")]
+    path = tmp_path / "cut.sse"
+    path.write_bytes(cut)
+    doc = replay_json(capsys, str(path), "--endpoint", "chat.completions")
+    assert doc["outcome"] == "truncated"
+    assert doc["interrupted"] is True
+    assert doc["partial_event_at_end"] is False
+    assert doc["events"] == count_events(body) - 1
+    for name in BODY_CANNOT_TELL:
+        assert doc[name] is None, name
+
+
+def test_body_cut_mid_event_is_truncated_with_partial_event(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    body = CHAT_TEXT.read_bytes()
+    path = tmp_path / "cut.sse"
+    path.write_bytes(body[: len(body) // 2])
+    doc = replay_json(capsys, str(path), "--endpoint", "chat.completions")
+    assert doc["outcome"] == "truncated"
+    assert doc["interrupted"] is True
+    assert doc["partial_event_at_end"] is True
+    assert doc["usage_source"] == "none"
+
+
+def test_replay_error_event_after_200(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "err.sse"
+    path.write_bytes(
+        b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
+        b": hopbase-keepalive\n\n"
+        b'data: {"error": {"message": "stalled", "type": "server_error", "code": "x"}}\n\n'
+    )
+    doc = replay_json(capsys, str(path), "--endpoint", "chat.completions")
+    assert doc["outcome"] == "error"
+    assert doc["interrupted"] is True
+    assert doc["error_message"] == "stalled"
+    assert doc["keepalives"] == 1
+    assert doc["events"] == 2
+    assert doc["http_status"] is None
+
+
+def test_replay_anthropic_fixture(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # The captured file lacks the blank line after its last event; a real wire body has it.
+    path = tmp_path / "basic.sse"
+    body = (FIXTURES / "anthropic-messages" / "basic_response.sse").read_bytes()
+    path.write_bytes(body.rstrip(b"\n") + b"\n\n")
+    doc = replay_json(capsys, str(path), "--endpoint", "messages")
+    assert doc["outcome"] == "completed"
+    assert doc["provider"] == "anthropic"
+    assert doc["finish_reason"] == "end_turn"
+    assert doc["output_chars"] == len("Hello there!")
+    assert doc["events"] == count_events(body) == 9
+    assert doc["keepalives"] == 0  # ping is an event
+    assert (doc["input_tokens"], doc["output_tokens"]) == (11, 6)
+
+
+def test_format_table_prints_field_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["replay", str(CHAT_TEXT), "--endpoint", "chat.completions", "--format", "table"])
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert err == ""
+    lines = out.splitlines()
+    assert [line.split()[0] for line in lines] == list(FIELDS)
+    rows = {line.split()[0]: line.split(None, 1)[1] for line in lines}
+    assert rows["outcome"] == "completed"
+    assert rows["endpoint"] == "chat.completions"
+    assert rows["interrupted"] == "no"
+    assert rows["ttft_ms"] == "-"
+    assert rows["http_status"] == "-"
+
+
+def test_default_format_off_a_terminal_is_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["replay", str(CHAT_TEXT), "--endpoint", "chat.completions"])
+    out, _ = capsys.readouterr()
+    assert code == 0
+    assert json.loads(out)["outcome"] == "completed"
+
+
+def test_missing_file_exits_2_with_one_line_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    missing = tmp_path / "nope.sse"
+    code = main(["replay", str(missing), "--endpoint", "chat.completions", "--format", "json"])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert out == ""
+    assert len(err.splitlines()) == 1
+    assert str(missing) in err
+    assert "Traceback" not in err
+
+
+def test_directory_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code = main(["replay", str(tmp_path), "--endpoint", "chat.completions", "--format", "json"])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert out == ""
+    assert len(err.splitlines()) == 1
+
+
+def test_stdin_dash(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    class FakeStdin:
+        buffer = io.BytesIO(CHAT_TEXT.read_bytes())
+
+    monkeypatch.setattr(sys, "stdin", FakeStdin())
+    doc = replay_json(capsys, "-", "--endpoint", "chat.completions")
+    assert doc["outcome"] == "completed"
+    assert doc["events"] == count_events(CHAT_TEXT.read_bytes())
+
+
+def test_empty_body_is_truncated(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "empty.sse"
+    path.write_bytes(b"")
+    doc = replay_json(capsys, str(path), "--endpoint", "responses")
+    assert doc["outcome"] == "truncated"
+    assert doc["events"] == 0
+    assert doc["keepalives"] == 0
+
+
+def test_unknown_endpoint_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["replay", str(CHAT_TEXT), "--endpoint", "embeddings"])
+    assert exc.value.code == 2
+    assert "endpoint" in capsys.readouterr().err
+
+
+def test_endpoint_is_required(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["replay", str(CHAT_TEXT)])
+    assert exc.value.code == 2
+    capsys.readouterr()
+
+
+def test_no_command_prints_help_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    assert "replay" in capsys.readouterr().out
+
+
+def test_console_script_entry_point(tmp_path: Path) -> None:
+    script = CONSOLE_SCRIPT if CONSOLE_SCRIPT.exists() else ROOT / ".venv" / "bin" / "recorder"
+    if not script.exists():
+        pytest.skip("the recorder console script is not installed")
+    proc = subprocess.run(
+        [str(script), "replay", str(CHAT_TEXT), "--endpoint", "chat.completions"],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    doc = json.loads(proc.stdout)  # stdout is a pipe: json by default
+    assert doc["outcome"] == "completed"
+    for name in DOCUMENTED_FIELDS:
+        assert name in doc
+
+    proc = subprocess.run(
+        [str(script), "replay", "-", "--endpoint", "chat.completions", "--format", "json"],
+        input=b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n',
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    doc = json.loads(proc.stdout)
+    assert doc["outcome"] == "truncated"
+    assert doc["output_chars"] == 2
+
+    proc = subprocess.run(
+        [str(script), "replay", str(tmp_path / "missing.sse"), "--endpoint", "messages"],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == b""
+    assert len(proc.stderr.decode().splitlines()) == 1
