@@ -106,5 +106,10 @@ def from_anthropic(raw: dict[str, Any], *, output_final: bool) -> Usage:
         output_tokens=_int(raw.get("output_tokens")) if output_final else None,
         cache_read_tokens=cache_read,
         cache_write_tokens=cache_write,
-        reasoning_tokens=None,  # Anthropic does not report thinking tokens apart
+        # newer message_deltas report ``output_tokens_details.thinking_tokens``
+        reasoning_tokens=(
+            _int(_sub(raw.get("output_tokens_details"), "thinking_tokens"))
+            if output_final
+            else None
+        ),
     )

@@ -1,7 +1,8 @@
 """Anthropic Messages.
 
 Output is ``content_block_delta`` with ``text_delta``, ``input_json_delta``
-(tool arguments, also a server tool's), ``thinking_delta``; ``signature_delta``
+(tool arguments, also a server tool's), ``thinking_delta``, ``compaction_delta``
+(a context summary the model wrote); ``signature_delta``
 and ``citations_delta`` are not output text. A ``tool_use`` /
 ``server_tool_use`` / ``mcp_tool_use`` block start is a tool call.
 
@@ -44,6 +45,11 @@ class AnthropicMessagesInterpreter(Interpreter):
     def handle(self, event: Event) -> int:
         obj = self.parse(event.data)
         if obj is None:
+            if event.event == "message_stop":  # unreadable, but the event line says it
+                self.obs.decide("completed")
+            elif event.event == "error":
+                self.obs.decide("error")
+                self.obs.set_error("error", None, "unreadable error event")
             return 0
         typ = obj.get("type")
         if not isinstance(typ, str):
@@ -59,6 +65,8 @@ class AnthropicMessagesInterpreter(Interpreter):
                 chars = text_len(delta.get("partial_json"))
             elif dtype == "thinking_delta":
                 chars = text_len(delta.get("thinking"))
+            elif dtype == "compaction_delta":  # a summary the model wrote: billed output
+                chars = text_len(delta.get("content"))
             else:
                 return 0
             self.obs.output_chars += chars

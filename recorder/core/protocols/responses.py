@@ -29,6 +29,12 @@ _NOT_OUTPUT = frozenset(
     }
 )
 _STARTED = frozenset({"response.created", "response.in_progress", "response.queued"})
+_UNREADABLE_TERMINAL = {
+    "response.completed": "completed",
+    "response.incomplete": "incomplete",
+    "response.failed": "error",
+    "error": "error",
+}
 
 
 class ResponsesInterpreter(Interpreter):
@@ -45,6 +51,11 @@ class ResponsesInterpreter(Interpreter):
             return 0
         obj = self.parse(data)
         if obj is None:
+            outcome = _UNREADABLE_TERMINAL.get(event.event)
+            if outcome is not None:  # the event line still says what ended the stream
+                self.obs.decide(outcome)
+                if outcome == "error":
+                    self.obs.set_error(event.event, None, "unreadable error event")
             return 0
         typ = obj.get("type")
         if not isinstance(typ, str):
@@ -116,11 +127,14 @@ class ResponsesInterpreter(Interpreter):
         if not isinstance(resp, dict):
             return
         obs = self.obs
+        # The terminal event's response object is the final word on id and model,
+        # as it is on usage: some gateways (GitHub Copilot) rotate the id on every
+        # event, and a body holding several responses keeps the last one whole.
         rid = resp.get("id")
-        if rid and obs.response_id is None:
+        if rid and (final or obs.response_id is None):
             obs.response_id = str(rid)
         model = resp.get("model")
-        if model and obs.response_model is None:
+        if model and (final or obs.response_model is None):
             obs.response_model = str(model)
         if not final:
             return
