@@ -143,6 +143,7 @@ class Settings:
         if capture is None:
             capture = (_env("capture-bodies") or "").lower() in ("1", "true", "yes", "on")
         self.capture_bodies = bool(capture)
+        self.metrics_url = ""
 
     def _default_spool_dir(self) -> Path:
         prefix = "sqlite:///"
@@ -178,10 +179,7 @@ def _banner(settings: Settings, confdir: str) -> object:
                 lines.append(f"    any SDK:        HTTPS_PROXY={base} HTTP_PROXY={base} \\")
                 lines.append(f"                    SSL_CERT_FILE={confdir}/mitmproxy-ca-cert.pem")
         lines.append(f"  records:  {settings.records_file} (JSON lines, one per stream)")
-        lines.append(
-            "  metrics:  not served yet (the Prometheus exporter is a later release;"
-            f" --metrics-port {settings.metrics_port} is accepted)"
-        )
+        lines.append(f"  metrics:  {settings.metrics_url}")
         print("\n".join(lines), flush=True)
 
     return show
@@ -203,7 +201,41 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"recorder proxy: {e}", file=sys.stderr)
         return 1
-    recorder = Recorder(sink, RecorderConfig(key_secret=secret, stall_after=settings.stall_after))
+    from prometheus_client import CollectorRegistry
+
+    from recorder.core.meter import StreamMeter
+    from recorder.core.record import StreamRecord
+    from recorder.metrics import Metrics, serve_metrics
+
+    registry = CollectorRegistry()
+    metrics = Metrics(registry, max_model_labels=settings.max_model_labels)
+
+    def on_start(rec: StreamRecord) -> None:
+        metrics.stream_started(rec.endpoint, rec.provider)
+
+    def on_record(rec: StreamRecord, meter: StreamMeter) -> None:
+        metrics.stream_ended(rec.endpoint, rec.provider)
+        metrics.observe(rec, meter)
+
+    recorder = Recorder(
+        sink,
+        RecorderConfig(key_secret=secret, stall_after=settings.stall_after),
+        on_record=on_record,
+        on_start=on_start,
+    )
+    metrics.watch_health(recorder.health)
+    metrics.watch(records_written=lambda: sink.written, records_failed=lambda: sink.failed)
+    try:
+        server = serve_metrics(registry, settings.metrics_host, settings.metrics_port)
+    except OSError as e:
+        sink.close()
+        print(
+            f"recorder proxy: cannot serve metrics on {settings.metrics_host}:"
+            f"{settings.metrics_port}: {e.strerror or e}",
+            file=sys.stderr,
+        )
+        return 1
+    settings.metrics_url = server.url
     proxy = ProxySettings(
         modes=settings.modes,
         listen_host=settings.listen_host,
@@ -216,6 +248,7 @@ def run(args: argparse.Namespace) -> int:
         pass
     finally:
         recorder.close()
+        server.close()
     stats = recorder.stats()
     print(f"recorder: stopped; {stats['records']} records written to {settings.records_file}")
     return 0

@@ -84,12 +84,14 @@ class Recorder:
         health: Health | None = None,
         clock: Callable[[], float] = time.monotonic,
         on_record: Callable[[StreamRecord, StreamMeter], None] | None = None,
+        on_start: Callable[[StreamRecord], None] | None = None,
     ) -> None:
         self.sink = sink
         self.config = config
         self.health = health or Health()
         self._clock = clock
         self._on_record = on_record
+        self._on_start = on_start
         self._flows: dict[str, FlowState] = {}
         self._closed = False
 
@@ -164,6 +166,8 @@ class Recorder:
             )
             self._flows[flow.id] = FlowState(meter, rec, t0)
             self.health.in_flight += 1
+            if self._on_start is not None:
+                self._on_start(rec)  # after the meter, which sets endpoint and provider
             if self.config.strip_accept_encoding and "accept-encoding" in headers:
                 del headers["accept-encoding"]
         except Exception:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,4 +105,55 @@ async def serve(
         if handle_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
+        recorder.close()
+
+
+@contextmanager
+def run_in_thread(recorder: Recorder, settings: ProxySettings) -> Iterator[list[Listener]]:
+    """Run the proxy on its own event loop in a daemon thread (demo, tests).
+
+    Inside the block the proxy is listening (the block gets its listeners);
+    on exit it is shut down, which finishes open flows and closes the sink.
+    """
+    started = threading.Event()
+    state: dict[str, Any] = {}
+
+    def on_started(listeners: list[Listener]) -> None:
+        state["listeners"] = listeners
+        started.set()
+
+    def run() -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        state["loop"] = loop
+
+        async def main() -> None:
+            master = build_master(recorder, settings, on_started)
+            state["master"] = master
+            await master.run()
+
+        try:
+            loop.run_until_complete(main())
+        except BaseException as e:  # reported to the caller below
+            state["error"] = e
+            started.set()
+        finally:
+            # connections still being served when the master stopped
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    thread = threading.Thread(target=run, name="recorder-proxy", daemon=True)
+    thread.start()
+    if not started.wait(30) or "error" in state:
+        thread.join(5)
+        raise RuntimeError(f"the proxy did not start: {state.get('error')!r}")
+    try:
+        yield state["listeners"]
+    finally:
+        state["loop"].call_soon_threadsafe(state["master"].shutdown)
+        thread.join(30)
         recorder.close()

@@ -1,0 +1,191 @@
+"""`recorder demo`: the newcomer's first five minutes.
+
+Starts the simulator and a recording proxy on free loopback ports (so it runs
+beside a `recorder proxy` already listening on 8080), sends a mix of traffic
+through the official OpenAI and Anthropic SDKs (streams of all three
+protocols, a keepalive-filled stall, an upstream cut, an error event after
+status 200, the gateway's "Response stream interrupted", a client that walks
+away, a rate limit), and returns the records. Time is scaled: the demo's stall
+threshold is one second, not thirty.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import anthropic
+import openai
+
+from recorder.core.record import StreamRecord
+from recorder.proxy.addon import Recorder, RecorderConfig
+from recorder.proxy.runner import ProxySettings, run_in_thread
+from recorder.simulate import run_in_thread as simulator_in_thread
+from recorder.sinks import FanoutSink, MemorySink, Sink
+
+DEMO_STALL_AFTER = 1.0
+DEMO_KEY = "sk-demo-0000000000000000"
+# Any: the SDKs type their message params per method; these serve every method.
+PROMPT: Any = [{"role": "user", "content": "Tell me about harmony in music."}]
+PROMPT_JA: Any = [{"role": "user", "content": "音楽における調和について教えてください。"}]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One request of the demo, and what a user should learn from it."""
+
+    name: str
+    shows: str
+    run: Callable[[openai.OpenAI, anthropic.Anthropic], None]
+
+
+def _drain(stream: Any) -> None:
+    for _ in stream:
+        pass
+
+
+def _chat(model: str, **kw: Any) -> Callable[[openai.OpenAI, anthropic.Anthropic], None]:
+    def run(oai: openai.OpenAI, _: anthropic.Anthropic) -> None:
+        _drain(oai.chat.completions.create(model=model, messages=kw.pop("messages", PROMPT), **kw))
+
+    return run
+
+
+def _client_walks_away(oai: openai.OpenAI, _: anthropic.Anthropic) -> None:
+    stream = oai.chat.completions.create(model="gpt-4o+delay=0.05", messages=PROMPT, stream=True)
+    for n, _chunk in enumerate(stream):
+        if n == 3:
+            break
+    stream.close()
+
+
+def _responses(oai: openai.OpenAI, _: anthropic.Anthropic) -> None:
+    with oai.responses.stream(
+        model="gpt-5", input="Tell me about harmony.", reasoning={"summary": "auto"}
+    ) as stream:
+        stream.get_final_response()
+
+
+def _responses_failed(oai: openai.OpenAI, _: anthropic.Anthropic) -> None:
+    _drain(oai.responses.create(model="gpt-5+error=6", input="hello", stream=True))
+
+
+def _claude(model: str, **kw: Any) -> Callable[[openai.OpenAI, anthropic.Anthropic], None]:
+    def run(_: openai.OpenAI, ant: anthropic.Anthropic) -> None:
+        _drain(
+            ant.messages.create(model=model, max_tokens=2000, messages=PROMPT, stream=True, **kw)
+        )
+
+    return run
+
+
+def _claude_json(_: openai.OpenAI, ant: anthropic.Anthropic) -> None:
+    ant.messages.create(model="claude-haiku-4-5", max_tokens=400, messages=PROMPT_JA)
+
+
+def _rate_limited(_: openai.OpenAI, ant: anthropic.Anthropic) -> None:
+    ant.messages.create(model="claude-sonnet-4-5+status=429", max_tokens=10, messages=PROMPT)
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario(
+        "chat, usage requested",
+        "a normal stream: TTFT, reported usage",
+        _chat("gpt-4o", stream=True, stream_options={"include_usage": True}),
+    ),
+    Scenario(
+        "chat, Japanese, no include_usage",
+        "usage not reported by the stream (still billed)",
+        _chat("gpt-4o-mini", stream=True, messages=PROMPT_JA),
+    ),
+    Scenario(
+        "chat, tool calls",
+        "tool calls counted, arguments are output",
+        _chat("gpt-4o+tools=2", stream=True, stream_options={"include_usage": True}),
+    ),
+    Scenario(
+        "chat, stall with keepalives",
+        "a 1.5 s output silence filled with keepalive comments is still a stall",
+        _chat(
+            "gpt-4o+keepalive=0.25+stall=1.5",
+            stream=True,
+            stream_options={"include_usage": True},
+        ),
+    ),
+    Scenario(
+        "chat, upstream reset",
+        "the upstream cut the stream: upstream_disconnect",
+        _chat("gpt-4o+rst=8", stream=True),
+    ),
+    Scenario("chat, client walks away", "the client left: client_disconnect", _client_walks_away),
+    Scenario("responses, reasoning", "Responses stream with reasoning summary", _responses),
+    Scenario(
+        "responses, failed",
+        "an error event after status 200: outcome error",
+        _responses_failed,
+    ),
+    Scenario(
+        "messages, thinking",
+        "Anthropic stream with thinking and cache reads",
+        _claude(
+            "claude-sonnet-4-5+cache_read=10", thinking={"type": "enabled", "budget_tokens": 1024}
+        ),
+    ),
+    Scenario(
+        "messages, stream interrupted",
+        "the gateway's 'Response stream interrupted, please retry'",
+        _claude("claude-sonnet-4-5+interrupt=8"),
+    ),
+    Scenario("messages, not streamed", "a JSON response: streamed false", _claude_json),
+    Scenario("messages, rate limited", "a 429: http_error with its error type", _rate_limited),
+)
+
+
+@contextlib.contextmanager
+def demo_environment(
+    sink: Sink, key_secret: bytes, confdir: str | None = None
+) -> Iterator[tuple[str, str, Recorder]]:
+    """Simulator + recording proxy on free ports; yields (openai base, anthropic base, addon)."""
+    with simulator_in_thread() as sim:
+        recorder = Recorder(
+            sink, RecorderConfig(key_secret=key_secret, stall_after=DEMO_STALL_AFTER)
+        )
+        settings = ProxySettings(
+            modes=[f"reverse:{sim.url}"], listen_host="127.0.0.1", listen_port=0, confdir=confdir
+        )
+        with run_in_thread(recorder, settings) as listeners:
+            base = f"http://127.0.0.1:{listeners[0].port}"
+            yield base + "/v1", base, recorder
+
+
+def run_demo(
+    sink: Sink,
+    key_secret: bytes,
+    *,
+    confdir: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[StreamRecord]:
+    """Run every scenario through the SDKs; return the records, in request order."""
+    memory = MemorySink()
+    with demo_environment(FanoutSink(memory, sink), key_secret, confdir) as (
+        oai_base,
+        ant_base,
+        _recorder,
+    ):
+        oai = openai.OpenAI(base_url=oai_base, api_key=DEMO_KEY, max_retries=0, timeout=30)
+        ant = anthropic.Anthropic(base_url=ant_base, api_key=DEMO_KEY, max_retries=0, timeout=30)
+        for n, scenario in enumerate(SCENARIOS, 1):
+            if progress is not None:
+                progress(f"  [{n:2}/{len(SCENARIOS)}] {scenario.name}: {scenario.shows}")
+            # Failures are part of the show: the SDK raises where the stream broke.
+            with contextlib.suppress(openai.APIError, anthropic.APIError):
+                scenario.run(oai, ant)
+        deadline = time.monotonic() + 10
+        while len(memory.records) < len(SCENARIOS) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        oai.close()
+        ant.close()
+    return list(memory.records)  # finish order: the requests ran one after another

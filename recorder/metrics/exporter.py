@@ -1,0 +1,488 @@
+"""Prometheus metrics of the recorded streams, and of the recorder itself.
+
+Theory of operation
+-------------------
+Everything is built on a registry handed in by the caller (STYLE.md, rule 9):
+importing this module registers nothing, starts nothing.
+
+- Whole-stream observations are made once, when a record is finished:
+  :meth:`Metrics.observe` is the addon's ``on_record`` callback, so it runs on
+  the event loop after the record has been metered (and costed). The counters
+  then agree with the rows the writer receives: one ``llm_streams_total`` per
+  record, and token and cost counters that add up the records' own figures.
+- The in-flight gauge moves with :meth:`Metrics.stream_started` and
+  :meth:`Metrics.stream_ended`, called by the addon when a tapped request
+  arrives and when its record is finished.
+- The recorder's health is read, not pushed: callables registered with
+  :meth:`Metrics.watch` (the write queue's depth, the writer's counters, the
+  addon's :class:`~recorder.health.Health`) are called at scrape time, by a
+  custom collector, so a scrape always sees live values and the writer thread
+  needs no reference to this module.
+- The two per-interval histograms (gaps between output chunks, gaps between
+  keepalives) may receive up to 100,000 values from one stream; they are
+  bucketed in one pass under one lock (:class:`IntervalHistogram`) instead of
+  one library ``observe`` call per value, which keeps a long stream's end cheap
+  on the event loop.
+
+The ``model`` label is the requested model (the response's model when the
+request named none), capped: the first ``max_model_labels`` distinct values
+keep their names, every later one is reported as ``other``, so junk model
+names cannot multiply the series. Label values are cut to 100 characters.
+
+Bucket boundaries are chosen for LLM streams; docs/metrics.md explains them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from decimal import Decimal, InvalidOperation
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString as _float_to_go_string
+
+from recorder.core.protocols import PROVIDERS
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+    from recorder.core.meter import StreamMeter
+    from recorder.core.record import StreamRecord
+    from recorder.health import Health
+
+log = logging.getLogger("recorder.metrics")
+# the library's own spelling of a bucket bound (untyped there)
+_go_float: Callable[[float], str] = _float_to_go_string
+
+DEFAULT_MAX_MODEL_LABELS = 50
+OTHER_MODEL = "other"
+UNKNOWN = "unknown"
+MAX_LABEL_CHARS = 100
+
+STREAM_LABELS = ("endpoint", "provider", "model")
+
+# Time to first output chunk: a cached or local answer takes milliseconds, a
+# chat model 0.2-3 s, a reasoning model seconds to minutes; queued requests and
+# gateways that cut a silent stream at 90-150 s make the tail.
+TTFT_BUCKETS = (
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0,
+    15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 150.0, 180.0, 300.0,
+)  # fmt: skip
+# Whole-request duration: from a refused request (well under a second) to long
+# agentic or reasoning streams (tens of minutes); dense around the 90-150 s cuts.
+DURATION_BUCKETS = (
+    0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0,
+    150.0, 180.0, 240.0, 300.0, 600.0, 1200.0, 1800.0,
+)  # fmt: skip
+# Between consecutive output chunks: usually 5-50 ms (several chunks of one
+# read share a time, hence the 1 ms bucket); a stall runs to minutes.
+CHUNK_GAP_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 90.0, 120.0, 150.0, 180.0, 300.0,
+)  # fmt: skip
+# Between keepalive comments: senders tick every 1-30 s; a gap past the
+# idle timeout of something in the path (60-150 s) is what gets a stream cut.
+KEEPALIVE_GAP_BUCKETS = (
+    0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0,
+    120.0, 150.0, 180.0, 300.0,
+)  # fmt: skip
+# Longest output silence of one stream: fine below a second, then the stall
+# threshold (30 s by default) and the gateway cut zone.
+MAX_OUTPUT_GAP_BUCKETS = (
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
+    90.0, 120.0, 150.0, 180.0, 240.0, 300.0, 600.0,
+)  # fmt: skip
+# Tokens per request: the OpenTelemetry GenAI advice (powers of 4) up to 4M.
+TOKEN_BUCKETS = (
+    1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0,
+    1048576.0, 4194304.0,
+)  # fmt: skip
+
+# The recorder's own health, read at scrape time: source name -> (metric, type, help).
+HEALTH_METRICS: dict[str, tuple[str, str, str]] = {
+    "write_queue_depth": (
+        "llm_recorder_write_queue_depth",
+        "gauge",
+        "Finished records waiting in the writer's queue.",
+    ),
+    "spool_depth": (
+        "llm_recorder_spool_depth",
+        "gauge",
+        "Records waiting in the local spool for the database to come back.",
+    ),
+    "records_submitted": (
+        "llm_recorder_records_submitted",
+        "counter",
+        "Finished records handed to the writer.",
+    ),
+    "records_written": (
+        "llm_recorder_records_written",
+        "counter",
+        "Records committed to the database.",
+    ),
+    "records_spooled": (
+        "llm_recorder_records_spooled",
+        "counter",
+        "Records written to the local spool because the database was unreachable.",
+    ),
+    "records_dropped": (
+        "llm_recorder_records_dropped",
+        "counter",
+        "Records lost: neither the database nor the spool could take them.",
+    ),
+    "records_failed": (
+        "llm_recorder_records_failed",
+        "counter",
+        "Records the writer failed to commit (each then spooled or dropped).",
+    ),
+    "parse_issues": (
+        "llm_recorder_parse_issues",
+        "counter",
+        "Malformed events seen in finished records.",
+    ),
+    "internal_errors": (
+        "llm_recorder_internal_errors",
+        "counter",
+        "Exceptions caught inside the recorder (traffic was unaffected).",
+    ),
+    "decode_errors": (
+        "llm_recorder_decode_errors",
+        "counter",
+        "Compressed bodies the recorder could not decode to meter them.",
+    ),
+}
+
+
+def _label(value: str | None) -> str:
+    if not value:
+        return UNKNOWN
+    return value[:MAX_LABEL_CHARS]
+
+
+class ModelLabels:
+    """Maps model names to label values, at most ``limit`` distinct ones plus ``other``."""
+
+    def __init__(self, limit: int = DEFAULT_MAX_MODEL_LABELS) -> None:
+        if limit < 1:
+            raise ValueError("max_model_labels must be at least 1")
+        self.limit = limit
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, model: str | None) -> tuple[str, bool]:
+        """The label for ``model``, and whether it was folded into ``other``."""
+        if not model:
+            return UNKNOWN, False
+        value = model.strip()[:MAX_LABEL_CHARS] or UNKNOWN
+        if value in self._seen:
+            return value, False
+        with self._lock:
+            if len(self._seen) < self.limit:
+                self._seen.add(value)
+                return value, False
+        return OTHER_MODEL, True
+
+    @property
+    def in_use(self) -> int:
+        """Distinct model names with their own label value."""
+        return len(self._seen)
+
+
+class IntervalHistogram(Collector):
+    """A histogram that takes many values at once, bucketed in one pass.
+
+    The exposition is the same as a ``prometheus_client.Histogram``'s
+    (``_bucket``, ``_count``, ``_sum``).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        buckets: Sequence[float],
+        registry: CollectorRegistry | None,
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self.bounds = tuple(float(b) for b in buckets)
+        self._les = [_go_float(b) for b in self.bounds] + ["+Inf"]
+        self._series: dict[tuple[str, ...], tuple[list[int], list[float]]] = {}
+        self._lock = threading.Lock()
+        if registry is not None:
+            registry.register(self)
+
+    def observe_many(self, labels: tuple[str, ...], values: Iterable[float]) -> None:
+        """Add every value in ``values`` (seconds) to the series of ``labels``."""
+        bounds = self.bounds
+        find = bisect.bisect_left
+        counts = [0] * (len(bounds) + 1)
+        total = 0.0
+        for v in values:
+            counts[find(bounds, v)] += 1
+            total += v
+        with self._lock:
+            series = self._series.get(labels)
+            if series is None:
+                series = ([0] * (len(bounds) + 1), [0.0])
+                self._series[labels] = series
+            into, acc = series
+            for i, n in enumerate(counts):
+                if n:
+                    into[i] += n
+            acc[0] += total
+
+    def value(self, labels: tuple[str, ...]) -> tuple[int, float]:
+        """``(count, sum)`` of one series (for tests)."""
+        with self._lock:
+            series = self._series.get(labels)
+            return (0, 0.0) if series is None else (sum(series[0]), series[1][0])
+
+    def describe(self) -> Iterable[Metric]:
+        return [HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)]
+
+    def collect(self) -> Iterable[Metric]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        with self._lock:
+            snapshot = [(k, list(c), s[0]) for k, (c, s) in self._series.items()]
+        for labels, counts, total in snapshot:
+            cumulative = 0
+            buckets: list[tuple[str, float]] = []
+            for le, n in zip(self._les, counts, strict=True):
+                cumulative += n
+                buckets.append((le, cumulative))
+            family.add_metric(list(labels), buckets, total)
+        return [family]
+
+
+class HealthCollector(Collector):
+    """The recorder's health metrics, read from callables at scrape time."""
+
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        self._sources: dict[str, Callable[[], float]] = {}
+        if registry is not None:
+            registry.register(self)
+
+    def watch(self, name: str, source: Callable[[], float]) -> None:
+        """Read ``HEALTH_METRICS[name]`` from ``source`` at every scrape."""
+        if name not in HEALTH_METRICS:
+            known = ", ".join(sorted(HEALTH_METRICS))
+            raise ValueError(f"unknown health metric {name!r}; known: {known}")
+        self._sources[name] = source
+
+    def _family(self, name: str) -> CounterMetricFamily | GaugeMetricFamily:
+        metric, kind, doc = HEALTH_METRICS[name]
+        if kind == "counter":
+            return CounterMetricFamily(metric, doc)
+        return GaugeMetricFamily(metric, doc)
+
+    def describe(self) -> Iterable[Metric]:
+        return [self._family(name) for name in HEALTH_METRICS]
+
+    def collect(self) -> Iterator[Metric]:
+        for name, source in list(self._sources.items()):
+            try:
+                value = float(source())
+            except Exception:
+                log.exception("recorder: cannot read health metric %s", name)
+                continue
+            family = self._family(name)
+            family.add_metric([], value)
+            yield family
+
+
+class Metrics:
+    """The recorder's Prometheus metrics, on an injected registry."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        max_model_labels: int = DEFAULT_MAX_MODEL_LABELS,
+    ) -> None:
+        self.registry = registry
+        self.models = ModelLabels(max_model_labels)
+        labels = STREAM_LABELS
+        self.duration = Histogram(
+            "gen_ai_client_operation_duration_seconds",
+            "Request start to end of stream, per finished request.",
+            (*labels, "outcome"),
+            registry=registry,
+            buckets=DURATION_BUCKETS,
+        )
+        self.ttft = Histogram(
+            "gen_ai_client_operation_time_to_first_chunk_seconds",
+            "Request start to the first output chunk, per streamed request that had output.",
+            labels,
+            registry=registry,
+            buckets=TTFT_BUCKETS,
+        )
+        self.chunk_gap = IntervalHistogram(
+            "gen_ai_client_operation_time_per_output_chunk_seconds",
+            "Intervals between consecutive output chunks (observed when the stream ends).",
+            labels,
+            CHUNK_GAP_BUCKETS,
+            registry,
+        )
+        self.token_usage = Histogram(
+            "gen_ai_client_token_usage",
+            "Tokens per request (reported or estimated), by token type.",
+            (*labels, "token_type"),
+            registry=registry,
+            buckets=TOKEN_BUCKETS,
+        )
+        self.streams = Counter(
+            "llm_streams",
+            "Finished requests, streamed or not, by outcome.",
+            (*labels, "outcome"),
+            registry=registry,
+        )
+        self.in_flight = Gauge(
+            "llm_streams_in_flight",
+            "Requests being metered right now.",
+            ("endpoint", "provider"),
+            registry=registry,
+        )
+        self.tokens = Counter(
+            "llm_tokens",
+            "Tokens by type and by source (reported by the provider or estimated).",
+            (*labels, "token_type", "source"),
+            registry=registry,
+        )
+        self.cost = Counter(
+            "llm_cost_usd",
+            "Cost in US dollars from the price table, by source of the usage it prices.",
+            (*labels, "source"),
+            registry=registry,
+        )
+        self.keepalives = Counter(
+            "llm_stream_keepalives",
+            "SSE keepalive comments received.",
+            labels,
+            registry=registry,
+        )
+        self.keepalive_gap = IntervalHistogram(
+            "llm_stream_keepalive_gap_seconds",
+            "Intervals between consecutive keepalive comments of a stream.",
+            labels,
+            KEEPALIVE_GAP_BUCKETS,
+            registry,
+        )
+        self.stalls = Counter(
+            "llm_stream_stalls",
+            "Output silences of at least the stall threshold (--stall-after).",
+            labels,
+            registry=registry,
+        )
+        self.max_output_gap = Histogram(
+            "llm_stream_max_output_gap_seconds",
+            "Longest output silence of each stream.",
+            labels,
+            registry=registry,
+            buckets=MAX_OUTPUT_GAP_BUCKETS,
+        )
+        self.model_overflow = Counter(
+            "llm_recorder_model_label_overflow",
+            "Records whose model was reported as 'other' (past --max-model-labels).",
+            registry=registry,
+        )
+        self.health = HealthCollector(registry)
+        for endpoint, provider in PROVIDERS.items():
+            self.in_flight.labels(endpoint, provider).set(0)
+
+    # -- the addon's hooks -------------------------------------------------------
+
+    def stream_started(self, endpoint: str | None, provider: str | None) -> None:
+        """A tapped request arrived."""
+        self.in_flight.labels(_label(endpoint), _label(provider)).inc()
+
+    def stream_ended(self, endpoint: str | None, provider: str | None) -> None:
+        """A tapped request's record was finished."""
+        self.in_flight.labels(_label(endpoint), _label(provider)).dec()
+
+    def observe(self, record: StreamRecord, meter: StreamMeter | None = None) -> None:
+        """Count one finished record (the addon's ``on_record``)."""
+        model, folded = self.models(record.model or record.response_model)
+        if folded:
+            self.model_overflow.inc()
+        base = (_label(record.endpoint), _label(record.provider), model)
+        outcome = _label(record.outcome)
+
+        self.streams.labels(*base, outcome).inc()
+        if record.duration_ms is not None:
+            self.duration.labels(*base, outcome).observe(record.duration_ms / 1000.0)
+        if record.streamed and record.ttft_ms is not None:
+            self.ttft.labels(*base).observe(record.ttft_ms / 1000.0)
+        if record.max_output_gap_ms is not None:
+            self.max_output_gap.labels(*base).observe(record.max_output_gap_ms / 1000.0)
+        self.stalls.labels(*base).inc(record.stalls or 0)
+        self.keepalives.labels(*base).inc(record.keepalives or 0)
+        if meter is not None:
+            if meter.output_intervals:
+                self.chunk_gap.observe_many(base, meter.output_intervals)
+            if meter.keepalive_intervals:
+                self.keepalive_gap.observe_many(base, meter.keepalive_intervals)
+
+        self._tokens(record, base)
+        cost = _decimal(record.cost_usd)
+        if cost is not None:
+            source = "reported" if record.usage_source == "reported" else "estimated"
+            self.cost.labels(*base, source).inc(float(cost))
+
+    def _tokens(self, record: StreamRecord, base: tuple[str, str, str]) -> None:
+        input_source = record.input_source
+        output_source = record.output_source
+        figures = (
+            ("input", record.input_tokens, input_source),
+            ("cache_read", record.cache_read_tokens, input_source),
+            ("cache_write", record.cache_write_tokens, input_source),
+            ("output", record.output_tokens, output_source),
+            ("reasoning", record.reasoning_tokens, output_source),
+        )
+        for token_type, value, source in figures:
+            if value is None or source not in ("reported", "estimated"):
+                continue
+            self.tokens.labels(*base, token_type, source).inc(value)
+        if record.input_tokens is not None:
+            self.token_usage.labels(*base, "input").observe(record.input_tokens)
+        if record.output_tokens is not None:
+            self.token_usage.labels(*base, "output").observe(record.output_tokens)
+
+    # -- the recorder's health ---------------------------------------------------
+
+    def watch(self, **sources: Callable[[], float]) -> None:
+        """Read health metrics from callables at scrape time.
+
+        Names are the keys of ``HEALTH_METRICS``: ``write_queue_depth``,
+        ``spool_depth``, ``records_submitted``, ``records_written``,
+        ``records_spooled``, ``records_dropped``, ``records_failed``,
+        ``parse_issues``, ``internal_errors``, ``decode_errors``.
+        A metric without a source is not exported.
+        """
+        for name, source in sources.items():
+            self.health.watch(name, source)
+
+    def watch_health(self, health: Health) -> None:
+        """Export the addon's own counters (:class:`recorder.health.Health`)."""
+        self.watch(
+            records_submitted=lambda: health.records,
+            parse_issues=lambda: health.parse_issues,
+            internal_errors=lambda: health.internal_errors,
+            decode_errors=lambda: health.decode_errors,
+        )
+
+
+def _decimal(text: str | None) -> Decimal | None:
+    if text is None:
+        return None
+    try:
+        value = Decimal(text)
+    except (InvalidOperation, TypeError, ValueError):
+        log.warning("recorder: cost %r is not a decimal; not counted", text)
+        return None
+    return value if value.is_finite() else None

@@ -1,0 +1,439 @@
+"""The exporter on a fresh registry: names, types and labels of the public
+contract, what each record adds, the model cap, health read at scrape time,
+the /metrics server, and counters that agree with the records written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections import defaultdict
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from metrics_traffic import Clock, Traffic, WiredRecorder
+from mitmproxy.test import taddons
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from recorder.core.record import StreamRecord
+from recorder.health import Health
+from recorder.metrics import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    HEALTH_METRICS,
+    Metrics,
+    ModelLabels,
+    serve_metrics,
+)
+from recorder.metrics.exporter import CHUNK_GAP_BUCKETS, IntervalHistogram
+from recorder.sinks import MemorySink
+
+STREAM = ("endpoint", "provider", "model")
+# INTERFACES.md, "Prometheus metrics": exposed name -> (type, labels). A contract.
+CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
+    "gen_ai_client_operation_duration_seconds": ("histogram", (*STREAM, "outcome")),
+    "gen_ai_client_operation_time_to_first_chunk_seconds": ("histogram", STREAM),
+    "gen_ai_client_operation_time_per_output_chunk_seconds": ("histogram", STREAM),
+    "gen_ai_client_token_usage": ("histogram", (*STREAM, "token_type")),
+    "llm_streams_total": ("counter", (*STREAM, "outcome")),
+    "llm_streams_in_flight": ("gauge", ("endpoint", "provider")),
+    "llm_tokens_total": ("counter", (*STREAM, "token_type", "source")),
+    "llm_cost_usd_total": ("counter", (*STREAM, "source")),
+    "llm_stream_keepalives_total": ("counter", STREAM),
+    "llm_stream_keepalive_gap_seconds": ("histogram", STREAM),
+    "llm_stream_stalls_total": ("counter", STREAM),
+    "llm_stream_max_output_gap_seconds": ("histogram", STREAM),
+}
+
+
+def record(**fields: Any) -> StreamRecord:
+    base: dict[str, Any] = {
+        "endpoint": "chat.completions",
+        "provider": "openai",
+        "model": "gpt-4o",
+        "outcome": "completed",
+        "interrupted": False,
+        "duration_ms": 2500.0,
+        "ttft_ms": 400.0,
+        "max_output_gap_ms": 120.0,
+        "stalls": 0,
+        "keepalives": 0,
+    }
+    base.update(fields)
+    return StreamRecord(**base)
+
+
+class FakeMeter:
+    def __init__(self, outputs: list[float], keepalives: list[float]) -> None:
+        self.output_intervals = outputs
+        self.keepalive_intervals = keepalives
+
+
+def exposed(registry: CollectorRegistry) -> dict[str, tuple[str, set[frozenset[str]]]]:
+    """Exposed metric name -> (type, label-name sets of its samples), from the text format."""
+    out: dict[str, tuple[str, set[frozenset[str]]]] = {}
+    text = generate_latest(registry).decode()
+    for family in text_string_to_metric_families(text):
+        name = family.name + ("_total" if family.type == "counter" else "")
+        labels = {frozenset(s.labels) - {"le"} for s in family.samples if s.name != family.name}
+        labels |= {frozenset(s.labels) for s in family.samples if s.name == family.name}
+        out[name] = (family.type, labels)
+    return out
+
+
+def test_importing_registers_and_starts_nothing() -> None:
+    code = (
+        "import threading, prometheus_client\n"
+        "before = set(prometheus_client.REGISTRY._names_to_collectors)\n"
+        "n = threading.active_count()\n"
+        "import recorder.metrics, recorder.metrics.server, recorder.metrics.exporter\n"
+        "assert set(prometheus_client.REGISTRY._names_to_collectors) == before\n"
+        "assert threading.active_count() == n\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_names_types_and_labels_follow_the_contract() -> None:
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    metrics.observe(
+        record(
+            input_tokens=10,
+            output_tokens=20,
+            input_source="reported",
+            output_source="reported",
+            usage_source="reported",
+            cost_usd="0.001",
+            keepalives=2,
+        ),
+        FakeMeter([0.01, 0.02], [5.0]),  # type: ignore[arg-type]
+    )
+    got = exposed(registry)
+    for name, (kind, labels) in CONTRACT.items():
+        assert name in got, name
+        assert got[name][0] == kind, name
+        assert got[name][1] == {frozenset(labels)}, name
+    health = {n for n in got if n.startswith("llm_recorder_") and not n.endswith("_created")}
+    assert health == {"llm_recorder_model_label_overflow_total"}  # nothing watched yet
+
+
+def test_a_record_adds_its_figures() -> None:
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    metrics.observe(
+        record(
+            duration_ms=3000.0,
+            ttft_ms=500.0,
+            max_output_gap_ms=40000.0,
+            stalls=1,
+            keepalives=4,
+            input_tokens=100,
+            cache_read_tokens=60,
+            cache_write_tokens=0,
+            output_tokens=50,
+            reasoning_tokens=20,
+            input_source="reported",
+            output_source="estimated",
+            usage_source="mixed",
+            cost_usd="0.000123450000",
+        ),
+        FakeMeter([0.05, 40.0], [10.0, 10.0, 10.0]),  # type: ignore[arg-type]
+    )
+    s = {"endpoint": "chat.completions", "provider": "openai", "model": "gpt-4o"}
+    get = registry.get_sample_value
+    assert get("llm_streams_total", {**s, "outcome": "completed"}) == 1
+    assert get("gen_ai_client_operation_duration_seconds_sum", {**s, "outcome": "completed"}) == 3
+    assert get("gen_ai_client_operation_time_to_first_chunk_seconds_sum", s) == 0.5
+    assert get("llm_stream_max_output_gap_seconds_bucket", {**s, "le": "30.0"}) == 0
+    assert get("llm_stream_max_output_gap_seconds_bucket", {**s, "le": "45.0"}) == 1
+    assert get("llm_stream_stalls_total", s) == 1
+    assert get("llm_stream_keepalives_total", s) == 4
+    assert get("gen_ai_client_operation_time_per_output_chunk_seconds_count", s) == 2
+    assert get("gen_ai_client_operation_time_per_output_chunk_seconds_sum", s) == 40.05
+    assert get("llm_stream_keepalive_gap_seconds_count", s) == 3
+    assert get("llm_stream_keepalive_gap_seconds_bucket", {**s, "le": "10.0"}) == 3
+    tokens = {
+        ("input", "reported"): 100,
+        ("cache_read", "reported"): 60,
+        ("cache_write", "reported"): 0,
+        ("output", "estimated"): 50,
+        ("reasoning", "estimated"): 20,
+    }
+    for (token_type, source), value in tokens.items():
+        labels = {**s, "token_type": token_type, "source": source}
+        assert get("llm_tokens_total", labels) == value
+    assert get("llm_tokens_total", {**s, "token_type": "output", "source": "reported"}) is None
+    assert get("gen_ai_client_token_usage_sum", {**s, "token_type": "input"}) == 100
+    assert get("gen_ai_client_token_usage_sum", {**s, "token_type": "output"}) == 50
+    # mixed usage prices partly estimated figures: the cost is an estimate
+    assert get("llm_cost_usd_total", {**s, "source": "estimated"}) == pytest.approx(0.00012345)
+    assert get("llm_cost_usd_total", {**s, "source": "reported"}) is None
+
+
+def test_unknown_figures_add_nothing() -> None:
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    metrics.observe(
+        record(
+            outcome="http_error",
+            streamed=False,
+            ttft_ms=None,
+            max_output_gap_ms=None,
+            stalls=None,
+            keepalives=None,
+            cost_usd=None,
+        ),
+        None,
+    )
+    s = {"endpoint": "chat.completions", "provider": "openai", "model": "gpt-4o"}
+    get = registry.get_sample_value
+    assert get("llm_streams_total", {**s, "outcome": "http_error"}) == 1
+    assert get("gen_ai_client_operation_time_to_first_chunk_seconds_count", s) is None
+    assert get("llm_stream_max_output_gap_seconds_count", s) is None
+    assert get("llm_stream_stalls_total", s) == 0  # present, so rates divide cleanly
+    text = generate_latest(registry).decode()
+    assert "llm_tokens_total{" not in text and "llm_cost_usd_total{" not in text
+
+
+def test_ttft_of_a_non_streamed_body_is_not_a_first_chunk() -> None:
+    registry = CollectorRegistry()
+    Metrics(registry).observe(record(streamed=False, ttft_ms=9000.0), None)
+    s = {"endpoint": "chat.completions", "provider": "openai", "model": "gpt-4o"}
+    assert (
+        registry.get_sample_value("gen_ai_client_operation_time_to_first_chunk_seconds_count", s)
+        is None
+    )
+
+
+def test_cost_source_and_bad_cost() -> None:
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    metrics.observe(record(usage_source="reported", cost_usd="0.5"), None)
+    metrics.observe(record(usage_source="estimated", cost_usd="0.25"), None)
+    metrics.observe(record(usage_source="reported", cost_usd="not money"), None)
+    metrics.observe(record(usage_source="reported", cost_usd="NaN"), None)
+    s = {"endpoint": "chat.completions", "provider": "openai", "model": "gpt-4o"}
+    assert registry.get_sample_value("llm_cost_usd_total", {**s, "source": "reported"}) == 0.5
+    assert registry.get_sample_value("llm_cost_usd_total", {**s, "source": "estimated"}) == 0.25
+
+
+def test_model_label_is_capped() -> None:
+    registry = CollectorRegistry()
+    metrics = Metrics(registry, max_model_labels=2)
+    for model in ["a", "b", "c", "a", "d" * 500, "b"]:
+        metrics.observe(record(model=model), None)
+    metrics.observe(record(model=None, response_model="gpt-4o-2024-08-06"), None)
+    metrics.observe(record(model=None, response_model=None), None)
+    get = registry.get_sample_value
+    count = {
+        m: get(
+            "llm_streams_total",
+            {
+                "endpoint": "chat.completions",
+                "provider": "openai",
+                "model": m,
+                "outcome": "completed",
+            },
+        )
+        for m in ["a", "b", "other", "unknown"]
+    }
+    assert count == {"a": 2, "b": 2, "other": 3, "unknown": 1}
+    assert get("llm_recorder_model_label_overflow_total") == 3
+
+
+def test_model_labels_are_trimmed_and_limit_is_checked() -> None:
+    labels = ModelLabels(3)
+    assert labels("  gpt-4o ") == ("gpt-4o", False)
+    assert labels("x" * 300) == ("x" * 100, False)
+    assert labels("") == ("unknown", False)
+    assert labels.in_use == 2
+    with pytest.raises(ValueError):
+        ModelLabels(0)
+
+
+def test_in_flight_gauge() -> None:
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    get = registry.get_sample_value
+    msgs = {"endpoint": "messages", "provider": "anthropic"}
+    assert get("llm_streams_in_flight", msgs) == 0  # every endpoint exported from the start
+    metrics.stream_started("messages", "anthropic")
+    metrics.stream_started("messages", "anthropic")
+    metrics.stream_ended("messages", "anthropic")
+    assert get("llm_streams_in_flight", msgs) == 1
+    assert get("llm_streams_in_flight", {"endpoint": "responses", "provider": "openai"}) == 0
+
+
+def test_interval_histogram_matches_the_library_histogram() -> None:
+    values = [0.0, 0.001, 0.0011, 0.02, 0.5, 1.0, 29.9, 30.0, 31.0, 150.0, 301.0, 1e6]
+    ours_registry, lib_registry = CollectorRegistry(), CollectorRegistry()
+    ours = IntervalHistogram("h_seconds", "h", ["a"], CHUNK_GAP_BUCKETS, ours_registry)
+    lib = Histogram("h_seconds", "h", ["a"], registry=lib_registry, buckets=CHUNK_GAP_BUCKETS)
+    ours.observe_many(("x",), values[:5])
+    ours.observe_many(("x",), values[5:])
+    for v in values:
+        lib.labels("x").observe(v)
+
+    def samples(registry: CollectorRegistry) -> dict[tuple[str, str], float]:
+        return {
+            (s.name, s.labels.get("le", "")): s.value
+            for f in registry.collect()
+            for s in f.samples
+            if not s.name.endswith("_created")
+        }
+
+    assert samples(ours_registry) == samples(lib_registry)
+    assert ours.value(("x",)) == (len(values), pytest.approx(sum(values)))
+
+
+def test_health_is_read_at_scrape_time() -> None:
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    depth = [0]
+    metrics.watch(write_queue_depth=lambda: depth[0], records_written=lambda: 7)
+    health = Health()
+    metrics.watch_health(health)
+    get = registry.get_sample_value
+    assert get("llm_recorder_write_queue_depth") == 0
+    depth[0] = 42
+    health.internal_errors = 3
+    health.records = 9
+    assert get("llm_recorder_write_queue_depth") == 42
+    assert get("llm_recorder_records_written_total") == 7
+    assert get("llm_recorder_internal_errors_total") == 3
+    assert get("llm_recorder_records_submitted_total") == 9
+    assert get("llm_recorder_records_spooled_total") is None  # no source, not exported
+
+
+def test_a_failing_health_source_does_not_break_the_scrape() -> None:
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+
+    def broken() -> float:
+        raise RuntimeError("store gone")
+
+    metrics.watch(records_spooled=broken, records_dropped=lambda: 1)
+    text = generate_latest(registry).decode()
+    assert "llm_recorder_records_dropped_total 1.0" in text
+    assert "llm_recorder_records_spooled" not in text
+
+
+def test_unknown_health_name_is_refused() -> None:
+    metrics = Metrics(CollectorRegistry())
+    with pytest.raises(ValueError, match="known: "):
+        metrics.watch(queue=lambda: 1)
+    assert "write_queue_depth" in HEALTH_METRICS
+
+
+def test_two_exporters_live_side_by_side() -> None:
+    Metrics(CollectorRegistry())
+    Metrics(CollectorRegistry())  # no global state: no duplicate registration
+
+
+def test_server_serves_metrics_on_loopback_and_closes() -> None:
+    assert (DEFAULT_HOST, DEFAULT_PORT) == ("127.0.0.1", 9464)
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    metrics.observe(record(), None)
+    with serve_metrics(registry, port=0) as server:
+        assert server.url.startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(server.url, timeout=5) as resp:
+            assert resp.status == 200
+            assert resp.headers["Content-Type"].startswith("text/plain")
+            assert b"llm_streams_total{" in resp.read()
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(server.url.replace("/metrics", "/nope"), timeout=5)
+        assert e.value.code == 404
+        url = server.url
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(url, timeout=2)
+
+
+def test_server_on_ipv6_loopback() -> None:
+    registry = CollectorRegistry()
+    try:
+        server = serve_metrics(registry, host="::1", port=0)
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    with server, urllib.request.urlopen(server.url, timeout=5) as resp:
+        assert resp.status == 200
+
+
+def test_server_refuses_a_taken_port() -> None:
+    registry = CollectorRegistry()
+    with serve_metrics(registry, port=0) as server, pytest.raises(OSError):
+        serve_metrics(registry, port=server.port)
+
+
+async def test_counters_agree_with_the_records_written() -> None:
+    """Issue 6, consistency: what the exporter counted is what the sink received."""
+    registry = CollectorRegistry()
+    metrics = Metrics(registry, max_model_labels=5)
+    sink = MemorySink()
+    clock = Clock()
+    addon = WiredRecorder(metrics, sink, clock)
+    traffic = Traffic(addon, clock)
+    with taddons.context(addon):
+        for _ in range(2):
+            await traffic.mix()
+    records = sink.records
+    assert {r.outcome for r in records} == {
+        "completed",
+        "error",
+        "upstream_disconnect",
+        "client_disconnect",
+        "truncated",
+        "http_error",
+    }
+    families = {f.name: f for f in registry.collect()}
+
+    def total(name: str, **match: str) -> float:
+        family = families[name]
+        return sum(
+            s.value
+            for s in family.samples
+            if s.name == name + "_total" and all(s.labels.get(k) == v for k, v in match.items())
+        )
+
+    assert total("llm_streams") == len(records)
+    by_outcome: dict[str, int] = defaultdict(int)
+    for r in records:
+        by_outcome[r.outcome] += 1
+    for outcome, n in by_outcome.items():
+        assert total("llm_streams", outcome=outcome) == n
+
+    columns = {
+        "input": ("input_tokens", "input_source"),
+        "cache_read": ("cache_read_tokens", "input_source"),
+        "cache_write": ("cache_write_tokens", "input_source"),
+        "output": ("output_tokens", "output_source"),
+        "reasoning": ("reasoning_tokens", "output_source"),
+    }
+    for token_type, (column, source_column) in columns.items():
+        for source in ("reported", "estimated"):
+            expected = sum(
+                getattr(r, column) or 0 for r in records if getattr(r, source_column) == source
+            )
+            got = total("llm_tokens", token_type=token_type, source=source)
+            assert got == expected, (token_type, source)
+    assert total("llm_tokens", token_type="output", source="estimated") > 0
+
+    for source, usage in (("reported", {"reported"}), ("estimated", {"estimated", "mixed"})):
+        expected_cost = sum(
+            (Decimal(r.cost_usd) for r in records if r.cost_usd and r.usage_source in usage),
+            Decimal(0),
+        )
+        got_cost = total("llm_cost_usd", source=source)
+        assert got_cost == pytest.approx(float(expected_cost), rel=1e-9, abs=1e-12), source
+    assert total("llm_cost_usd", source="estimated") > 0
+
+    assert total("llm_stream_stalls") == sum(r.stalls or 0 for r in records)
+    assert total("llm_stream_keepalives") == sum(r.keepalives or 0 for r in records)
+    get = registry.get_sample_value
+    assert get("llm_recorder_records_submitted_total") == len(records)
+    assert sum(s.value for s in families["llm_streams_in_flight"].samples) == 0
+    models = {s.labels["model"] for s in families["llm_streams"].samples}
+    assert "other" in models and len(models - {"other", "unknown"}) == 5
