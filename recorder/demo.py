@@ -21,6 +21,7 @@ import anthropic
 import openai
 
 from recorder.core.record import StreamRecord
+from recorder.prices import shipped_prices
 from recorder.proxy.addon import Recorder, RecorderConfig
 from recorder.proxy.runner import ProxySettings, run_in_thread
 from recorder.simulate import run_in_thread as simulator_in_thread
@@ -151,7 +152,10 @@ def demo_environment(
     """Simulator + recording proxy on free ports; yields (openai base, anthropic base, addon)."""
     with simulator_in_thread() as sim:
         recorder = Recorder(
-            sink, RecorderConfig(key_secret=key_secret, stall_after=DEMO_STALL_AFTER)
+            sink,
+            RecorderConfig(
+                key_secret=key_secret, prices=shipped_prices(), stall_after=DEMO_STALL_AFTER
+            ),
         )
         settings = ProxySettings(
             modes=[f"reverse:{sim.url}"], listen_host="127.0.0.1", listen_port=0, confdir=confdir

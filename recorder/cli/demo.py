@@ -26,6 +26,7 @@ COLUMNS = (
     "input_tokens",
     "output_tokens",
     "usage_source",
+    "cost_usd",
 )
 
 

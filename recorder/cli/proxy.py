@@ -128,8 +128,13 @@ class Settings:
         self.metrics_port = _port(_pick(args, "metrics-port", "9464"), "--metrics-port")
         self.stall_after = _positive_float(_pick(args, "stall-after", "30"), "--stall-after")
         self.prices = _pick(args, "prices", None)
-        if self.prices is not None and not Path(self.prices).is_file():
-            raise OptionError(f"--prices {self.prices}: no such file")
+        from recorder.core.pricing import PriceTableError
+        from recorder.prices import load_price_file
+
+        try:
+            self.price_table = load_price_file(self.prices)
+        except PriceTableError as e:
+            raise OptionError(f"--prices {e}") from None
         spool = _pick(args, "spool-dir", None)
         self.spool_dir = Path(spool) if spool else self._default_spool_dir()
         labels = _pick(args, "max-model-labels", "50")
@@ -219,7 +224,9 @@ def run(args: argparse.Namespace) -> int:
 
     recorder = Recorder(
         sink,
-        RecorderConfig(key_secret=secret, stall_after=settings.stall_after),
+        RecorderConfig(
+            key_secret=secret, prices=settings.price_table, stall_after=settings.stall_after
+        ),
         on_record=on_record,
         on_start=on_start,
     )

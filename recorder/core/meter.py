@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import heapq
 from array import array
+from itertools import repeat
 
 from recorder.core.protocols import PROVIDERS, interpreter_for
 from recorder.core.record import INTERRUPTED_OUTCOMES, Gap, StreamRecord, combine_sources
-from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES, Comment, Event, SSEFramer
+from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES, Comment, Event, FramingIssue, SSEFramer
 
 ENDINGS = ("eof", "upstream_disconnect", "client_disconnect")
 DEFAULT_STALL_AFTER_S = 30.0
@@ -133,25 +134,36 @@ class StreamMeter:
         timed = self._t0 is not None and now is not None
         if timed:
             self._bytes_at(now)  # type: ignore[arg-type]
+        items = self.framer.feed(data)
+        if not items:
+            return
+        # Per event only what differs between events is done here: all events of
+        # a piece share its arrival time, so counts and output timing are settled
+        # once per piece (the finally keeps them exact should an interpreter raise).
         handle = self.interpreter.handle
-        for item in self.framer.feed(data):
-            kind = type(item)
-            if kind is Event:
-                self.events += 1
+        events = outputs = 0
+        try:
+            for item in items:
+                kind = type(item)
+                if kind is Event:
+                    events += 1
+                    if handle(item):  # type: ignore[arg-type]
+                        outputs += 1
+                elif kind is Comment:
+                    self.keepalives += 1
+                    if timed:
+                        self._keepalive(now)  # type: ignore[arg-type]
+                elif isinstance(item, FramingIssue) and item.kind == "oversized_event":
+                    # skipped for its size, but the upstream did send an event
+                    events += 1
+                    self.oversized_events += 1
+        finally:
+            if events:
+                self.events += events
                 if timed and self._first_event is None:
                     self._first_event = now
-                if handle(item) and timed:  # type: ignore[arg-type]
-                    self._output(now)  # type: ignore[arg-type]
-            elif kind is Comment:
-                self.keepalives += 1
-                if timed:
-                    self._keepalive(now)  # type: ignore[arg-type]
-            elif item.kind == "oversized_event":
-                # skipped for its size, but the upstream did send an event
-                self.events += 1
-                self.oversized_events += 1
-                if timed and self._first_event is None:
-                    self._first_event = now
+            if outputs and timed:
+                self._output(now, outputs)  # type: ignore[arg-type]
 
     def read_body(self, body: bytes, now: float | None = None) -> None:
         """A whole non-streamed JSON body (``streamed: false``)."""
@@ -172,15 +184,33 @@ class StreamMeter:
                 self._silence_at = last
         self._last_byte = now
 
-    def _output(self, now: float) -> None:
+    def _output(self, now: float, count: int = 1) -> None:
+        """``count`` outputs at ``now`` (the outputs of one piece share its time)."""
         last = self._last_output
+        self._last_output = now
         if last is None:
             self._first_output = now
-        else:
-            self._output_gap(last, now - last)
-            if len(self.output_intervals) < MAX_INTERVALS:
-                self.output_intervals.append(now - last)
-        self._last_output = now
+            last = now
+            count -= 1
+            if not count:
+                return
+        gap = now - last
+        self._output_gap(last, gap)
+        intervals = self.output_intervals
+        if len(intervals) < MAX_INTERVALS:
+            intervals.append(gap)
+        rest = count - 1
+        if rest <= 0:
+            return
+        gap = now - now  # each of the others follows the one before at no interval
+        if gap >= self.stall_after:
+            for _ in range(rest):
+                self._output_gap(now, gap)
+        elif self._max_out_gap is None or gap > self._max_out_gap:
+            self._max_out_gap = gap
+        room = MAX_INTERVALS - len(intervals)
+        if room > 0:
+            intervals.extend(repeat(gap, min(rest, room)))
 
     def _output_gap(self, start: float, gap: float) -> None:
         if self._max_out_gap is None or gap > self._max_out_gap:

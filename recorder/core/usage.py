@@ -28,6 +28,9 @@ class Usage:
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
     reasoning_tokens: int | None = None
+    # the parts of cache_write_tokens by cache lifetime (Anthropic ``cache_creation``)
+    cache_write_5m_tokens: int | None = None
+    cache_write_1h_tokens: int | None = None
 
 
 def _int(value: Any) -> int | None:
@@ -92,9 +95,12 @@ def from_anthropic(raw: dict[str, Any], *, output_final: bool) -> Usage:
     base = _int(raw.get("input_tokens"))
     cache_read = _int(raw.get("cache_read_input_tokens"))
     cache_write = _int(raw.get("cache_creation_input_tokens"))
-    if cache_write is None:
-        by_ttl = raw.get("cache_creation")
-        if isinstance(by_ttl, dict):
+    by_ttl = raw.get("cache_creation")
+    write_5m = write_1h = None
+    if isinstance(by_ttl, dict):
+        write_5m = _int(by_ttl.get("ephemeral_5m_input_tokens"))
+        write_1h = _int(by_ttl.get("ephemeral_1h_input_tokens"))
+        if cache_write is None:
             parts = [_int(v) for v in by_ttl.values()]
             if parts and all(p is not None for p in parts):
                 cache_write = sum(p for p in parts if p is not None)
@@ -112,4 +118,6 @@ def from_anthropic(raw: dict[str, Any], *, output_final: bool) -> Usage:
             if output_final
             else None
         ),
+        cache_write_5m_tokens=write_5m,
+        cache_write_1h_tokens=write_1h,
     )

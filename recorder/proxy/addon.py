@@ -30,10 +30,13 @@ from typing import Any
 
 from mitmproxy import http
 
+from recorder.core.billing import complete_usage
 from recorder.core.endpoints import endpoint_for
+from recorder.core.estimate import Estimator, InputCounts, count_request
 from recorder.core.meter import DEFAULT_STALL_AFTER_S, StreamMeter
+from recorder.core.pricing import PriceTable
 from recorder.core.record import StreamRecord
-from recorder.core.request import read_error_body, read_request
+from recorder.core.request import RequestFacts, read_error_body, read_request
 from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES
 from recorder.health import Health
 from recorder.ids import new_record_id
@@ -43,9 +46,9 @@ from recorder.sinks import Sink
 
 log = logging.getLogger("recorder")
 
-# Request bodies above this size are parsed on a worker thread: a long prompt
+# Request bodies above this size are read on a worker thread: a long prompt
 # (images inlined as base64 run to megabytes) would hold the event loop.
-INLINE_PARSE_LIMIT = 256 * 1024
+INLINE_PARSE_LIMIT = 16 * 1024
 
 
 @dataclass(slots=True)
@@ -53,6 +56,7 @@ class RecorderConfig:
     """How the addon meters."""
 
     key_secret: bytes
+    prices: PriceTable | None = None  # None: records are not costed
     stall_after: float = DEFAULT_STALL_AFTER_S
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     strip_accept_encoding: bool = True
@@ -61,7 +65,16 @@ class RecorderConfig:
 class FlowState:
     """What the addon holds for one tapped flow."""
 
-    __slots__ = ("broken", "decoder", "ended_at", "meter", "record", "streaming", "t0")
+    __slots__ = (
+        "broken",
+        "decoder",
+        "ended_at",
+        "input_counts",
+        "meter",
+        "record",
+        "streaming",
+        "t0",
+    )
 
     def __init__(self, meter: StreamMeter, record: StreamRecord, t0: float) -> None:
         self.meter = meter
@@ -71,6 +84,7 @@ class FlowState:
         self.decoder: Decoder | None = None
         self.broken = False  # the tap gave up on this stream (it still forwards)
         self.ended_at: float | None = None
+        self.input_counts: InputCounts | None = None  # for estimating unreported input
 
 
 class Recorder:
@@ -94,6 +108,9 @@ class Recorder:
         self._on_start = on_start
         self._flows: dict[str, FlowState] = {}
         self._closed = False
+        # Learns characters per token from streams whose usage was reported; used
+        # and fed on the event loop only.
+        self.estimator = Estimator()
 
     # -- bookkeeping ----------------------------------------------------------
 
@@ -125,6 +142,16 @@ class Recorder:
             return rec
 
     def _finish(self, state: FlowState, rec: StreamRecord) -> None:
+        try:
+            complete_usage(
+                rec,
+                state.meter.interpreter.obs,
+                state.input_counts,
+                self.config.prices,
+                self.estimator,
+            )
+        except Exception:
+            self._internal_error("completing usage")
         self.health.in_flight -= 1
         self.health.records += 1
         self.health.parse_issues += rec.parse_issues
@@ -182,10 +209,12 @@ class Recorder:
             body = flow.request.get_content(strict=False) or b""
             if not body:
                 return
+            endpoint = state.meter.endpoint
             if len(body) > INLINE_PARSE_LIMIT:
-                facts = await asyncio.to_thread(read_request, body)
+                facts, counts = await asyncio.to_thread(_read_request, body, endpoint)
             else:
-                facts = read_request(body)
+                facts, counts = _read_request(body, endpoint)
+            state.input_counts = counts
             rec = state.record
             rec.model = facts.model
             rec.include_usage = facts.include_usage
@@ -310,3 +339,8 @@ class Recorder:
     def stats(self) -> dict[str, Any]:
         """Health counters plus open flows."""
         return {**self.health.snapshot(), "open_flows": self.open_flows}
+
+
+def _read_request(body: bytes, endpoint: str) -> tuple[RequestFacts, InputCounts | None]:
+    """The request's facts and the counts input estimation needs (never its text)."""
+    return read_request(body), count_request(body, endpoint)

@@ -164,7 +164,13 @@ def test_body_cut_mid_event_is_truncated_with_partial_event(
     assert doc["outcome"] == "truncated"
     assert doc["interrupted"] is True
     assert doc["partial_event_at_end"] is True
-    assert doc["usage_source"] == "none"
+    # the output received before the cut is billed: estimated; a body carries no request
+    assert doc["output_source"] == "estimated" and doc["output_tokens"] > 0
+    assert doc["input_source"] == "none" and doc["input_tokens"] is None
+    assert doc["usage_source"] == "mixed"
+    assert doc["estimate_method"] is not None
+    # priced on what is known (the input is not): a lower bound, as input_source says
+    assert doc["cost_usd"] is not None and doc["price_version"] is not None
 
 
 def test_replay_error_event_after_200(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recorder.core.record import StreamRecord
+from recorder.prices import shipped_prices
 from recorder.proxy.addon import Recorder, RecorderConfig
 from recorder.proxy.runner import Listener, ProxySettings, run_in_thread
 from recorder.sinks import MemorySink
@@ -73,7 +74,10 @@ def running_proxy(
 ) -> Iterator[RunningProxy]:
     """Start mitmproxy + recorder on the given loopback modes; stop it on exit."""
     sink = ThreadSafeSink()
-    recorder = Recorder(sink, RecorderConfig(key_secret=b"e2e-secret", stall_after=stall_after))
+    recorder = Recorder(
+        sink,
+        RecorderConfig(key_secret=b"e2e-secret", prices=shipped_prices(), stall_after=stall_after),
+    )
     settings = ProxySettings(
         modes=modes,
         listen_host="127.0.0.1",

@@ -104,6 +104,11 @@ def test_openai_chat_without_include_usage(records: RunningProxy, sim: Simulator
     assert sent.usage is None
     assert_matches(rec, sent)
     assert rec.include_usage is False
+    # not reported, billed all the same: estimated, and priced
+    assert rec.input_source == rec.output_source == rec.usage_source == "estimated"
+    assert rec.estimate_method is not None and rec.cost_usd is not None
+    assert sent.planned_usage is not None
+    assert rec.output_tokens == sent.planned_usage["output_tokens"]  # one token per delta
 
 
 def test_openai_chat_json(records: RunningProxy, sim: Simulator) -> None:

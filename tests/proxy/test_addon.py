@@ -360,7 +360,7 @@ async def test_hook_errors_are_caught_and_counted() -> None:
         flow.error = None
         addon._flows[flow.id].meter = None  # type: ignore[assignment]
         addon.error(flow)  # finishing with no meter raises inside; must be caught
-    assert addon.health.internal_errors == 1
+    assert addon.health.internal_errors == 2  # finishing the record, completing its usage
     (rec,) = sink.records
     assert rec.recorder_error is not None and rec.outcome == "upstream_disconnect"
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from recorder.core.protocols.base import Interpreter, text_len
+from recorder.core.protocols.base import Interpreter
 from recorder.core.sse import Event
 from recorder.core.usage import from_openai_chat
 
 _DONE = b"[DONE]"
+_TEXT_KEYS = frozenset({"content", "refusal"})
+_REASONING_KEYS = frozenset({"reasoning_content", "reasoning"})  # DeepSeek, xAI / OpenRouter
 
 
 class ChatCompletionsInterpreter(Interpreter):
@@ -68,6 +70,10 @@ class ChatCompletionsInterpreter(Interpreter):
             model = obj.get("model")
             if model:
                 obs.response_model = str(model)
+        if obs.service_tier is None:
+            tier = obj.get("service_tier")
+            if isinstance(tier, str) and tier:
+                obs.service_tier = tier
         usage = obj.get("usage")
         if isinstance(usage, dict):
             obs.usage = from_openai_chat(usage)
@@ -94,12 +100,15 @@ class ChatCompletionsInterpreter(Interpreter):
         return chars
 
     def _delta(self, index: int, delta: dict[str, Any]) -> int:
-        chars = (
-            text_len(delta.get("content"))
-            + text_len(delta.get("refusal"))
-            + text_len(delta.get("reasoning_content"))
-            + text_len(delta.get("reasoning"))
-        )
+        obs = self.obs
+        chars = 0
+        # Only the keys present are visited (a delta mostly holds one): counting
+        # an absent key is a no-op, so this is the same as asking for each.
+        for key, value in delta.items():
+            if key in _TEXT_KEYS:
+                chars += obs.add_text(value)
+            elif key in _REASONING_KEYS:
+                chars += obs.add_reasoning(value)
         calls = delta.get("tool_calls")
         if isinstance(calls, list):
             for n, call in enumerate(calls):
@@ -115,5 +124,5 @@ class ChatCompletionsInterpreter(Interpreter):
                     self._tools[slot] = cid
                 function = call.get("function")
                 if isinstance(function, dict):
-                    chars += text_len(function.get("arguments"))
+                    chars += obs.add_tool(function.get("arguments"))
         return chars

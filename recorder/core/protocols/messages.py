@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from recorder.core.protocols.base import Interpreter, text_len
+from recorder.core.protocols.base import Interpreter
 from recorder.core.sse import Event
 from recorder.core.usage import from_anthropic
 
@@ -60,13 +60,13 @@ class AnthropicMessagesInterpreter(Interpreter):
                 return 0
             dtype = delta.get("type")
             if dtype == "text_delta":
-                chars = text_len(delta.get("text"))
+                chars = self.obs.add_text(delta.get("text"))
             elif dtype == "input_json_delta":
-                chars = text_len(delta.get("partial_json"))
+                chars = self.obs.add_tool(delta.get("partial_json"))
             elif dtype == "thinking_delta":
-                chars = text_len(delta.get("thinking"))
+                chars = self.obs.add_reasoning(delta.get("thinking"))
             elif dtype == "compaction_delta":  # a summary the model wrote: billed output
-                chars = text_len(delta.get("content"))
+                chars = self.obs.add_text(delta.get("content"))
             else:
                 return 0
             self.obs.output_chars += chars
@@ -109,8 +109,9 @@ class AnthropicMessagesInterpreter(Interpreter):
                 btype = block.get("type")
                 if btype in _TOOL_BLOCKS:
                     self.obs.tool_calls += 1
-                    chars += len(_compact_json(block.get("input")))
-                chars += text_len(block.get("text")) + text_len(block.get("thinking"))
+                    chars += self.obs.add_tool(_compact_json(block.get("input")))
+                chars += self.obs.add_text(block.get("text"))
+                chars += self.obs.add_reasoning(block.get("thinking"))
         self.obs.output_chars += chars
         if obj.get("stop_reason"):
             self.obs.finish_reason = str(obj["stop_reason"])
@@ -144,6 +145,16 @@ class AnthropicMessagesInterpreter(Interpreter):
             self.obs.output_final = True
         self.obs.raw_usage = dict(self._usage)
         self.obs.usage = from_anthropic(self._usage, output_final=self.obs.output_final)
+        tier = self._usage.get("service_tier")
+        if isinstance(tier, str) and tier:
+            self.obs.service_tier = tier
+        tools = self._usage.get("server_tool_use")
+        if isinstance(tools, dict):  # cumulative, like the token counts
+            self.obs.server_tools = {
+                str(name).removesuffix("_requests"): count
+                for name, count in tools.items()
+                if isinstance(count, int) and not isinstance(count, bool) and count > 0
+            } or None
 
 
 def _compact_json(value: Any) -> str:

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from recorder.core.protocols.base import Interpreter, text_len
+import orjson
+
+from recorder.core.protocols.base import Interpreter
 from recorder.core.sse import Event
 from recorder.core.usage import from_openai_responses
 
@@ -29,6 +31,47 @@ _NOT_OUTPUT = frozenset(
     }
 )
 _STARTED = frozenset({"response.created", "response.in_progress", "response.queued"})
+# Output deltas by kind, for estimation (recorder.core.estimate). A reasoning
+# SUMMARY is written by a summariser and is not billed as output tokens; other
+# unknown ``*.delta`` types are classed by their name (see _delta_kind).
+_TEXT, _REASONING, _TOOL, _SUMMARY = 0, 1, 2, 3
+_DELTA_KINDS = {
+    "response.output_text.delta": _TEXT,
+    "response.refusal.delta": _TEXT,
+    "response.audio.transcript.delta": _TEXT,
+    "response.reasoning_text.delta": _REASONING,
+    "response.reasoning_summary_text.delta": _SUMMARY,
+    "response.function_call_arguments.delta": _TOOL,
+    "response.custom_tool_call_input.delta": _TOOL,
+    "response.mcp_call_arguments.delta": _TOOL,
+    "response.code_interpreter_call_code.delta": _TOOL,
+    "response.shell_call_command.delta": _TOOL,
+    "response.apply_patch_call_operation_diff.delta": _TOOL,
+}
+# Items whose arguments the model wrote but the stream may send only whole, in
+# ``response.output_item.done`` (a local shell's action, an MCP approval
+# request, a program): counted for estimation when no delta carried them
+# (Observations.unstreamed_chars). Not the provider-run tools (their queries
+# and results are not billed like output in the captures), nor tool output.
+_WHOLE_ARGUMENTS = ("arguments", "action", "code", "input")
+_NOT_MODEL_WRITTEN = frozenset(
+    {
+        "image_generation_call",
+        "web_search_call",
+        "file_search_call",
+        "code_interpreter_call",
+        "tool_search_call",
+    }
+)
+_OTHER_WRITTEN = frozenset({"mcp_approval_request", "program"})
+# Output items run by the provider itself, billed per call beyond their tokens.
+_SERVER_TOOLS = {
+    "web_search_call": "web_search",
+    "file_search_call": "file_search",
+    "code_interpreter_call": "code_interpreter",
+    "image_generation_call": "image_generation",
+    "mcp_call": "mcp",
+}
 _UNREADABLE_TERMINAL = {
     "response.completed": "completed",
     "response.incomplete": "incomplete",
@@ -43,7 +86,11 @@ class ResponsesInterpreter(Interpreter):
     endpoint = "responses"
     provider = "openai"
 
-    __slots__ = ()
+    __slots__ = ("_tool_mark",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._tool_mark = 0  # tool_chars when the current output item was added
 
     def handle(self, event: Event) -> int:
         data = event.data
@@ -63,13 +110,33 @@ class ResponsesInterpreter(Interpreter):
         if typ.endswith(".delta"):
             if typ in _NOT_OUTPUT:
                 return 0
-            chars = text_len(obj.get("delta"))
-            self.obs.output_chars += chars
+            kind = _DELTA_KINDS.get(typ)
+            if kind is None:
+                kind = _delta_kind(typ)
+            delta = obj.get("delta")
+            obs = self.obs
+            if kind == _TEXT:
+                chars = obs.add_text(delta)
+            elif kind == _TOOL:
+                chars = obs.add_tool(delta)
+            elif kind == _REASONING:
+                chars = obs.add_reasoning(delta)
+            else:
+                chars = obs.add_summary(delta)
+            obs.output_chars += chars
             return chars
         if typ == "response.output_item.added":
+            self._tool_mark = self.obs.tool_chars
             item = obj.get("item")
             if isinstance(item, dict) and _is_call(item.get("type")):
                 self.obs.tool_calls += 1
+                server_tool = _SERVER_TOOLS.get(item["type"])
+                if server_tool is not None:
+                    self.obs.add_server_tool(server_tool)
+        elif typ == "response.output_item.done":
+            item = obj.get("item")
+            if isinstance(item, dict) and self.obs.tool_chars == self._tool_mark:
+                self._whole_arguments(item)
         elif typ in _STARTED:
             self._response(obj.get("response"))
         elif typ == "response.completed":
@@ -112,16 +179,39 @@ class ResponsesInterpreter(Interpreter):
         return chars
 
     def _item_chars(self, item: dict[str, Any]) -> int:
-        if _is_call(item.get("type")):
-            self.obs.tool_calls += 1
-        chars = text_len(item.get("arguments")) + text_len(item.get("input"))
-        for key in ("content", "summary"):
-            parts = item.get(key)
-            if isinstance(parts, list):
-                for part in parts:
-                    if isinstance(part, dict):
-                        chars += text_len(part.get("text")) + text_len(part.get("refusal"))
+        obs = self.obs
+        itype = item.get("type")
+        if isinstance(itype, str) and _is_call(itype):
+            obs.tool_calls += 1
+            server_tool = _SERVER_TOOLS.get(itype)
+            if server_tool is not None:
+                obs.add_server_tool(server_tool)
+        chars = obs.add_tool(item.get("arguments")) + obs.add_tool(item.get("input"))
+        add = obs.add_reasoning if itype == "reasoning" else obs.add_text
+        parts = item.get("content")
+        if isinstance(parts, list):
+            for part in parts:
+                if isinstance(part, dict):
+                    chars += add(part.get("text")) + obs.add_text(part.get("refusal"))
+        parts = item.get("summary")
+        if isinstance(parts, list):
+            for part in parts:
+                if isinstance(part, dict):
+                    chars += obs.add_summary(part.get("text")) + obs.add_text(part.get("refusal"))
         return chars
+
+    def _whole_arguments(self, item: dict[str, Any]) -> None:
+        itype = item.get("type")
+        if not isinstance(itype, str) or itype in _NOT_MODEL_WRITTEN:
+            return
+        if not (itype.endswith("_call") or itype in _OTHER_WRITTEN):
+            return
+        for key in _WHOLE_ARGUMENTS:
+            value = item.get(key)
+            if not value:
+                continue
+            text = value if isinstance(value, str) else orjson.dumps(value).decode()
+            self.obs.add_unstreamed(text)
 
     def _response(self, resp: Any, *, final: bool = False) -> None:
         if not isinstance(resp, dict):
@@ -136,6 +226,9 @@ class ResponsesInterpreter(Interpreter):
         model = resp.get("model")
         if model and (final or obs.response_model is None):
             obs.response_model = str(model)
+        tier = resp.get("service_tier")  # the request's ("auto") until the final word
+        if isinstance(tier, str) and tier and (final or obs.service_tier is None):
+            obs.service_tier = tier
         if not final:
             return
         usage = resp.get("usage")
@@ -158,3 +251,14 @@ class ResponsesInterpreter(Interpreter):
 
 def _is_call(item_type: Any) -> bool:
     return isinstance(item_type, str) and item_type.endswith("_call")
+
+
+def _delta_kind(typ: str) -> int:
+    """The kind of an output delta type not in the table, by its name."""
+    if "reasoning_summary" in typ:
+        return _SUMMARY
+    if "reasoning" in typ:
+        return _REASONING
+    if "text" in typ or "refusal" in typ or "transcript" in typ:
+        return _TEXT
+    return _TOOL  # arguments, inputs, code, commands, diffs

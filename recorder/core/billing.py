@@ -1,0 +1,128 @@
+"""Completing a finished record for billing: sources, estimates, cost.
+
+The meter copies what the provider reported (``StreamMeter.finish``). This
+module does the rest, in three steps that each work from the record alone, so
+``recorder reprice`` and calibration can run them again on stored rows:
+
+1. :func:`absorb`: the facts the stream and the request gave beyond tokens:
+   service tier, cache writes by lifetime, provider-side tool requests, and the
+   counts estimation needs (``output_breakdown``, ``input_breakdown``).
+2. :func:`fill_usage`: ``input_source`` / ``output_source`` / ``usage_source``,
+   and an estimate wherever a figure was not reported, whatever the reason: a
+   cut stream (output generated before an interruption is billed), Chat
+   Completions without ``stream_options.include_usage``. A cut Anthropic stream
+   keeps its exact input and cache counts from ``message_start``; its
+   provisional ``output_tokens`` is only a floor under the output estimate.
+   An ``http_error`` generated nothing and is not billed: every source ``none``.
+3. :func:`apply_prices`: ``cost_usd`` and ``price_version`` (null when the
+   model has no price, or nothing is known of the usage).
+
+``estimate_method`` is ``<estimator version>;input:<method>;output:<method>``,
+naming only the figures that were estimated (``recorder.core.estimate``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from recorder.core.estimate import ESTIMATOR_VERSION, Estimator, InputCounts, OutputCounts
+from recorder.core.pricing import PriceTable, price_record
+from recorder.core.protocols.base import Observations
+from recorder.core.record import StreamRecord, combine_sources
+
+
+def complete_usage(
+    record: StreamRecord,
+    obs: Observations | None,
+    request: InputCounts | None,
+    prices: PriceTable | None,
+    estimator: Estimator | None,
+    *,
+    learn: bool = True,
+) -> None:
+    """Fill sources, estimates and cost on a record ``StreamMeter.finish`` returned.
+
+    ``obs`` is the meter's ``interpreter.obs`` (None: the record's own counts
+    are used); ``request`` the counts of the request body
+    (:func:`recorder.core.estimate.count_request`; None when there was no
+    readable body); ``prices`` None leaves the cost unset; ``estimator`` None
+    uses the built-in ratios. With ``learn``, a record whose usage was reported
+    teaches the estimator (it must then be fed from one thread).
+    """
+    absorb(record, obs, request)
+    est = estimator if estimator is not None else Estimator()
+    fill_usage(record, est)
+    if prices is not None:
+        apply_prices(record, prices)
+    if learn and estimator is not None:
+        estimator.observe(record)
+
+
+def absorb(record: StreamRecord, obs: Observations | None, request: InputCounts | None) -> None:
+    """Copy onto the record what billing needs of the stream and of the request."""
+    if obs is not None:
+        record.service_tier = obs.service_tier
+        usage = obs.usage
+        if usage is not None:
+            record.cache_write_5m_tokens = usage.cache_write_5m_tokens
+            record.cache_write_1h_tokens = usage.cache_write_1h_tokens
+        record.server_tool_requests = dict(obs.server_tools) if obs.server_tools else None
+        record.output_breakdown = OutputCounts.from_observations(obs).to_breakdown()
+    if request is not None:
+        record.input_breakdown = request.to_breakdown()
+
+
+def _provisional_output(record: StreamRecord) -> int:
+    """Anthropic's ``message_start`` output count of a stream cut before ``message_delta``."""
+    raw: Any = record.raw_usage
+    if record.endpoint != "messages" or not isinstance(raw, dict):
+        return 0
+    value = raw.get("output_tokens")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def fill_usage(record: StreamRecord, estimator: Estimator) -> None:
+    """Set the three sources and estimate every figure that was not reported."""
+    if record.outcome == "http_error" and record.input_tokens is None:
+        # nothing was generated, and a failed request is not billed
+        record.input_source = record.output_source = record.usage_source = "none"
+        record.estimate_method = None
+        return
+    model = record.response_model or record.model
+    methods = []
+    if record.input_tokens is not None:
+        record.input_source = "reported"
+    elif record.input_breakdown is not None:
+        counts = InputCounts.from_breakdown(record.input_breakdown)
+        estimate = estimator.input(model, record.endpoint, counts)
+        record.input_tokens = estimate.tokens
+        record.input_source = "estimated"
+        methods.append(f"input:{estimate.method}")
+    else:
+        record.input_source = "none"
+    if record.output_tokens is not None:
+        record.output_source = "reported"
+    else:
+        if record.output_breakdown is not None:
+            out = OutputCounts.from_breakdown(record.output_breakdown, record.tool_calls)
+        else:  # a record from before breakdowns were kept: all of it as ASCII text
+            out = OutputCounts(latin=record.output_chars, tool_calls=record.tool_calls)
+        estimate = estimator.output(model, record.endpoint, out)
+        record.output_tokens = max(estimate.tokens, _provisional_output(record))
+        if record.reasoning_tokens is None:
+            record.reasoning_tokens = estimate.reasoning_tokens
+        record.output_source = "estimated"
+        methods.append(f"output:{estimate.method}")
+    record.usage_source = combine_sources(record.input_source, record.output_source)
+    record.estimate_method = ";".join((ESTIMATOR_VERSION, *methods)) if methods else None
+
+
+def apply_prices(record: StreamRecord, prices: PriceTable) -> None:
+    """Set ``cost_usd`` and ``price_version`` (both null when unpriced)."""
+    cost = None if record.usage_source == "none" else price_record(record, prices)
+    if cost is None:
+        record.cost_usd = None
+        record.price_version = None
+    else:
+        record.cost_usd = cost.usd
+        record.price_version = cost.price_version

@@ -1,0 +1,650 @@
+"""Token estimates where usage was not reported: output from what was received,
+input from the request body.
+
+Theory of operation
+-------------------
+No tokenizer is needed, or downloaded. The figures come from counts taken as
+the stream passed (``Observations.add_*``: characters by kind and by writing
+system, and the number of output deltas; never the text) and from counts of
+the request body (:func:`count_request`, run off the event loop; again only
+counts are kept).
+
+Output tokens, two methods (``Estimate.method`` names the one used):
+
+- ``deltas``: OpenAI's servers (and DeepSeek's, xAI's, ...) stream about one
+  token per delta, so on the OpenAI protocols the number of output deltas IS
+  the token count, whatever the language. It is used when the deltas look like
+  tokens: at least half as many deltas as the characters would make tokens
+  (a gateway that batches deltas fails that test and falls to ``chars``).
+- ``chars``: characters divided by a characters-per-token ratio per model
+  family and per kind: ``latin`` (ASCII text), ``alphabetic`` (U+0080..U+07FF:
+  accented Latin, Greek, Cyrillic, Hebrew, Arabic), ``cjk`` (U+0800 and up:
+  CJK, kana, Hangul, Indic, Thai) and ``tool`` (tool-call arguments, code).
+  Japanese and English differ about fourfold here.
+
+Both add a fixed number of tokens per tool call (the call's name and framing,
+never streamed as argument characters). Reasoning a provider does not stream
+(OpenAI's reasoning models stream at most a summary, which is not billed as
+output) cannot be estimated from what was received: the figure is then a lower
+bound, and the method says ``hidden-reasoning``.
+
+Input tokens: the request's text characters by the same kinds, tool and schema
+definitions as ``tool`` characters, plus framing per message and per request,
+Anthropic's tool-use system prompt when tools are defined, and a default per
+image (dimensions are not read). A tokenizer, when one is available without a
+download (``recorder.tokenizers``), counts the text exactly instead.
+
+Calibration (:class:`Calibration`): the built-in ratios (:data:`PROFILES`)
+are a fallback. Every completed record whose usage was reported teaches the
+estimator its model's ratio for the kind that dominates it (at least 90 % of
+the estimate); once a model (or, failing that, its family) has enough samples
+for a kind, its learned ratio replaces the default. Fallback order: the model,
+its family, the built-in default. The built-in OpenAI ratios were measured with
+the o200k_base and cl100k_base vocabularies on sample texts in ten languages;
+the Anthropic ASCII and tool ratios and the overheads were fitted to the real
+captured streams in ``tests/fixtures``; Anthropic's non-Latin ratios are
+unmeasured guesses (no Claude tokenizer is public) until calibration replaces
+them. ``bench/measure_estimator.py`` measures the error; ``docs/billing.md``
+states it.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from recorder.core.record import StreamRecord
+
+ESTIMATOR_VERSION = "e1"
+KINDS = ("latin", "alphabetic", "cjk", "tool")
+# A model whose reasoning is never streamed in full: an estimate from what was
+# received misses it.
+_HIDDEN_REASONING = re.compile(r"^(o\d|gpt-5|gpt-6|codex)")
+# Claude models whose thinking is streamed in full (later ones stream a summary).
+_FULL_THINKING = re.compile(r"^claude-3")
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """Characters per token for one model family, and fixed overheads in tokens."""
+
+    latin: float
+    alphabetic: float
+    cjk: float
+    tool: float
+    call_tokens: float  # output: per tool call, beyond its argument characters
+    response_tokens: float  # output: per response that output text
+    per_token_deltas: bool  # the protocol streams about one token per output delta
+    message_tokens: float  # input: framing per message / input item
+    request_tokens: float  # input: framing per request
+    tools_prompt_tokens: float  # input: added when tools are defined
+    image_tokens: float  # input: per image
+
+    def ratio(self, kind: str) -> float:
+        """The built-in characters-per-token ratio of ``kind``."""
+        return float(getattr(self, kind))
+
+
+PROFILES: dict[str, Profile] = {
+    # GPT-4o, 4.1, 4.5: o200k_base (ratios measured with it).
+    "openai-o200k": Profile(4.0, 3.0, 1.4, 3.0, 10, 0, True, 4, 3, 0, 765),
+    # GPT-5.x, o-series, codex: o200k_base too; each output message and call
+    # carries framing tokens of its own (fitted on the captured Responses streams).
+    "openai-reasoning": Profile(4.0, 3.0, 1.4, 3.0, 13, 4, True, 4, 3, 0, 765),
+    # GPT-4, GPT-4 Turbo, GPT-3.5: cl100k_base.
+    "openai-cl100k": Profile(4.0, 1.5, 0.95, 3.0, 10, 0, True, 4, 3, 0, 765),
+    # Claude: ASCII and tool ratios fitted on captured streams; alphabetic and
+    # cjk are guesses close to cl100k's until calibrated; 346 tokens is the
+    # tool-use system prompt Anthropic documents for tool_choice auto.
+    "anthropic": Profile(3.6, 2.0, 1.0, 3.0, 40, 3, False, 4, 8, 346, 1600),
+    # Anything else (DeepSeek, xAI, open models behind an OpenAI-style server).
+    "default": Profile(4.0, 2.5, 1.2, 3.0, 10, 0, True, 4, 3, 0, 765),
+}
+
+_PREFIX = re.compile(r"^(?:[\w.-]+/)+")  # "openai/", "azure/eu/"
+_REGION = re.compile(r"^(?:[a-z]{2,4}\.)?(?:anthropic|openai)\.")  # Bedrock "us.anthropic."
+_SNAPSHOT = re.compile(r"(?:-(?:\d{4}-\d{2}-\d{2}|\d{8}|latest))?(?:-v\d+(?::\d+)?)?$")
+
+
+def model_base(model: str) -> str:
+    """A model name without provider prefix, snapshot date or ``-latest``.
+
+    ``gpt-4o-2024-08-06`` -> ``gpt-4o``; ``claude-sonnet-4-5-20250929`` ->
+    ``claude-sonnet-4-5``; ``openai/gpt-4.1`` -> ``gpt-4.1``.
+    """
+    name = _PREFIX.sub("", model.strip().lower())
+    name = _REGION.sub("", name)
+    return _SNAPSHOT.sub("", name) or name
+
+
+def family_for(model: str | None, endpoint: str | None = None) -> str:
+    """The :data:`PROFILES` key for a model (by name, else by the endpoint's provider)."""
+    if model:
+        name = model_base(model)
+        if name.startswith("claude") or "claude" in name:
+            return "anthropic"
+        if _HIDDEN_REASONING.match(name):
+            return "openai-reasoning"
+        if name.startswith(("gpt-4o", "gpt-4.1", "gpt-4.5", "chatgpt", "gpt-oss")):
+            return "openai-o200k"
+        if name.startswith(("gpt-4", "gpt-3.5")):
+            return "openai-cl100k"
+    if endpoint == "messages":
+        return "anthropic"
+    return "default"
+
+
+def hides_reasoning(model: str | None, endpoint: str | None) -> bool:
+    """Whether a model's reasoning tokens are billed but not streamed in full."""
+    if endpoint == "messages" or not model:
+        return False
+    return bool(_HIDDEN_REASONING.match(model_base(model)))
+
+
+# -- what estimation works from -----------------------------------------------
+
+
+@dataclass(slots=True)
+class OutputCounts:
+    """The output of one stream, as counts (see ``Observations.add_*``)."""
+
+    latin: int = 0
+    alphabetic: int = 0
+    cjk: int = 0
+    tool: int = 0
+    reasoning: int = 0  # of latin + alphabetic + cjk: full reasoning text
+    summary: int = 0  # reasoning summaries: output, but not billed as output tokens
+    deltas: int = 0  # non-empty output deltas, summaries excluded
+    unstreamed: int = 0  # tool arguments sent whole in an output item, not as deltas
+    tool_calls: int = 0
+
+    @property
+    def text(self) -> int:
+        """Characters of billed text (latin + alphabetic + cjk)."""
+        return self.latin + self.alphabetic + self.cjk
+
+    @classmethod
+    def from_observations(cls, obs: Any) -> OutputCounts:
+        """The counts an interpreter's ``Observations`` accumulated."""
+        text = int(obs.text_chars)
+        alphabetic, cjk = int(obs.alphabetic_chars), int(obs.cjk_chars)
+        return cls(
+            latin=max(0, text - alphabetic - cjk),
+            alphabetic=alphabetic,
+            cjk=cjk,
+            tool=int(obs.tool_chars),
+            reasoning=int(obs.reasoning_chars),
+            summary=int(obs.summary_chars),
+            deltas=int(obs.output_deltas),
+            unstreamed=int(obs.unstreamed_chars),
+            tool_calls=int(obs.tool_calls),
+        )
+
+    def to_breakdown(self) -> dict[str, int]:
+        """The record's ``output_breakdown`` (``tool_calls`` lives on the record)."""
+        return {
+            "latin": self.latin,
+            "alphabetic": self.alphabetic,
+            "cjk": self.cjk,
+            "tool": self.tool,
+            "reasoning": self.reasoning,
+            "summary": self.summary,
+            "deltas": self.deltas,
+            "unstreamed": self.unstreamed,
+        }
+
+    @classmethod
+    def from_breakdown(cls, breakdown: Mapping[str, Any], tool_calls: int = 0) -> OutputCounts:
+        """Counts back from a record's ``output_breakdown``."""
+        counts = cls(tool_calls=tool_calls)
+        for key in _OUTPUT_KEYS:
+            setattr(counts, key, _count(breakdown.get(key)))
+        return counts
+
+
+_OUTPUT_KEYS = (
+    "latin",
+    "alphabetic",
+    "cjk",
+    "tool",
+    "reasoning",
+    "summary",
+    "deltas",
+    "unstreamed",
+)
+
+
+@dataclass(slots=True)
+class InputCounts:
+    """A request body, as counts: characters by kind, messages, images, files."""
+
+    latin: int = 0
+    alphabetic: int = 0
+    cjk: int = 0
+    tool: int = 0  # tool / function definitions and output schemas, as JSON
+    messages: int = 0  # messages or input items, plus the system prompt / instructions
+    images: int = 0
+    files: int = 0  # documents, audio and files: not counted in the figures
+    tools: int = 0  # tools defined
+    text_tokens: int | None = None  # every counted string, by a real tokenizer
+    encoding: str | None = None  # that tokenizer's vocabulary
+
+    def add_text(self, value: str) -> None:
+        """Count one string of prompt text by writing system."""
+        n = len(value)
+        if value.isascii():
+            self.latin += n
+            return
+        ascii_n = len(value.encode("ascii", "ignore"))
+        extra = len(value.encode("utf-8", "surrogatepass")) - (
+            len(value.encode("utf-16-le", "surrogatepass")) >> 1
+        )
+        rest = n - ascii_n
+        cjk = extra - rest
+        self.latin += ascii_n
+        self.cjk += cjk
+        self.alphabetic += rest - cjk
+
+    def to_breakdown(self) -> dict[str, int]:
+        """The record's ``input_breakdown``."""
+        out = {k: int(getattr(self, k)) for k in _INPUT_KEYS}
+        if self.text_tokens is not None:
+            out["text_tokens"] = self.text_tokens
+        return out
+
+    @classmethod
+    def from_breakdown(cls, breakdown: Mapping[str, Any]) -> InputCounts:
+        """Counts back from a record's ``input_breakdown``."""
+        counts = cls()
+        for key in _INPUT_KEYS:
+            setattr(counts, key, _count(breakdown.get(key)))
+        tokens = breakdown.get("text_tokens")
+        if isinstance(tokens, int) and not isinstance(tokens, bool):
+            counts.text_tokens = tokens
+        return counts
+
+
+_INPUT_KEYS = ("latin", "alphabetic", "cjk", "tool", "messages", "images", "files", "tools")
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+# -- request bodies -------------------------------------------------------------
+
+TokenCounter = Callable[[str], int]
+
+# top-level keys holding the conversation, and those holding schemas
+_CONTENT_KEYS = ("system", "instructions", "messages", "input", "prompt")
+_SCHEMA_KEYS = ("tools", "functions", "response_format", "text", "output_format")
+_IMAGE_TYPES = frozenset({"image_url", "image", "input_image"})
+_FILE_TYPES = frozenset({"file", "input_file", "document", "input_audio", "audio"})
+_SKIP_KEYS = frozenset(
+    {
+        "type",
+        "role",
+        "id",
+        "call_id",
+        "tool_call_id",
+        "tool_use_id",
+        "signature",
+        "encrypted_content",
+        "cache_control",
+        "status",
+        "annotations",
+        "logprobs",
+        "citations",
+    }
+)
+_MAX_DEPTH = 64
+
+
+def count_request(
+    body: bytes,
+    endpoint: str,
+    *,
+    counter: TokenCounter | None = None,
+    encoding: str | None = None,
+) -> InputCounts | None:
+    """Counts of a JSON request body (None if it is not a JSON object).
+
+    Costs a JSON parse and one pass over the strings: call it off the event
+    loop. ``counter`` (a tokenizer's ``len(encode(text))``) also counts every
+    string exactly into ``text_tokens``.
+    """
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    counts = InputCounts()
+    walker = _Walker(counts, counter)
+    for key in _CONTENT_KEYS:
+        value = obj.get(key)
+        if value is None:
+            continue
+        if key in ("messages", "input") and isinstance(value, list):
+            counts.messages += len(value)
+        elif value:
+            counts.messages += 1
+        walker.walk(value, 0)
+    for key in _SCHEMA_KEYS:
+        value = obj.get(key)
+        if not value or (key == "text" and not isinstance(value, dict)):
+            continue
+        if key in ("tools", "functions") and isinstance(value, list):
+            counts.tools += len(value)
+        try:
+            schema = orjson.dumps(value).decode()
+        except TypeError:  # pragma: no cover - parsed JSON always dumps
+            continue
+        counts.tool += len(schema)
+        if counter is not None:
+            walker.tokens += counter(schema)
+    if counter is not None:
+        counts.text_tokens = walker.tokens
+        counts.encoding = encoding
+    return counts
+
+
+class _Walker:
+    __slots__ = ("counter", "counts", "tokens")
+
+    def __init__(self, counts: InputCounts, counter: TokenCounter | None) -> None:
+        self.counts = counts
+        self.counter = counter
+        self.tokens = 0
+
+    def text(self, value: str, *, tool: bool = False) -> None:
+        if not value:
+            return
+        if tool:
+            self.counts.tool += len(value)
+        else:
+            self.counts.add_text(value)
+        if self.counter is not None:
+            self.tokens += self.counter(value)
+
+    def walk(self, value: Any, depth: int) -> None:
+        if depth > _MAX_DEPTH:
+            return
+        if isinstance(value, str):
+            self.text(value)
+        elif isinstance(value, list):
+            for item in value:
+                self.walk(item, depth + 1)
+        elif isinstance(value, dict):
+            kind = value.get("type")
+            if kind in _IMAGE_TYPES:
+                self.counts.images += 1
+                return
+            if kind in _FILE_TYPES:
+                self.counts.files += 1
+                return
+            for key, item in value.items():
+                if key in _SKIP_KEYS:
+                    continue
+                if key in ("arguments", "input", "partial_json") and not isinstance(item, list):
+                    # tool-call arguments in the history: JSON, at the tool ratio
+                    if isinstance(item, str):
+                        self.text(item, tool=True)
+                    elif item:
+                        self.text(orjson.dumps(item).decode(), tool=True)
+                    continue
+                self.walk(item, depth + 1)
+
+
+# -- estimates ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """An estimated token figure and how it was obtained."""
+
+    tokens: int
+    reasoning_tokens: int | None
+    method: str
+
+
+class Calibration:
+    """Characters per token learned from completed records, per model and kind.
+
+    Keys are ``(scope, direction, kind)``: ``scope`` is a model (``model_base``)
+    or a family (``PROFILES`` key), ``direction`` is ``input`` or ``output``.
+    Each key keeps the ratios of its last ``window`` records; the learned ratio
+    is their median, so one odd record (a capture with hidden output, a
+    compaction) cannot drag it, and it follows a model whose behaviour drifts.
+    Not thread-safe: feed it from one thread.
+    """
+
+    __slots__ = ("_medians", "max_ratio", "min_ratio", "min_samples", "ratios", "window")
+
+    def __init__(self, *, min_samples: int = 20, window: int = 256) -> None:
+        self.min_samples = min_samples
+        self.window = window
+        self.min_ratio = 0.3
+        self.max_ratio = 12.0
+        self.ratios: dict[tuple[str, str, str], deque[float]] = {}
+        self._medians: dict[tuple[str, str, str], float] = {}
+
+    def add(self, scope: str, direction: str, kind: str, chars: float, tokens: float) -> None:
+        """Learn that ``chars`` of ``kind`` made ``tokens`` (one record's worth)."""
+        if chars <= 0 or tokens <= 0:
+            return
+        key = (scope, direction, kind)
+        values = self.ratios.get(key)
+        if values is None:
+            values = self.ratios[key] = deque(maxlen=self.window)
+        values.append(min(self.max_ratio, max(self.min_ratio, chars / tokens)))
+        self._medians.pop(key, None)
+
+    def ratio(self, scope: str, direction: str, kind: str) -> float | None:
+        """The learned ratio, or None while there are too few samples."""
+        key = (scope, direction, kind)
+        values = self.ratios.get(key)
+        if values is None or len(values) < self.min_samples:
+            return None
+        median = self._medians.get(key)
+        if median is None:
+            median = self._medians[key] = float(statistics.median(values))
+        return median
+
+    def samples(self, scope: str, direction: str, kind: str) -> int:
+        """How many records (of the last ``window``) taught ``(scope, direction, kind)``."""
+        values = self.ratios.get((scope, direction, kind))
+        return 0 if values is None else len(values)
+
+    def to_dict(self) -> dict[str, list[float]]:
+        """A JSON-able copy, for saving between runs."""
+        return {"|".join(key): list(values) for key, values in self.ratios.items()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], **kwargs: int) -> Calibration:
+        """Back from :meth:`to_dict` (malformed entries are skipped)."""
+        cal = cls(**kwargs)
+        for key, values in data.items():
+            parts = key.split("|")
+            if len(parts) != 3 or not isinstance(values, list):
+                continue
+            try:
+                ratios = [float(v) for v in values]
+            except (TypeError, ValueError):
+                continue
+            cal.ratios[(parts[0], parts[1], parts[2])] = deque(
+                (r for r in ratios if r > 0), maxlen=cal.window
+            )
+        return cal
+
+
+class Estimator:
+    """Estimates input and output tokens; learns from completed records."""
+
+    __slots__ = ("calibration",)
+
+    def __init__(self, calibration: Calibration | None = None) -> None:
+        self.calibration = calibration if calibration is not None else Calibration()
+
+    def _ratios(
+        self, model: str | None, family: str, direction: str
+    ) -> tuple[dict[str, float], bool]:
+        profile = PROFILES[family]
+        scope = model_base(model) if model else None
+        ratios: dict[str, float] = {}
+        learned = False
+        for kind in KINDS:
+            value = None
+            if scope is not None:
+                value = self.calibration.ratio(scope, direction, kind)
+            if value is None:
+                value = self.calibration.ratio(family, direction, kind)
+            if value is None:
+                value = profile.ratio(kind)
+            else:
+                learned = True
+            ratios[kind] = value
+        return ratios, learned
+
+    def output(self, model: str | None, endpoint: str | None, counts: OutputCounts) -> Estimate:
+        """Output tokens of a stream whose output usage was not reported."""
+        family = family_for(model, endpoint)
+        profile = PROFILES[family]
+        ratios, learned = self._ratios(model, family, "output")
+        text_tokens = (
+            counts.latin / ratios["latin"]
+            + counts.alphabetic / ratios["alphabetic"]
+            + counts.cjk / ratios["cjk"]
+        )
+        tool_tokens = counts.tool / ratios["tool"]
+        # framing never streamed as characters: per call, per response with text,
+        # and arguments that came whole in an output item instead of as deltas
+        fixed = counts.tool_calls * profile.call_tokens + counts.unstreamed / ratios["tool"]
+        if counts.text:
+            fixed += profile.response_tokens
+        # Do the deltas look like tokens? Judged with the built-in ratios: a
+        # yardstick of the stream's shape that calibration must not move.
+        shape = (
+            counts.latin / profile.latin
+            + counts.alphabetic / profile.alphabetic
+            + counts.cjk / profile.cjk
+            + counts.tool / profile.tool
+        )
+        per_token = endpoint != "messages" and profile.per_token_deltas
+        if per_token and counts.deltas and counts.deltas >= 0.5 * shape:
+            # one token per delta; the text's share of them from the characters
+            body = float(counts.deltas)
+            share = text_tokens / (text_tokens + tool_tokens) if text_tokens else 0.0
+            text_part = body * share
+            method = "deltas"
+        else:
+            body = text_tokens + tool_tokens
+            text_part = text_tokens
+            method = "chars/calibrated" if learned else "chars/default"
+        tokens = round(body + fixed)
+        reasoning = None
+        if counts.reasoning and counts.text:
+            reasoning = min(tokens, round(text_part * counts.reasoning / counts.text))
+        if hides_reasoning(model, endpoint):
+            method += "+hidden-reasoning"
+        elif (
+            counts.reasoning
+            and family == "anthropic"
+            and not _FULL_THINKING.match(model_base(model or ""))
+        ):
+            method += "+summarised-thinking"  # billed for the full thinking, shown a summary
+        return Estimate(tokens, reasoning, method)
+
+    def input(self, model: str | None, endpoint: str | None, counts: InputCounts) -> Estimate:
+        """Input tokens of a request whose input usage was not reported."""
+        family = family_for(model, endpoint)
+        profile = PROFILES[family]
+        if counts.text_tokens is not None:
+            text = float(counts.text_tokens)
+            method = f"tokenizer/{counts.encoding or 'unknown'}"
+        else:
+            ratios, learned = self._ratios(model, family, "input")
+            text = sum(getattr(counts, kind) / ratios[kind] for kind in KINDS)
+            method = "chars/calibrated" if learned else "chars/default"
+        framing = counts.messages * profile.message_tokens + profile.request_tokens
+        if counts.tools:
+            framing += profile.tools_prompt_tokens
+        tokens = round(text + framing + counts.images * profile.image_tokens)
+        if counts.files:
+            method += "+files-uncounted"
+        return Estimate(tokens, None, method)
+
+    # -- learning ---------------------------------------------------------------
+
+    def observe(self, record: StreamRecord) -> None:
+        """Learn from a finished record whose usage was reported (others are ignored)."""
+        model = record.response_model or record.model
+        if not model:
+            return
+        family = family_for(model, record.endpoint)
+        profile = PROFILES[family]
+        scopes = (model_base(model), family)
+        out = record.output_breakdown
+        if (
+            record.output_source == "reported"
+            and record.output_tokens is not None
+            and record.output_tokens >= 20
+            and out
+        ):
+            counts = OutputCounts.from_breakdown(out, record.tool_calls)
+            hidden = (record.reasoning_tokens or 0) > 0 and not counts.reasoning
+            if not hidden:
+                overhead = counts.tool_calls * profile.call_tokens
+                if counts.text:
+                    overhead += profile.response_tokens
+                chars = {
+                    "latin": counts.latin,
+                    "alphabetic": counts.alphabetic,
+                    "cjk": counts.cjk,
+                    "tool": counts.tool,
+                }
+                self._learn(scopes, family, "output", chars, record.output_tokens - overhead)
+        inp = record.input_breakdown
+        if (
+            record.input_source == "reported"
+            and record.input_tokens is not None
+            and record.input_tokens >= 50
+            and inp
+        ):
+            counts_in = InputCounts.from_breakdown(inp)
+            if not counts_in.images and not counts_in.files:
+                framing = counts_in.messages * profile.message_tokens + profile.request_tokens
+                if counts_in.tools:
+                    framing += profile.tools_prompt_tokens
+                chars = {kind: getattr(counts_in, kind) for kind in KINDS}
+                self._learn(scopes, family, "input", chars, record.input_tokens - framing)
+
+    def _learn(
+        self,
+        scopes: tuple[str, str],
+        family: str,
+        direction: str,
+        chars: dict[str, int],
+        tokens: float,
+    ) -> None:
+        if tokens <= 0:
+            return
+        ratios, _ = self._ratios(scopes[0], family, direction)
+        weights = {kind: chars[kind] / ratios[kind] for kind in KINDS}
+        total = sum(weights.values())
+        if total <= 0:
+            return
+        kind = max(weights, key=lambda k: weights[k])
+        if weights[kind] < 0.9 * total:
+            return  # no dominant kind: nothing clean to learn from
+        own = tokens - (total - weights[kind])
+        if own <= 0:
+            return
+        for scope in scopes:
+            self.calibration.add(scope, direction, kind, chars[kind], own)

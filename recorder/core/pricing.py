@@ -1,0 +1,467 @@
+"""Price tables and exact costs (Decimal, never float).
+
+Two formats are read, told apart by the document itself:
+
+- the project's own (``"format": "recorder-prices/1"``, ``recorder/data/prices.json``):
+  one entry per model, dated and sourced, prices as decimal strings in USD per
+  token (or per million tokens with ``"unit": "1M"``);
+- LiteLLM's ``model_prices_and_context_window.json``, as is: its
+  ``*_cost_per_token`` fields, ``cache_read_input_token_cost``,
+  ``cache_creation_input_token_cost`` (and ``..._above_1hr``), the long-context
+  ``..._above_<N>k_tokens`` fields, the ``_priority`` / ``_flex`` / ``_batches``
+  service-tier fields and ``search_context_cost_per_query``. Its floats are read
+  as the decimals they are written as, never through a binary float.
+
+Parsing is pure (bytes in): the file is read by ``recorder.prices``.
+
+A model name resolves to an entry by: the exact key; an alias the table
+declares; the name without provider prefix, snapshot date or ``-latest``
+(``gpt-4o-2024-08-06`` -> ``gpt-4o``, unless the snapshot has an entry of its
+own, as ``gpt-4o-2024-05-13`` does). Nothing fuzzier: ``gpt-4o-mini`` must
+never be priced as ``gpt-4o``.
+
+The cost of a record: uncached input, cache reads, cache writes by lifetime
+(``cache_write`` for the default five minutes and for writes whose lifetime is
+unknown, ``cache_write_1h`` for one hour), output, reasoning where the entry
+prices it apart from output, and per-request provider-side tools (web search).
+When the input exceeds a long-context threshold the whole request is priced at
+that tier, as both providers bill it. A service tier (``priority``, ``flex``)
+the entry prices replaces the standard rates. The result is a decimal string
+with 12 fractional digits, and ``price_version`` is
+``<table version>:<entry key>@<entry date>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from typing import Any
+
+from recorder.core.estimate import model_base
+from recorder.core.record import StreamRecord
+
+FORMAT = "recorder-prices/1"
+QUANTUM = Decimal("0.000000000001")  # 12 fractional digits
+_MILLION = Decimal(1_000_000)
+_RATE_FIELDS = ("input", "output", "cache_read", "cache_write", "cache_write_1h", "reasoning")
+
+
+class PriceTableError(ValueError):
+    """A price table that cannot be read; the message names the entry and field."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """USD per token; None where the table says nothing (then a fallback applies)."""
+
+    input: Decimal | None = None
+    output: Decimal | None = None
+    cache_read: Decimal | None = None
+    cache_write: Decimal | None = None  # the default lifetime (Anthropic: 5 minutes)
+    cache_write_1h: Decimal | None = None
+    reasoning: Decimal | None = None  # only where reasoning is priced apart from output
+
+    def over(self, base: Rates) -> Rates:
+        """These rates, with ``base``'s wherever these say nothing."""
+        return Rates(
+            *(
+                getattr(self, name) if getattr(self, name) is not None else getattr(base, name)
+                for name in _RATE_FIELDS
+            )
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LongContext:
+    """Rates for a whole request whose input exceeds ``above_input_tokens``."""
+
+    above_input_tokens: int
+    rates: Rates
+
+
+@dataclass(frozen=True, slots=True)
+class Tier:
+    """A service tier's rates (``priority``, ``flex``, ``batch``)."""
+
+    rates: Rates
+    long_context: tuple[LongContext, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PriceEntry:
+    """One model's prices."""
+
+    key: str
+    rates: Rates
+    provider: str | None = None
+    as_of: str | None = None
+    source: str | None = None
+    long_context: tuple[LongContext, ...] = ()
+    tiers: Mapping[str, Tier] = field(default_factory=dict)
+    server_tools: Mapping[str, Decimal] = field(default_factory=dict)  # USD per request
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PriceTable:
+    """A loaded price table."""
+
+    version: str
+    entries: Mapping[str, PriceEntry]
+    aliases: Mapping[str, str] = field(default_factory=dict)  # alias -> entry key
+    source_format: str = FORMAT
+
+    def resolve(self, model: str | None) -> PriceEntry | None:
+        """The entry pricing ``model``, or None (see the module docstring)."""
+        if not model:
+            return None
+        name = model.strip().lower()
+        for candidate in (name, model_base(name)):
+            entry = self.entries.get(candidate)
+            if entry is None and candidate in self.aliases:
+                entry = self.entries.get(self.aliases[candidate])
+            if entry is not None:
+                return entry
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """A computed cost and the entry it came from."""
+
+    usd: str  # 12 fractional digits
+    price_version: str
+    tier: str | None = None  # the service tier whose rates were used
+    long_context: bool = False
+
+
+# -- loading --------------------------------------------------------------------
+
+
+def load_prices(data: bytes | str, *, version: str | None = None) -> PriceTable:
+    """A price table from the bytes of a file in either format.
+
+    ``version`` overrides the table's own (ours: its ``version`` field; LiteLLM's
+    has none, so ``litellm-<first 12 hex digits of the file's SHA-256>``).
+    """
+    raw = data.encode() if isinstance(data, str) else data
+    try:
+        doc = json.loads(raw, parse_float=Decimal)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise PriceTableError(f"not a JSON document: {e}") from e
+    if not isinstance(doc, dict):
+        raise PriceTableError("a price table is a JSON object")
+    digest = hashlib.sha256(raw).hexdigest()[:12]
+    if doc.get("format") == FORMAT or "models" in doc:
+        return _load_own(doc, version, digest)
+    return _load_litellm(doc, version or f"litellm-{digest}")
+
+
+def _decimal(value: Any, where: str) -> Decimal | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise PriceTableError(f"{where}: a price, not {value!r}")
+    try:
+        result = Decimal(value) if isinstance(value, int | str | Decimal) else None
+    except InvalidOperation:
+        result = None
+    if result is None or not result.is_finite() or result < 0:
+        raise PriceTableError(f"{where}: {value!r} is not a price")
+    return result
+
+
+def _own_rates(spec: Mapping[str, Any], scale: Decimal, where: str) -> Rates:
+    values: dict[str, Decimal | None] = {}
+    for name in _RATE_FIELDS:
+        price = _decimal(spec.get(name), f"{where}.{name}")
+        values[name] = None if price is None else price / scale
+    return Rates(**values)
+
+
+def _own_long(spec: Any, scale: Decimal, where: str) -> tuple[LongContext, ...]:
+    if spec is None:
+        return ()
+    if not isinstance(spec, list):
+        raise PriceTableError(f"{where}: a list of tiers")
+    tiers = []
+    for n, item in enumerate(spec):
+        here = f"{where}[{n}]"
+        if not isinstance(item, dict):
+            raise PriceTableError(f"{here}: an object")
+        above = item.get("above_input_tokens")
+        if isinstance(above, Decimal) and above == above.to_integral_value():
+            above = int(above)
+        if not isinstance(above, int) or isinstance(above, bool) or above < 0:
+            raise PriceTableError(f"{here}.above_input_tokens: a token count")
+        tiers.append(LongContext(above, _own_rates(item, scale, here)))
+    return tuple(sorted(tiers, key=lambda t: t.above_input_tokens))
+
+
+def _server_tools(spec: Any, where: str) -> dict[str, Decimal]:
+    if spec is None:
+        return {}
+    if not isinstance(spec, dict):
+        raise PriceTableError(f"{where}: an object of USD per request")
+    out = {}
+    for name, value in spec.items():
+        price = _decimal(value, f"{where}.{name}")
+        if price is not None:
+            out[str(name)] = price
+    return out
+
+
+def _load_own(doc: Mapping[str, Any], version: str | None, digest: str) -> PriceTable:
+    unit = doc.get("unit", "token")
+    if unit not in ("token", "1M"):
+        raise PriceTableError(f"unit: 'token' or '1M', not {unit!r}")
+    scale = _MILLION if unit == "1M" else Decimal(1)
+    models = doc.get("models")
+    if not isinstance(models, dict):
+        raise PriceTableError("models: an object of model name -> prices")
+    providers = doc.get("providers") or {}
+    if not isinstance(providers, dict):
+        raise PriceTableError("providers: an object")
+    provider_tools = {
+        str(name): _server_tools(spec.get("server_tools"), f"providers.{name}.server_tools")
+        for name, spec in providers.items()
+        if isinstance(spec, dict)
+    }
+    entries: dict[str, PriceEntry] = {}
+    aliases: dict[str, str] = {}
+    for raw_key, spec in models.items():
+        key = str(raw_key).strip().lower()
+        where = f"models.{raw_key}"
+        if not isinstance(spec, dict):
+            raise PriceTableError(f"{where}: an object")
+        rates = _own_rates(spec, scale, where)
+        if rates.input is None or rates.output is None:
+            raise PriceTableError(f"{where}: input and output prices are required")
+        provider = spec.get("provider")
+        tiers = {}
+        for tier_name, tier_spec in (spec.get("service_tiers") or {}).items():
+            here = f"{where}.service_tiers.{tier_name}"
+            if not isinstance(tier_spec, dict):
+                raise PriceTableError(f"{here}: an object")
+            tiers[str(tier_name)] = Tier(
+                _own_rates(tier_spec, scale, here),
+                _own_long(tier_spec.get("long_context"), scale, f"{here}.long_context"),
+            )
+        tools = dict(provider_tools.get(str(provider), {}))
+        tools.update(_server_tools(spec.get("server_tools"), f"{where}.server_tools"))
+        names = spec.get("aliases") or []
+        if not isinstance(names, list) or not all(isinstance(a, str) for a in names):
+            raise PriceTableError(f"{where}.aliases: a list of model names")
+        entry = PriceEntry(
+            key=key,
+            rates=rates,
+            provider=None if provider is None else str(provider),
+            as_of=None if spec.get("as_of") is None else str(spec["as_of"]),
+            source=None if spec.get("source") is None else str(spec["source"]),
+            long_context=_own_long(spec.get("long_context"), scale, f"{where}.long_context"),
+            tiers=tiers,
+            server_tools=tools,
+            aliases=tuple(a.lower() for a in names),
+        )
+        entries[key] = entry
+        for alias in entry.aliases:
+            if alias in aliases and aliases[alias] != key:
+                raise PriceTableError(f"alias {alias!r} names both {aliases[alias]} and {key}")
+            aliases[alias] = key
+    for alias in aliases:
+        if alias in entries:
+            raise PriceTableError(f"alias {alias!r} is also a model of its own")
+    table_version = version or str(doc.get("version") or f"prices-{digest}")
+    return PriceTable(table_version, entries, aliases, FORMAT)
+
+
+# LiteLLM: "<base>[_above_<N>k_tokens][_<tier>]"
+_LITELLM_FIELDS = {
+    "input_cost_per_token": "input",
+    "output_cost_per_token": "output",
+    "cache_read_input_token_cost": "cache_read",
+    "cache_creation_input_token_cost": "cache_write",
+    "cache_creation_input_token_cost_above_1hr": "cache_write_1h",
+    "output_cost_per_reasoning_token": "reasoning",
+}
+_LITELLM_KEY = re.compile(
+    r"^(?P<base>input_cost_per_token|output_cost_per_token|cache_read_input_token_cost"
+    r"|cache_creation_input_token_cost(?:_above_1hr)?|output_cost_per_reasoning_token)"
+    r"(?:_above_(?P<k>\d+)k_tokens)?(?:_(?P<tier>priority|flex|batches))?$"
+)
+_LITELLM_TIERS = {"priority": "priority", "flex": "flex", "batches": "batch"}
+_LITELLM_MODES = frozenset({"chat", "responses", "completion"})
+
+
+def _load_litellm(doc: Mapping[str, Any], version: str) -> PriceTable:
+    entries: dict[str, PriceEntry] = {}
+    for raw_key, spec in doc.items():
+        if raw_key == "sample_spec" or not isinstance(spec, dict):
+            continue
+        mode = spec.get("mode")
+        if mode is not None and mode not in _LITELLM_MODES:
+            continue
+        key = str(raw_key).strip().lower()
+        where = str(raw_key)
+        # (threshold or 0, tier or "") -> field -> price
+        groups: dict[tuple[int, str], dict[str, Decimal]] = {}
+        for name, value in spec.items():
+            match = _LITELLM_KEY.match(name)
+            if match is None or value is None:
+                continue
+            price = _decimal(value, f"{where}.{name}")
+            if price is None:
+                continue
+            threshold = int(match["k"]) * 1000 if match["k"] else 0
+            tier = _LITELLM_TIERS[match["tier"]] if match["tier"] else ""
+            groups.setdefault((threshold, tier), {})[_LITELLM_FIELDS[match["base"]]] = price
+        base = groups.get((0, ""), {})
+        if "input" not in base or "output" not in base:
+            continue
+        rates = Rates(**base)
+        tiers = {
+            tier: Tier(Rates(**values), _litellm_long(groups, tier))
+            for (threshold, tier), values in groups.items()
+            if tier and not threshold
+        }
+        tools: dict[str, Decimal] = {}
+        search = spec.get("search_context_cost_per_query")
+        if isinstance(search, dict):
+            medium = search.get("search_context_size_medium")
+            if medium is not None:
+                price = _decimal(medium, f"{where}.search_context_cost_per_query")
+                if price is not None:
+                    tools["web_search"] = price
+        per_1k = spec.get("file_search_cost_per_1k_calls")
+        if per_1k is not None:
+            price = _decimal(per_1k, f"{where}.file_search_cost_per_1k_calls")
+            if price is not None:
+                tools["file_search"] = price / 1000
+        session = spec.get("code_interpreter_cost_per_session")
+        if session is not None:
+            price = _decimal(session, f"{where}.code_interpreter_cost_per_session")
+            if price is not None:
+                tools["code_interpreter"] = price
+        provider = spec.get("litellm_provider")
+        entries[key] = PriceEntry(
+            key=key,
+            rates=rates,
+            provider=None if provider is None else str(provider),
+            as_of=None,
+            source=None if spec.get("source") is None else str(spec["source"]),
+            long_context=_litellm_long(groups, ""),
+            tiers=tiers,
+            server_tools=tools,
+        )
+    # "anthropic/claude-…", "azure/gpt-4o": the bare name, when no entry has it,
+    # points at the provider's own entry first, then any other.
+    aliases: dict[str, str] = {}
+    first = ("openai", "anthropic", "text-completion-openai")
+    ordered = sorted(entries.values(), key=lambda e: (e.provider not in first, e.key))
+    for entry in ordered:
+        bare = model_base(entry.key)
+        if bare != entry.key and bare not in entries and bare not in aliases:
+            aliases[bare] = entry.key
+    return PriceTable(version, entries, aliases, "litellm")
+
+
+def _litellm_long(
+    groups: Mapping[tuple[int, str], Mapping[str, Decimal]], tier: str
+) -> tuple[LongContext, ...]:
+    return tuple(
+        LongContext(threshold, Rates(**values))
+        for (threshold, name), values in sorted(groups.items())
+        if threshold and name == tier
+    )
+
+
+# -- costs ----------------------------------------------------------------------
+
+
+def _n(value: int | None) -> int:
+    return value if value is not None and value > 0 else 0
+
+
+def cost_of(
+    entry: PriceEntry,
+    table_version: str,
+    *,
+    input_tokens: int | None,
+    output_tokens: int | None,
+    cache_read_tokens: int | None = None,
+    cache_write_tokens: int | None = None,
+    cache_write_1h_tokens: int | None = None,
+    reasoning_tokens: int | None = None,
+    service_tier: str | None = None,
+    server_tool_requests: Mapping[str, int] | None = None,
+) -> Cost:
+    """The exact cost of one request's usage under ``entry``."""
+    rates = entry.rates
+    long_tiers = entry.long_context
+    tier_used = None
+    if service_tier and service_tier in entry.tiers:
+        tier = entry.tiers[service_tier]
+        rates = tier.rates.over(rates)
+        tier_used = service_tier
+        if tier.long_context:
+            long_tiers = tier.long_context
+    inp = _n(input_tokens)
+    long_used = False
+    for lc in reversed(long_tiers):  # sorted by threshold: the highest one exceeded
+        if inp > lc.above_input_tokens:
+            rates = lc.rates.over(rates)
+            long_used = True
+            break
+    in_rate = rates.input or Decimal(0)
+    cache_read = _n(cache_read_tokens)
+    cache_write = _n(cache_write_tokens)
+    write_1h = min(_n(cache_write_1h_tokens), cache_write)
+    write_default = cache_write - write_1h
+    uncached = max(0, inp - cache_read - cache_write)
+    out = _n(output_tokens)
+    reasoning = min(_n(reasoning_tokens), out) if rates.reasoning is not None else 0
+    write_rate = rates.cache_write if rates.cache_write is not None else in_rate
+    total = (
+        uncached * in_rate
+        + cache_read * (rates.cache_read if rates.cache_read is not None else in_rate)
+        + write_default * write_rate
+        + write_1h * (rates.cache_write_1h if rates.cache_write_1h is not None else write_rate)
+        + (out - reasoning) * (rates.output or Decimal(0))
+        + reasoning * (rates.reasoning or Decimal(0))
+    )
+    for tool, count in (server_tool_requests or {}).items():
+        price = entry.server_tools.get(tool)
+        if price is not None and count > 0:
+            total += count * price
+    usd = total.quantize(QUANTUM, rounding=ROUND_HALF_EVEN)
+    version = f"{table_version}:{entry.key}@{entry.as_of or 'undated'}"
+    return Cost(f"{usd:.12f}", version, tier_used, long_used)
+
+
+def price_record(record: StreamRecord, table: PriceTable) -> Cost | None:
+    """The cost of a record's usage, or None when its model has no price (or no usage).
+
+    The model that served the request (``response_model``, e.g. a dated
+    snapshot) is priced first, the requested one if the table lacks it.
+    """
+    if record.input_tokens is None and record.output_tokens is None:
+        return None
+    entry = table.resolve(record.response_model) or table.resolve(record.model)
+    if entry is None:
+        return None
+    return cost_of(
+        entry,
+        table.version,
+        input_tokens=record.input_tokens,
+        output_tokens=record.output_tokens,
+        cache_read_tokens=record.cache_read_tokens,
+        cache_write_tokens=record.cache_write_tokens,
+        cache_write_1h_tokens=record.cache_write_1h_tokens,
+        reasoning_tokens=record.reasoning_tokens,
+        service_tier=record.service_tier,
+        server_tool_requests=record.server_tool_requests,
+    )

@@ -1,0 +1,1 @@
+"""Data files shipped with recorder (the price table, ``prices.json``)."""

@@ -1,0 +1,333 @@
+"""Unit tests of recorder/core/billing.py: sources, estimates and cost on finished records."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from recorder.core import StreamMeter, StreamRecord
+from recorder.core.billing import apply_prices, complete_usage
+from recorder.core.estimate import PROFILES, Calibration, Estimator, InputCounts, count_request
+from recorder.core.pricing import PriceTable, load_prices
+from recorder.core.record import FIELDS
+
+PRICES: PriceTable = load_prices(
+    json.dumps(
+        {
+            "format": "recorder-prices/1",
+            "version": "test",
+            "unit": "1M",
+            "providers": {
+                "anthropic": {"server_tools": {"web_search": "0.01"}},
+                "openai": {"server_tools": {"web_search": "0.01"}},
+            },
+            "models": {
+                "claude-sonnet-4-5": {
+                    "provider": "anthropic",
+                    "as_of": "2026-11-30",
+                    "input": "3",
+                    "output": "15",
+                    "cache_read": "0.3",
+                    "cache_write": "3.75",
+                    "cache_write_1h": "6",
+                },
+                "gpt-4o": {
+                    "provider": "openai",
+                    "as_of": "2026-11-30",
+                    "input": "2.5",
+                    "output": "10",
+                    "cache_read": "1.25",
+                    "service_tiers": {"priority": {"input": "4.25", "output": "17"}},
+                },
+                "gpt-4o-2024-05-13": {
+                    "provider": "openai",
+                    "as_of": "2026-11-30",
+                    "input": "5",
+                    "output": "15",
+                },
+                "gpt-5-mini": {
+                    "provider": "openai",
+                    "as_of": "2026-11-30",
+                    "input": "0.25",
+                    "output": "2",
+                },
+            },
+        }
+    ).encode()
+)
+M = Decimal(1_000_000)
+
+
+def sse(events: list[dict[str, Any]], *, named: bool) -> bytes:
+    out = bytearray()
+    for payload in events:
+        data = json.dumps(payload, ensure_ascii=False).encode()
+        if named:
+            out += b"event: " + payload["type"].encode() + b"\n"
+        out += b"data: " + data + b"\n\n"
+    return bytes(out)
+
+
+def run(
+    endpoint: str,
+    body: bytes,
+    *,
+    ending: str = "eof",
+    model: str | None = None,
+    request: dict[str, Any] | None = None,
+    status: int = 200,
+    estimator: Estimator | None = None,
+) -> StreamRecord:
+    meter = StreamMeter(endpoint, record=StreamRecord(model=model))
+    meter.headers(None, status)
+    meter.feed(body)
+    rec = meter.finish(ending=ending)
+    counts = None
+    if request is not None:
+        counts = count_request(json.dumps(request).encode(), endpoint)
+    complete_usage(rec, meter.interpreter.obs, counts, PRICES, estimator)
+    return rec
+
+
+ANTHROPIC_START = {
+    "type": "message_start",
+    "message": {
+        "id": "msg_1",
+        "model": "claude-sonnet-4-5-20250929",
+        "usage": {
+            "input_tokens": 100,
+            "cache_read_input_tokens": 1000,
+            "cache_creation_input_tokens": 500,
+            "cache_creation": {"ephemeral_5m_input_tokens": 300, "ephemeral_1h_input_tokens": 200},
+            "output_tokens": 1,
+            "service_tier": "standard",
+        },
+    },
+}
+
+
+def text_delta(text: str) -> dict[str, Any]:
+    return {
+        "type": "content_block_delta",
+        "index": 0,
+        "delta": {"type": "text_delta", "text": text},
+    }
+
+
+def test_cut_anthropic_stream_keeps_exact_input_and_estimates_output() -> None:
+    body = sse([ANTHROPIC_START, text_delta("x" * 360)], named=True)
+    rec = run("messages", body, ending="upstream_disconnect", model="claude-sonnet-4-5")
+    assert rec.outcome == "upstream_disconnect"
+    assert (rec.input_tokens, rec.cache_read_tokens, rec.cache_write_tokens) == (1600, 1000, 500)
+    assert (rec.cache_write_5m_tokens, rec.cache_write_1h_tokens) == (300, 200)
+    assert rec.input_source == "reported"
+    assert rec.output_source == "estimated"
+    assert rec.usage_source == "mixed"
+    expected_output = round(100 + PROFILES["anthropic"].response_tokens)
+    assert rec.output_tokens == expected_output  # not the provisional 1
+    assert rec.estimate_method == "e1;output:chars/default"
+    assert rec.service_tier == "standard"
+    cost = (
+        100 * Decimal(3) + 1000 * Decimal("0.3") + 300 * Decimal("3.75") + 200 * Decimal(6)
+    ) / M + expected_output * Decimal(15) / M
+    assert rec.cost_usd == f"{cost:.12f}"
+    assert rec.price_version == "test:claude-sonnet-4-5@2026-11-30"
+
+
+def test_provisional_output_is_a_floor_never_the_figure() -> None:
+    start = json.loads(json.dumps(ANTHROPIC_START))
+    start["message"]["usage"]["output_tokens"] = 7
+    rec = run("messages", sse([start], named=True), ending="client_disconnect")
+    assert rec.output_tokens == 7 and rec.output_source == "estimated"
+
+
+def test_reported_usage_is_left_as_it_is() -> None:
+    body = sse(
+        [
+            ANTHROPIC_START,
+            text_delta("Hello"),
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn"},
+                "usage": {"output_tokens": 42, "server_tool_use": {"web_search_requests": 3}},
+            },
+            {"type": "message_stop"},
+        ],
+        named=True,
+    )
+    rec = run("messages", body)
+    assert (rec.input_source, rec.output_source, rec.usage_source) == ("reported",) * 3
+    assert rec.output_tokens == 42 and rec.estimate_method is None
+    assert rec.server_tool_requests == {"web_search": 3}
+    cost = (100 * 3 + 1000 * Decimal("0.3") + 300 * Decimal("3.75") + 200 * 6 + 42 * 15) / M
+    assert rec.cost_usd == f"{cost + 3 * Decimal('0.01'):.12f}"
+
+
+def chat_chunk(delta: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "id": "c",
+        "model": "gpt-4o-2024-08-06",
+        "choices": [{"index": 0, "delta": delta}],
+        **extra,
+    }
+
+
+def test_chat_without_include_usage_is_estimated_and_billed() -> None:
+    body = (
+        sse(
+            [chat_chunk({"role": "assistant", "content": ""})]
+            + [chat_chunk({"content": t}) for t in ("Hello", ",", " world", "!")],
+            named=False,
+        )
+        + b"data: [DONE]\n\n"
+    )
+    request = {
+        "model": "gpt-4o",
+        "stream": True,
+        "messages": [{"role": "user", "content": "x" * 400}],
+    }
+    rec = run("chat.completions", body, model="gpt-4o", request=request)
+    assert rec.outcome == "completed"
+    assert (rec.input_source, rec.output_source, rec.usage_source) == ("estimated",) * 3
+    assert rec.output_tokens == 4  # one token per delta
+    p = PROFILES["openai-o200k"]
+    assert rec.input_tokens == round(100 + p.message_tokens + p.request_tokens)
+    assert rec.estimate_method == "e1;input:chars/default;output:deltas"
+    assert rec.input_breakdown is not None and rec.input_breakdown["latin"] == 400
+    assert rec.cost_usd == f"{(rec.input_tokens * Decimal('2.5') + 4 * 10) / M:.12f}"
+    assert rec.price_version == "test:gpt-4o@2026-11-30"
+
+
+def test_chat_service_tier_prices_the_record() -> None:
+    usage = {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
+    body = (
+        sse(
+            [
+                chat_chunk({"content": "Hi"}, service_tier="priority"),
+                {"id": "c", "choices": [], "usage": usage},
+            ],
+            named=False,
+        )
+        + b"data: [DONE]\n\n"
+    )
+    rec = run("chat.completions", body, model="gpt-4o")
+    assert rec.service_tier == "priority"
+    assert rec.cost_usd == f"{(10 * Decimal('4.25') + 2 * 17) / M:.12f}"
+
+
+def test_the_serving_snapshot_is_priced() -> None:
+    usage = {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
+    chunk = chat_chunk({"content": "Hi"})
+    chunk["model"] = "gpt-4o-2024-05-13"
+    body = sse([chunk, {"id": "c", "choices": [], "usage": usage}], named=False)
+    rec = run("chat.completions", body, model="gpt-4o")
+    assert rec.price_version == "test:gpt-4o-2024-05-13@2026-11-30"
+
+
+def test_responses_web_search_and_hidden_reasoning() -> None:
+    body = sse(
+        [
+            {"type": "response.created", "response": {"id": "r", "model": "gpt-5-mini"}},
+            {"type": "response.output_item.added", "item": {"type": "web_search_call"}},
+            {"type": "response.reasoning_summary_text.delta", "delta": "Searching…"},
+            *({"type": "response.output_text.delta", "delta": w} for w in ("The", " answer", ".")),
+        ],
+        named=True,
+    )
+    rec = run("responses", body, ending="client_disconnect", model="gpt-5-mini")
+    assert rec.server_tool_requests == {"web_search": 1}
+    profile = PROFILES["openai-reasoning"]
+    # three deltas, the message's framing, and the search call's (a tool call)
+    assert rec.output_tokens == 3 + profile.response_tokens + profile.call_tokens
+    assert rec.estimate_method == "e1;output:deltas+hidden-reasoning"
+    assert rec.input_source == "none" and rec.usage_source == "mixed"
+    assert rec.output_breakdown is not None and rec.output_breakdown["summary"] == len("Searching…")
+    cost = rec.output_tokens * Decimal(2) / M + Decimal("0.01")
+    assert rec.cost_usd == f"{cost:.12f}"
+
+
+def test_http_error_is_not_billed() -> None:
+    rec = run("chat.completions", b"", status=429, model="gpt-4o", request={"messages": []})
+    assert rec.outcome == "http_error"
+    assert (rec.input_source, rec.output_source, rec.usage_source) == ("none",) * 3
+    assert rec.input_tokens is None and rec.output_tokens is None
+    assert rec.cost_usd is None and rec.price_version is None and rec.estimate_method is None
+
+
+def test_unpriced_model_has_sources_but_no_cost() -> None:
+    chunk = chat_chunk({"content": "Hi"})
+    chunk["model"] = "mystery-model-2026-01-01"
+    rec = run("chat.completions", sse([chunk], named=False), model="mystery-model")
+    assert rec.output_source == "estimated"
+    assert rec.cost_usd is None and rec.price_version is None
+
+
+def test_no_prices_leaves_cost_unset_and_no_obs_uses_the_record() -> None:
+    rec = StreamRecord(endpoint="chat.completions", model="gpt-4o", outcome="truncated")
+    rec.output_chars = 400
+    complete_usage(rec, None, None, None, None)
+    assert rec.output_tokens == 100 and rec.output_source == "estimated"
+    assert rec.cost_usd is None
+    apply_prices(rec, PRICES)
+    assert rec.cost_usd == f"{100 * Decimal(10) / M:.12f}"
+
+
+def test_completed_records_teach_the_estimator() -> None:
+    estimator = Estimator(Calibration(min_samples=1))
+    body = sse(
+        [
+            ANTHROPIC_START,
+            text_delta("y" * 1000),
+            {"type": "message_delta", "delta": {}, "usage": {"output_tokens": 503}},
+            {"type": "message_stop"},
+        ],
+        named=True,
+    )
+    run("messages", body, estimator=estimator)
+    assert estimator.calibration.ratio("claude-sonnet-4-5", "output", "latin") == 2.0
+    cut = run(
+        "messages", sse([ANTHROPIC_START, text_delta("z" * 100)], named=True), estimator=estimator
+    )
+    assert cut.estimate_method == "e1;output:chars/calibrated"
+    assert cut.output_tokens == 50 + PROFILES["anthropic"].response_tokens
+
+
+def test_new_fields_are_printed_and_serialisable() -> None:
+    for name in (
+        "service_tier",
+        "cache_write_5m_tokens",
+        "cache_write_1h_tokens",
+        "server_tool_requests",
+        "output_breakdown",
+        "input_breakdown",
+    ):
+        assert name in FIELDS
+    rec = run("messages", sse([ANTHROPIC_START, text_delta("ok")], named=True))
+    assert json.loads(json.dumps(rec.to_dict()))["output_breakdown"]["latin"] == 2
+
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "openai-chat" / "d61558011839.sse"
+
+
+def test_real_capture_estimate_matches_its_reported_usage() -> None:
+    meter = StreamMeter("chat.completions")
+    meter.feed(FIXTURE.read_bytes())
+    reported = meter.finish()
+    assert reported.output_tokens == 177
+    reported.output_tokens = None
+    reported.output_source = "none"
+    complete_usage(reported, meter.interpreter.obs, None, PRICES, None)
+    assert reported.output_tokens == 177
+    assert reported.estimate_method == "e1;output:deltas"
+
+
+@pytest.mark.parametrize("endpoint", ["chat.completions", "responses", "messages"])
+def test_empty_stream_estimates_zero_output(endpoint: str) -> None:
+    rec = run(endpoint, b"", ending="client_disconnect", request={"messages": [], "input": []})
+    assert rec.output_tokens == 0 and rec.output_source == "estimated"
+    assert isinstance(rec.input_breakdown, dict)
+    assert InputCounts.from_breakdown(rec.input_breakdown).messages == 0
