@@ -133,7 +133,11 @@ class StreamMeter:
             return
         timed = self._t0 is not None and now is not None
         if timed:
-            self._bytes_at(now)  # type: ignore[arg-type]
+            last = self._last_byte  # _bytes_at, inlined: this runs for every piece
+            if last is not None and now - last > self._max_silence:  # type: ignore[operator]
+                self._max_silence = now - last  # type: ignore[operator]
+                self._silence_at = last
+            self._last_byte = now
         items = self.framer.feed(data)
         if not items:
             return
