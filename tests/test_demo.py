@@ -44,10 +44,13 @@ def test_cli_prints_one_json_document(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))  # mitmproxy's confdir goes there
-    out = tmp_path / "demo.jsonl"
-    assert main(["demo", "--format", "json", "--jsonl", str(out)]) == 0
+    monkeypatch.delenv("RECORDER_KEY_SECRET", raising=False)
+    db = tmp_path / "demo.db"
+    assert main(["demo", "--format", "json", "--db", f"sqlite:///{db}"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["outcome"] for r in rows] == EXPECTED
-    lines = out.read_text().splitlines()
-    assert len(lines) == len(EXPECTED)
-    assert "sk-demo" not in out.read_text()
+    # and the database holds the same streams
+    assert main(["sessions", "--db", f"sqlite:///{db}", "--format", "json"]) == 0
+    stored = json.loads(capsys.readouterr().out)
+    assert sorted(r["id"] for r in stored) == sorted(r["id"] for r in rows)
+    assert b"sk-demo" not in db.read_bytes()

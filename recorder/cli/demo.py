@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 
 from recorder.cli.render import emit
-from recorder.keys import load_secret
-from recorder.sinks import JsonlSink
 
 COLUMNS = (
     "endpoint",
@@ -30,6 +28,9 @@ COLUMNS = (
 )
 
 
+DEMO_DB = "sqlite:///recorder-demo.db"
+
+
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register the `demo` command."""
     p = sub.add_parser(
@@ -38,10 +39,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         description=__doc__,
     )
     p.add_argument(
-        "--jsonl",
-        metavar="FILE",
-        default="recorder-demo.jsonl",
-        help="where the demo's records are appended (default recorder-demo.jsonl)",
+        "--db",
+        default=DEMO_DB,
+        help=f"where the demo's records go (default {DEMO_DB}, apart from your own)",
     )
     p.add_argument("--format", choices=("table", "json", "csv"), default=None)
     p.set_defaults(func=run)
@@ -49,15 +49,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def run(args: argparse.Namespace) -> int:
     """Execute `recorder demo`."""
+    from recorder.cli.proxy import open_store
     from recorder.demo import SCENARIOS, run_demo
 
-    path = Path(args.jsonl)
-    try:
-        secret = load_secret(path.resolve().parent / ".recorder-key-secret")
-        sink = JsonlSink(path)
-    except OSError as e:
-        print(f"recorder demo: {e}", file=sys.stderr)
+    spool_dir = Path.cwd()
+    if args.db.startswith("sqlite:///") and args.db[len("sqlite:///") :] not in ("", ":memory:"):
+        spool_dir = Path(args.db[len("sqlite:///") :]).resolve().parent
+    opened = open_store(args.db, spool_dir, "demo")
+    if opened is None:
         return 1
+    secret, sink = opened
     chatty = (args.format is None and sys.stdout.isatty()) or args.format == "table"
     say = (lambda line: print(line, file=sys.stderr, flush=True)) if chatty else None
     if say:
@@ -67,12 +68,17 @@ def run(args: argparse.Namespace) -> int:
     rows = [r.to_dict() for r in records]
     emit(rows, args.format, columns=COLUMNS)
     if say:
+        stats = sink.stats()
+        db = "" if args.db == DEMO_DB else f" --db {args.db}"
+        first = records[3].id if len(records) > 3 else "ID"
         say(
-            f"\n{len(records)} streams recorded, appended to {path}.\n"
+            f"\n{len(records)} streams recorded ({stats['written']} written to {args.db},"
+            f" {stats['spooled']} spooled).\n"
             "Where to look next:\n"
-            f"  every field of a record:   tail -n 1 {path} | python3 -m json.tool\n"
-            "  your own traffic:          scripts/run   (then point your SDK at it, see README)\n"
-            "  a captured body, offline:  recorder replay FILE --endpoint messages\n"
-            "  what each field means:     docs/record.md"
+            f"  the same, from the database:   recorder sessions --db {args.db}\n"
+            f"  one stream and its timeline:   recorder show {first}{db or ' --db ' + args.db}\n"
+            "  your own traffic:              scripts/run, then point your SDK at it (README)\n"
+            "  the metrics:                   curl -s 127.0.0.1:9464/metrics (while it runs)\n"
+            "  what each field means:         docs/record.md"
         )
     return 0

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from recorder import __version__
-from recorder.cli import demo, proxy, replay, simulate
+from recorder.cli import db, demo, proxy, replay, sessions, simulate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,9 +18,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"recorder {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     proxy.add_parser(sub)
+    sessions.add_parser(sub)
     demo.add_parser(sub)
     replay.add_parser(sub)
     simulate.add_parser(sub)
+    db.add_parser(sub)
     return parser
 
 

@@ -11,11 +11,12 @@ import argparse
 import asyncio
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from recorder.keys import load_secret
 from recorder.proxy.addon import Recorder, RecorderConfig
-from recorder.sinks import JsonlSink
+from recorder.sinks import FanoutSink, JsonlSink, Sink
+from recorder.store import SqlSink, StoreError, StoreUnavailable, key_secret, upgrade
 
 DEFAULT_DB = "sqlite:///recorder.db"
 
@@ -156,12 +157,15 @@ class Settings:
             return Path(self.db[len(prefix) :]).resolve().parent
         return Path.cwd()
 
-    @property
-    def records_file(self) -> Path:
-        """Where records go until the SQL store exists: JSON lines."""
-        if self.jsonl:
-            return Path(self.jsonl)
-        return self.spool_dir / "recorder.jsonl"
+
+def _redact(url: str) -> str:
+    """A database URL without its password, for printing."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return url
 
 
 def _banner(settings: Settings, confdir: str) -> object:
@@ -183,11 +187,37 @@ def _banner(settings: Settings, confdir: str) -> object:
                 lines.append(f"  {lst.mode.split('@')[0]}  {base}")
                 lines.append(f"    any SDK:        HTTPS_PROXY={base} HTTP_PROXY={base} \\")
                 lines.append(f"                    SSL_CERT_FILE={confdir}/mitmproxy-ca-cert.pem")
-        lines.append(f"  records:  {settings.records_file} (JSON lines, one per stream)")
+        lines.append(f"  records:  {_redact(settings.db)}  (spool: {settings.spool_dir})")
+        if settings.jsonl:
+            lines.append(f"            and {settings.jsonl} (JSON lines)")
         lines.append(f"  metrics:  {settings.metrics_url}")
         print("\n".join(lines), flush=True)
 
     return show
+
+
+def open_store(db: str, spool_dir: Path, who: str) -> tuple[bytes, SqlSink] | None:
+    """Upgrade the database, read the key secret, open the writer; None after an error.
+
+    A database that cannot be reached is not fatal: records are spooled in
+    ``spool_dir`` and written once it answers (the writer upgrades it then).
+    """
+    try:
+        upgrade(db)
+        schema_ready = True
+    except StoreUnavailable as e:
+        print(f"recorder {who}: {e}; records will be spooled in {spool_dir}", file=sys.stderr)
+        schema_ready = False
+    except StoreError as e:
+        print(f"recorder {who}: {e}", file=sys.stderr)
+        return None
+    try:
+        secret = key_secret(db, cache_dir=spool_dir)
+        sink = SqlSink(db, spool_dir, upgrade=not schema_ready)
+    except (StoreUnavailable, OSError) as e:
+        print(f"recorder {who}: {e}", file=sys.stderr)
+        return None
+    return secret, sink
 
 
 def run(args: argparse.Namespace) -> int:
@@ -197,20 +227,26 @@ def run(args: argparse.Namespace) -> int:
     except OptionError as e:
         print(f"recorder proxy: {e}", file=sys.stderr)
         return 2
-    from recorder.proxy.runner import ProxySettings, serve
-
-    confdir = os.path.expanduser("~/.mitmproxy")
-    try:
-        secret = load_secret(settings.spool_dir / ".recorder-key-secret")
-        sink = JsonlSink(settings.records_file)
-    except OSError as e:
-        print(f"recorder proxy: {e}", file=sys.stderr)
-        return 1
     from prometheus_client import CollectorRegistry
 
     from recorder.core.meter import StreamMeter
     from recorder.core.record import StreamRecord
     from recorder.metrics import Metrics, serve_metrics
+    from recorder.proxy.runner import ProxySettings, serve
+
+    confdir = os.path.expanduser("~/.mitmproxy")
+    opened = open_store(settings.db, settings.spool_dir, "proxy")
+    if opened is None:
+        return 1
+    secret, store = opened
+    sink: Sink = store
+    if settings.jsonl:
+        try:
+            sink = FanoutSink(store, JsonlSink(settings.jsonl))
+        except OSError as e:
+            store.close()
+            print(f"recorder proxy: --jsonl {settings.jsonl}: {e.strerror or e}", file=sys.stderr)
+            return 1
 
     registry = CollectorRegistry()
     metrics = Metrics(registry, max_model_labels=settings.max_model_labels)
@@ -231,11 +267,22 @@ def run(args: argparse.Namespace) -> int:
         on_start=on_start,
     )
     metrics.watch_health(recorder.health)
-    metrics.watch(records_written=lambda: sink.written, records_failed=lambda: sink.failed)
+
+    def stat(name: str) -> Callable[[], float]:
+        return lambda: float(store.stats()[name])
+
+    metrics.watch(
+        write_queue_depth=stat("queue_depth"),
+        spool_depth=stat("spool_files"),
+        records_written=stat("written"),
+        records_spooled=stat("spooled"),
+        records_dropped=stat("dropped"),
+        records_failed=stat("failed"),
+    )
     try:
         server = serve_metrics(registry, settings.metrics_host, settings.metrics_port)
     except OSError as e:
-        sink.close()
+        recorder.close()
         print(
             f"recorder proxy: cannot serve metrics on {settings.metrics_host}:"
             f"{settings.metrics_port}: {e.strerror or e}",
@@ -254,8 +301,12 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        recorder.close()
+        recorder.close()  # drains the writer: every record written or spooled
         server.close()
-    stats = recorder.stats()
-    print(f"recorder: stopped; {stats['records']} records written to {settings.records_file}")
+    stats = store.stats()
+    print(
+        f"recorder: stopped; {recorder.health.records} records:"
+        f" {stats['written']} written to the database, {stats['spooled']} spooled,"
+        f" {stats['dropped']} dropped"
+    )
     return 0

@@ -1,0 +1,146 @@
+"""`recorder db upgrade` / `recorder db prune --before DATE`: schema and retention.
+
+The database is ``--db URL``, else ``RECORDER_DB``, else ``sqlite:///recorder.db``
+(the proxy's default). ``postgresql://`` URLs use psycopg 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from recorder.store.engine import (
+    StoreError,
+    display_url,
+    make_engine,
+    normalize_url,
+    sqlite_path,
+)
+from recorder.store.migrate import current_revision, head_revision, upgrade
+from recorder.store.queries import QueryError, count_before, parse_when, prune
+
+DEFAULT_DB = "sqlite:///recorder.db"
+
+
+class CliError(Exception):
+    """A failure to report in one line; ``code`` is the exit status."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def add_db_option(p: argparse.ArgumentParser) -> None:
+    """The ``--db`` option every store command takes."""
+    p.add_argument(
+        "--db",
+        metavar="URL",
+        help=f"SQLAlchemy URL of the store (default: RECORDER_DB, else {DEFAULT_DB})",
+    )
+
+
+def db_url(args: argparse.Namespace) -> str:
+    """The database a command works on."""
+    return getattr(args, "db", None) or os.environ.get("RECORDER_DB") or DEFAULT_DB
+
+
+def open_for_reading(url: str) -> Engine:
+    """An engine on an existing, migrated store. Raises CliError otherwise (a
+    reading command never creates a database)."""
+    try:
+        path = sqlite_path(url)
+        if path is not None and not Path(path).expanduser().is_file():
+            raise CliError(f"no database at {path} (run `recorder proxy` or `recorder db upgrade`)")
+        engine = make_engine(url)
+    except StoreError as e:
+        raise CliError(str(e), 2) from None
+    try:
+        with engine.connect() as conn:
+            rev = current_revision(conn)
+    except SQLAlchemyError as e:
+        engine.dispose()
+        raise CliError(f"cannot read {display_url(url)}: {_first_line(e)}") from None
+    if rev is None:
+        engine.dispose()
+        raise CliError(f"{display_url(url)} holds no recorder tables (run `recorder db upgrade`)")
+    return engine
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(getattr(e, "orig", None) or e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register the `db` command group."""
+    p = sub.add_parser("db", help="schema migrations and retention of the store")
+    dbsub = p.add_subparsers(dest="db_command", metavar="SUBCOMMAND", required=True)
+    up = dbsub.add_parser(
+        "upgrade", help="create or migrate the store's tables (the proxy also does on start)"
+    )
+    add_db_option(up)
+    up.set_defaults(func=run)
+    pr = dbsub.add_parser("prune", help="delete streams that started before a date")
+    pr.add_argument(
+        "--before",
+        required=True,
+        metavar="DATE",
+        help="streams started before this go: 2026-01-01, 2026-01-01T12:00Z, or an age (90d)",
+    )
+    pr.add_argument("--dry-run", action="store_true", help="only count what would be deleted")
+    add_db_option(pr)
+    pr.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute `recorder db ...`."""
+    try:
+        if args.db_command == "upgrade":
+            return _upgrade(args)
+        return _prune(args)
+    except CliError as e:
+        print(f"recorder db {args.db_command}: {e}", file=sys.stderr)
+        return e.code
+
+
+def _upgrade(args: argparse.Namespace) -> int:
+    url = db_url(args)
+    try:
+        normalize_url(url)
+    except StoreError as e:
+        raise CliError(str(e), 2) from None
+    try:
+        rev = upgrade(url)
+    except StoreError as e:  # unreachable, or cannot be migrated
+        raise CliError(f"{display_url(url)}: {e}") from None
+    except SQLAlchemyError as e:
+        raise CliError(f"{display_url(url)}: {_first_line(e)}") from None
+    head = head_revision()
+    print(f"{display_url(url)}: at revision {rev} (newest: {head})")
+    return 0
+
+
+def _prune(args: argparse.Namespace) -> int:
+    try:
+        before = parse_when(args.before)
+    except QueryError as e:
+        raise CliError(str(e), 2) from None
+    url = db_url(args)
+    engine = open_for_reading(url)
+    try:
+        if args.dry_run:
+            n = count_before(engine, before)
+            print(f"{n} stream(s) started before {before.isoformat()} would be deleted")
+        else:
+            n = prune(engine, before)
+            print(f"deleted {n} stream(s) started before {before.isoformat()}")
+    except SQLAlchemyError as e:
+        raise CliError(f"{display_url(url)}: {_first_line(e)}") from None
+    finally:
+        engine.dispose()
+    return 0

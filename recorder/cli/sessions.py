@@ -1,0 +1,233 @@
+"""`recorder sessions` (recorded streams, newest first) and `recorder show ID`
+(one stream in full, with a timeline of its gaps and stalls).
+
+``--format json`` prints one document: an array of streams for ``sessions``,
+one object with ``gaps`` for ``show``. ``csv`` has every field as a column.
+``table`` (the default on a terminal) is for reading: tokens that were
+estimated, not reported, carry a ``~``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from recorder.cli.db import CliError, add_db_option, db_url, open_for_reading
+from recorder.cli.render import default_format, emit, vertical
+from recorder.core.protocols import ENDPOINTS
+from recorder.core.record import FIELDS, OUTCOMES, StreamRecord
+from recorder.store.queries import QueryError, SessionFilter, get_stream, list_sessions, parse_when
+
+FORMATS = ("table", "json", "csv")
+TABLE_COLUMNS = (
+    "id",
+    "started_at",
+    "endpoint",
+    "model",
+    "outcome",
+    "ttft_ms",
+    "duration_ms",
+    "stalls",
+    "input",
+    "output",
+    "cost_usd",
+    "key",
+)
+TIMELINE_WIDTH = 60
+# One lane per kind of gap, with the mark drawn over its extent.
+LANES = (("stall", "#"), ("keepalive", "~"), ("silence", "!"))
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register the `sessions` and `show` commands."""
+    p = sub.add_parser("sessions", help="list recorded streams, newest first")
+    p.add_argument("--since", metavar="TIME", help="started at or after (2026-01-31, 12h, 7d)")
+    p.add_argument("--until", metavar="TIME", help="started before")
+    p.add_argument("--endpoint", choices=ENDPOINTS, help="only this endpoint")
+    p.add_argument("--model", help="only this requested model ('*' matches anything)")
+    p.add_argument(
+        "--outcome",
+        action="append",
+        metavar="OUTCOME",
+        help=f"only these outcomes (repeatable or comma-separated): {', '.join(OUTCOMES)}",
+    )
+    p.add_argument(
+        "--key",
+        help="only this API key: its fingerprint, the fingerprint's hex or last-four part, "
+        "or the key itself (fingerprinted, never stored)",
+    )
+    p.add_argument(
+        "--limit", type=int, default=50, help="at most this many streams (default 50; 0: all)"
+    )
+    _common(p)
+    p.set_defaults(func=run)
+
+    s = sub.add_parser("show", help="one stream in full, with its timeline of gaps and stalls")
+    s.add_argument("id", help="the stream's id (or a unique prefix of it)")
+    _common(s)
+    s.set_defaults(func=run)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    add_db_option(p)
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default=None,
+        help="output format (default: table on a terminal, json otherwise)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute `recorder sessions` or `recorder show`."""
+    show = getattr(args, "id", None) is not None
+    name = "show" if show else "sessions"
+    try:
+        return run_show(args) if show else run_sessions(args)
+    except CliError as e:
+        print(f"recorder {name}: {e}", file=sys.stderr)
+        return e.code
+    except QueryError as e:
+        print(f"recorder {name}: {e}", file=sys.stderr)
+        return 2
+
+
+def _outcomes(values: list[str] | None) -> list[str]:
+    out: list[str] = []
+    for v in values or []:
+        out += [o.strip() for o in v.split(",") if o.strip()]
+    return out
+
+
+def run_sessions(args: argparse.Namespace) -> int:
+    """`recorder sessions`: list, filter, render."""
+    if args.limit < 0:
+        raise CliError("--limit must be 0 (all) or more", 2)
+    f = SessionFilter(
+        since=parse_when(args.since) if args.since else None,
+        until=parse_when(args.until) if args.until else None,
+        endpoint=args.endpoint,
+        model=args.model,
+        outcomes=_outcomes(args.outcome),
+        key=args.key,
+        limit=args.limit or None,
+    )
+    url = db_url(args)
+    engine = open_for_reading(url)
+    try:
+        records = list_sessions(engine, f)
+    except SQLAlchemyError as e:
+        raise CliError(f"cannot read the store: {e.orig if hasattr(e, 'orig') else e}") from None
+    finally:
+        engine.dispose()
+    fmt = default_format(args.format)
+    if fmt == "table":
+        emit([table_row(r) for r in records], fmt, columns=TABLE_COLUMNS)
+        if not records:
+            print("(no streams)", file=sys.stderr)
+    else:
+        emit([r.to_dict() for r in records], fmt, columns=FIELDS)
+    return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    """`recorder show ID`: one stream with its gaps."""
+    url = db_url(args)
+    engine = open_for_reading(url)
+    try:
+        try:
+            record = get_stream(engine, args.id)
+        except QueryError as e:
+            raise CliError(str(e)) from None
+    except SQLAlchemyError as e:
+        raise CliError(f"cannot read the store: {e}") from None
+    finally:
+        engine.dispose()
+    fmt = default_format(args.format)
+    if fmt == "json":
+        emit(record.to_dict(with_gaps=True), fmt, single=True)
+    elif fmt == "csv":
+        emit(record.to_dict(with_gaps=True), fmt, single=True, columns=(*FIELDS, "gaps"))
+    else:
+        sys.stdout.write(vertical(record.to_dict()) + "\n\n" + timeline(record) + "\n")
+    return 0
+
+
+def _tokens(value: int | None, source: str) -> str | None:
+    if value is None:
+        return None
+    return f"~{value}" if source == "estimated" else str(value)
+
+
+def table_row(r: StreamRecord) -> dict[str, Any]:
+    """The compact row of `recorder sessions --format table`."""
+    return {
+        "id": r.id,
+        "started_at": (r.started_at or "").replace("T", " ")[:19],
+        "endpoint": r.endpoint,
+        "model": r.model,
+        "outcome": r.outcome,
+        "ttft_ms": None if r.ttft_ms is None else round(r.ttft_ms),
+        "duration_ms": None if r.duration_ms is None else round(r.duration_ms),
+        "stalls": r.stalls,
+        "input": _tokens(r.input_tokens, r.input_source),
+        "output": _tokens(r.output_tokens, r.output_source),
+        "cost_usd": r.cost_usd,
+        "key": r.api_key_id,
+    }
+
+
+def _ms(value: float) -> str:
+    if value >= 10_000:
+        return f"{value / 1000:,.1f} s"
+    return f"{value:,.0f} ms"
+
+
+def _span(width: int, start: float, length: float, total: float) -> range:
+    a = min(width - 1, max(0, math.floor(start / total * width)))
+    b = min(width, max(a + 1, math.ceil((start + length) / total * width)))
+    return range(a, b)
+
+
+def timeline(r: StreamRecord, width: int = TIMELINE_WIDTH) -> str:
+    """The stream drawn over its duration: the wait for the first output (``.``),
+    output (``=``), the ending (``X`` interrupted, ``|`` otherwise), and a lane per
+    kind of gap: stalls ``#``, keepalive gaps ``~``, the longest silence ``!``."""
+    ends = [g.start_ms + g.length_ms for g in r.gaps]
+    total = max([r.duration_ms or 0.0, *ends])
+    if total <= 0:
+        return "timeline: no timings (nothing to draw)"
+    label = 10
+    lines = [f"{'timeline':<{label}}0{_ms(total):>{width}}"]
+    out = [" "] * width
+    first = r.ttft_ms
+    if r.duration_ms is not None:
+        end = _span(width, 0, r.duration_ms, total)
+        for i in end:
+            out[i] = "." if first is None or i < _span(width, first, 0, total).start else "="
+        out[end.stop - 1] = "X" if r.interrupted else "|"
+    lines.append(f"{'stream':<{label}}" + "".join(out).rstrip())
+    for kind, mark in LANES:
+        lane = [" "] * width
+        gaps = [g for g in r.gaps if g.kind == kind]
+        for g in gaps:
+            for i in _span(width, g.start_ms, g.length_ms, total):
+                lane[i] = mark
+        if gaps:
+            lines.append(f"{kind:<{label}}" + "".join(lane).rstrip())
+    ending = "X " + r.outcome if r.interrupted else "| " + r.outcome
+    lines.append(
+        f"{'':<{label}}. wait  = output  {ending}  # stall  ~ keepalive gap  ! longest silence"
+    )
+    if r.gaps:
+        lines.append("")
+        lines.append(f"{'gaps':<{label}}{'start':>12}  {'length':>12}")
+        for g in r.gaps:
+            lines.append(f"{g.kind:<{label}}{_ms(g.start_ms):>12}  {_ms(g.length_ms):>12}")
+    else:
+        lines.append(f"{'gaps':<{label}}none recorded")
+    return "\n".join(lines)

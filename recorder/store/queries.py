@@ -1,0 +1,191 @@
+"""Reading the store: `recorder sessions` (filters), `recorder show`, retention.
+
+Times given by a user are UTC unless they say otherwise: ``2026-01-01``,
+``2026-01-01T12:00``, ``2026-01-01T12:00:00+02:00``, or an age such as ``90m``,
+``12h``, ``7d``, ``2w`` (that long before now).
+
+``--key`` matches a fingerprint in any of the forms a person has at hand: the
+whole fingerprint (``…3456:0a1b2c3d4e5f``), its hex part, its last-four part
+(``…3456`` or ``3456``), or the API key itself, fingerprinted here with the
+database's secret (or ``RECORDER_KEY_SECRET``) and never stored or printed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+
+from sqlalchemy import ColumnElement, Engine, delete, func, select
+from sqlalchemy.orm import Session, selectinload
+
+from recorder.core.record import OUTCOMES, StreamRecord
+from recorder.keys import fingerprint
+from recorder.store.models import (
+    STREAM_GAPS,
+    STREAMS,
+    Stream,
+    record_from_row,
+    to_record,
+)
+from recorder.store.secret import read_secret
+
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_HEX12 = re.compile(r"^[0-9a-f]{12}$")
+MIN_PREFIX = 4
+
+
+class QueryError(Exception):
+    """A filter or id the store cannot answer (printed to the user as is)."""
+
+
+def parse_when(text: str, now: datetime | None = None) -> datetime:
+    """A user's time (ISO 8601 date or datetime, UTC unless an offset is given, or
+    an age like ``12h``) as an aware UTC datetime. Raises QueryError."""
+    m = _AGE.match(text)
+    if m:
+        now = now or datetime.now(UTC)
+        return now - timedelta(seconds=float(m.group(1)) * _AGE_UNITS[m.group(2)])
+    value = text.strip()
+    if value.endswith(("Z", "z")):
+        value = value[:-1] + "+00:00"
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        try:
+            when = datetime.combine(date.fromisoformat(value), datetime.min.time())
+        except ValueError:
+            raise QueryError(
+                f"not a time: {text!r} (use 2026-01-31, 2026-01-31T12:00Z or an age like 12h)"
+            ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.astimezone(UTC)
+
+
+@dataclass(slots=True)
+class SessionFilter:
+    """What `recorder sessions` selects (every field optional)."""
+
+    since: datetime | None = None
+    until: datetime | None = None
+    endpoint: str | None = None
+    model: str | None = None
+    outcomes: Sequence[str] = ()
+    key: str | None = None
+    limit: int | None = 50
+
+
+def key_condition(
+    engine: Engine, key: str, environ: Mapping[str, str] | None = None
+) -> ColumnElement[bool]:
+    """The WHERE clause matching ``key`` in any of its accepted forms."""
+    col = STREAMS.c.api_key_id
+    k = key.strip()
+    if ":" in k:
+        return col == k
+    if _HEX12.match(k):
+        return col.like(f"%:{k}")
+    short = k.removeprefix("…").removeprefix("...")
+    if len(k) <= 4 or k.startswith(("…", "...")):
+        return col.like(f"…{short}:%")
+    secret = read_secret(engine, environ)
+    if secret is None:
+        return col == ""  # no secret, so no fingerprint can match a raw key
+    return col == fingerprint(k, secret)
+
+
+def _conditions(
+    engine: Engine, f: SessionFilter, environ: Mapping[str, str] | None
+) -> list[ColumnElement[bool]]:
+    c = STREAMS.c
+    where: list[ColumnElement[bool]] = []
+    if f.since is not None:
+        where.append(c.started_at >= f.since)
+    if f.until is not None:
+        where.append(c.started_at < f.until)
+    if f.endpoint:
+        where.append(c.endpoint == f.endpoint)
+    if f.model:
+        if "*" in f.model:
+            pattern = f.model.replace("%", r"\%").replace("_", r"\_").replace("*", "%")
+            where.append(c.model.like(pattern, escape="\\"))
+        else:
+            where.append(c.model == f.model)
+    if f.outcomes:
+        bad = [o for o in f.outcomes if o not in OUTCOMES]
+        if bad:
+            raise QueryError(f"unknown outcome {bad[0]!r}: one of {', '.join(OUTCOMES)}")
+        where.append(c.outcome.in_(list(f.outcomes)))
+    if f.key:
+        where.append(key_condition(engine, f.key, environ))
+    return where
+
+
+def list_sessions(
+    engine: Engine, f: SessionFilter, *, environ: Mapping[str, str] | None = None
+) -> list[StreamRecord]:
+    """The streams matching ``f``, newest first (without their gaps)."""
+    stmt = select(STREAMS).where(*_conditions(engine, f, environ))
+    stmt = stmt.order_by(STREAMS.c.started_at.desc(), STREAMS.c.id.desc())
+    if f.limit:
+        stmt = stmt.limit(f.limit)
+    with engine.connect() as conn:
+        return [record_from_row(row) for row in conn.execute(stmt)]
+
+
+def get_stream(engine: Engine, ident: str) -> StreamRecord:
+    """One stream with its gaps, by id or by a unique id prefix (at least 4
+    characters). Raises QueryError when there is none, or several."""
+    ident = ident.strip()
+    with Session(engine) as session:
+        stream = session.get(Stream, ident, options=[selectinload(Stream.gaps)])
+        if stream is None and len(ident) >= MIN_PREFIX:
+            pattern = ident.replace("%", r"\%").replace("_", r"\_") + "%"
+            found = session.scalars(
+                select(Stream)
+                .where(Stream.id.like(pattern, escape="\\"))
+                .options(selectinload(Stream.gaps))
+                .limit(2)
+            ).all()
+            if len(found) > 1:
+                raise QueryError(f"id prefix {ident!r} matches several streams; give more of it")
+            stream = found[0] if found else None
+        if stream is None:
+            raise QueryError(f"no stream with id {ident!r}")
+        return to_record(stream)
+
+
+def count_before(engine: Engine, before: datetime) -> int:
+    """How many streams started before ``before``."""
+    with engine.connect() as conn:
+        n = conn.execute(
+            select(func.count()).select_from(STREAMS).where(STREAMS.c.started_at < before)
+        ).scalar_one()
+    return int(n)
+
+
+def prune(engine: Engine, before: datetime, *, chunk: int = 5000) -> int:
+    """Delete the streams that started before ``before`` (and their gaps), a chunk
+    per transaction so a large prune never holds the write lock for long. Returns
+    how many were deleted."""
+    total = 0
+    opts = {"sqlite_begin": "IMMEDIATE"} if engine.dialect.name == "sqlite" else {}
+    while True:
+        with engine.connect() as raw:
+            conn = raw.execution_options(**opts) if opts else raw
+            with conn.begin():
+                ids = (
+                    conn.execute(
+                        select(STREAMS.c.id).where(STREAMS.c.started_at < before).limit(chunk)
+                    )
+                    .scalars()
+                    .all()
+                )
+                if not ids:
+                    return total
+                conn.execute(delete(STREAM_GAPS).where(STREAM_GAPS.c.stream_id.in_(ids)))
+                conn.execute(delete(STREAMS).where(STREAMS.c.id.in_(ids)))
+        total += len(ids)

@@ -1,0 +1,96 @@
+"""`recorder db upgrade` and `recorder db prune`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
+
+from storedb import (
+    count_rows,
+    db_url,
+    empty_db_url,
+    pg_admin,
+    pg_template,
+    simple_record,
+    sqlite_template,
+)
+
+from recorder.cli import db
+from recorder.store.migrate import head_revision
+from recorder.store.writer import SqlSink
+
+__all__ = ["db_url", "empty_db_url", "pg_admin", "pg_template", "sqlite_template"]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    parser = argparse.ArgumentParser(prog="recorder")
+    sub = parser.add_subparsers(dest="command")
+    db.add_parser(sub)
+    code = db.run(parser.parse_args(list(argv)))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_upgrade_creates_the_store(capsys: pytest.CaptureFixture[str], empty_db_url: str) -> None:
+    code, out, err = run(capsys, "db", "upgrade", "--db", empty_db_url)
+    assert code == 0, err
+    assert f"at revision {head_revision()}" in out
+    assert count_rows(empty_db_url) == 0
+    code, out, _ = run(capsys, "db", "upgrade", "--db", empty_db_url)  # again: nothing to do
+    assert code == 0
+
+
+def test_upgrade_makes_the_directory(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "new" / "dir" / "recorder.db"
+    code, _, err = run(capsys, "db", "upgrade", "--db", f"sqlite:///{path}")
+    assert code == 0, err
+    assert path.is_file()
+
+
+def test_upgrade_hides_the_password(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(
+        capsys, "db", "upgrade", "--db", "postgresql://postgres:hunter2@127.0.0.1:1/x"
+    )
+    assert code == 1
+    assert "unreachable" in err and "hunter2" not in err
+
+
+def test_upgrade_refuses_other_databases(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "db", "upgrade", "--db", "mysql://u@h/db")
+    assert code == 2 and "unsupported" in err
+
+
+def test_prune(capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path) -> None:
+    sink = SqlSink(db_url, tmp_path / "spool")
+    for day in ("2025-12-30", "2025-12-31", "2026-01-01", "2026-01-02"):
+        sink.submit(simple_record(started_at=f"{day}T08:00:00.000Z"))
+    sink.close()
+    code, out, _ = run(capsys, "db", "prune", "--before", "2026-01-01", "--db", db_url, "--dry-run")
+    assert code == 0 and out.startswith("2 stream(s)") and count_rows(db_url) == 4
+    code, out, _ = run(capsys, "db", "prune", "--before", "2026-01-01", "--db", db_url)
+    assert code == 0 and out.startswith("deleted 2 stream(s)")
+    assert count_rows(db_url) == 2 and count_rows(db_url, "stream_gaps") == 2
+
+
+def test_prune_bad_date(capsys: pytest.CaptureFixture[str], db_url: str) -> None:
+    code, _, err = run(capsys, "db", "prune", "--before", "soon", "--db", db_url)
+    assert code == 2 and "not a time" in err
+
+
+def test_prune_missing_database(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "absent.db"
+    code, _, err = run(capsys, "db", "prune", "--before", "2026-01-01", "--db", f"sqlite:///{path}")
+    assert code == 1 and "no database" in err and not path.exists()
+
+
+def test_subcommand_is_required() -> None:
+    parser = argparse.ArgumentParser(prog="recorder")
+    sub = parser.add_subparsers(dest="command")
+    db.add_parser(sub)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["db"])

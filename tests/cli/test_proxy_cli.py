@@ -1,0 +1,202 @@
+"""`recorder proxy` as users run it: a subprocess, SQLite, metrics, SIGTERM/SIGINT.
+
+After a run, every request is a row, and the Prometheus counters agree with the
+rows the process wrote (streams, tokens and cost by source).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+
+import openai
+import pytest
+import sqlalchemy as sa
+from prometheus_client.parser import text_string_to_metric_families
+
+from recorder.simulate import Simulator, run_in_thread
+from tests.e2e.conftest import free_port
+
+RECORDER = str(Path(sys.executable).parent / "recorder")
+MESSAGES = [{"role": "user", "content": "Tell me about harmony."}]
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[Simulator]:
+    with run_in_thread() as simulator:
+        yield simulator
+
+
+def start_proxy(
+    tmp_path: Path, sim: Simulator, *extra: str
+) -> tuple[subprocess.Popen[str], int, int, str]:
+    port, metrics_port = free_port(), free_port()
+    db = f"sqlite:///{tmp_path / 'recorder.db'}"
+    env = {**os.environ, "HOME": str(tmp_path), "RECORDER_STALL_AFTER": "1"}
+    env.pop("RECORDER_KEY_SECRET", None)
+    proc = subprocess.Popen(
+        [
+            RECORDER,
+            "proxy",
+            "--mode",
+            f"reverse:{sim.url}",
+            "--listen-port",
+            str(port),
+            "--metrics-port",
+            str(metrics_port),
+            "--db",
+            db,
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert proc.stdout is not None
+    banner = ""
+    deadline = time.monotonic() + 30
+    while "metrics:" not in banner:
+        line = proc.stdout.readline()
+        if not line or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"proxy did not start:\n{banner}{proc.stdout.read()}")
+        banner += line
+    return proc, port, metrics_port, banner
+
+
+def drive(port: int) -> int:
+    """A mix of traffic; returns the number of requests sent."""
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-cli-test-9876")
+    client = client.with_options(max_retries=0)
+    models = [
+        "gpt-4o",
+        "gpt-4o-mini",  # no include_usage: estimated
+        "gpt-4o+rst=5",  # cut: estimated output
+        "gpt-4o+keepalive=0.2+stall=1.2",
+        "gpt-4o+error=4",
+        "gpt-4o+status=429",
+    ]
+    for model in models:
+        try:
+            options = {"include_usage": True} if model != "gpt-4o-mini" else None
+            stream = client.chat.completions.create(
+                model=model,
+                messages=MESSAGES,  # type: ignore[arg-type]
+                stream=True,
+                **({"stream_options": options} if options else {}),  # type: ignore[arg-type]
+            )
+            for _ in stream:
+                pass
+        except (openai.APIError, openai.APIConnectionError):
+            pass
+    client.chat.completions.create(model="gpt-4o", messages=MESSAGES)  # type: ignore[arg-type]
+    return len(models) + 1
+
+
+def scrape(metrics_port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def total(
+    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
+) -> float:
+    return sum(
+        v
+        for (n, lbls), v in samples.items()
+        if n == name and all(dict(lbls).get(k) == want for k, want in labels.items())
+    )
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_records_flushed_on_signal_and_metrics_agree_with_the_db(
+    tmp_path: Path, sim: Simulator, sig: signal.Signals
+) -> None:
+    proc, port, metrics_port, banner = start_proxy(tmp_path, sim)
+    try:
+        assert f"OPENAI_BASE_URL=http://127.0.0.1:{port}/v1" in banner
+        assert f"http://127.0.0.1:{metrics_port}/metrics" in banner
+        sent = drive(port)
+        deadline = time.monotonic() + 10
+        while True:  # records reach the counters when each stream ends
+            samples = scrape(metrics_port)
+            if total(samples, "llm_streams_total") >= sent or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+    finally:
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    assert f"{sent} records: {sent} written to the database" in out
+
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'recorder.db'}")
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT * FROM streams")).mappings().all()
+    assert len(rows) == sent == total(samples, "llm_streams_total")
+    outcomes = sorted(r["outcome"] for r in rows)
+    assert outcomes == sorted(["completed"] * 4 + ["upstream_disconnect", "error", "http_error"])
+    for outcome in set(outcomes):
+        assert total(samples, "llm_streams_total", outcome=outcome) == outcomes.count(outcome)
+    # tokens by type and source, and cost by source, equal the database's sums
+    for token_type, column, source_col in [
+        ("input", "input_tokens", "input_source"),
+        ("output", "output_tokens", "output_source"),
+    ]:
+        for source in ("reported", "estimated"):
+            db_sum = sum(r[column] or 0 for r in rows if r[source_col] == source)
+            assert (
+                total(samples, "llm_tokens_total", token_type=token_type, source=source) == db_sum
+            )
+    estimated = [r for r in rows if r["output_source"] == "estimated"]
+    assert len(estimated) >= 2  # no include_usage, and the cut stream
+    for source in ("reported", "estimated"):
+        want = sum(
+            (
+                Decimal(str(r["cost_usd"]))
+                for r in rows
+                if r["cost_usd"] is not None
+                and ((r["usage_source"] == "reported") == (source == "reported"))
+            ),
+            Decimal(0),
+        )
+        got = total(samples, "llm_cost_usd_total", source=source)
+        assert abs(Decimal(str(got)) - want) < Decimal("1e-9")
+    assert b"sk-cli-test-9876" not in (tmp_path / "recorder.db").read_bytes()
+
+
+def test_bad_options_give_one_line_and_a_nonzero_exit(tmp_path: Path) -> None:
+    for args in (
+        ["--listen-port", "70000"],
+        ["--mode", "bogus:thing"],
+        ["--stall-after", "-3"],
+        ["--prices", str(tmp_path / "missing.json")],
+        ["--db", "nosuchdriver://x"],
+    ):
+        res = subprocess.run(
+            [RECORDER, "proxy", *args], capture_output=True, text=True, timeout=60, cwd=tmp_path
+        )
+        assert res.returncode != 0, args
+        lines = [line for line in res.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("recorder proxy:"), (args, res.stderr)
+
+
+def test_options_from_environment(tmp_path: Path) -> None:
+    env = {**os.environ, "RECORDER_LISTEN_PORT": "notaport"}
+    res = subprocess.run(
+        [RECORDER, "proxy"], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path
+    )
+    assert res.returncode == 2 and "--listen-port must be a port number" in res.stderr

@@ -1,0 +1,214 @@
+"""`recorder sessions` and `recorder show`, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
+
+from storedb import (
+    db_url,
+    full_record,
+    pg_admin,
+    pg_template,
+    simple_record,
+    sqlite_template,
+)
+
+from recorder.cli import sessions
+from recorder.core.record import FIELDS, Gap, StreamRecord
+from recorder.store.writer import SqlSink
+
+__all__ = ["db_url", "pg_admin", "pg_template", "sqlite_template"]
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="recorder")
+    sub = parser.add_subparsers(dest="command")
+    sessions.add_parser(sub)
+    return parser.parse_args(list(argv))
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = sessions.run(parse(*argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def stored(db_url: str, tmp_path: Path) -> list[StreamRecord]:
+    recs = [
+        simple_record(1, started_at="2026-01-10T00:00:00.000Z"),
+        simple_record(
+            2,
+            started_at="2026-01-11T00:00:00.000Z",
+            outcome="truncated",
+            interrupted=True,
+            output_source="estimated",
+            usage_source="mixed",
+        ),
+        full_record(started_at="2026-01-12T00:00:00.000Z"),
+    ]
+    sink = SqlSink(db_url, tmp_path / "spool")
+    for r in recs:
+        sink.submit(r)
+    sink.close()
+    return recs
+
+
+def test_json_is_one_array_newest_first(
+    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
+) -> None:
+    code, out, _ = run(capsys, "sessions", "--db", db_url, "--format", "json")
+    assert code == 0
+    doc = json.loads(out)
+    assert [d["id"] for d in doc] == [stored[2].id, stored[1].id, stored[0].id]
+    assert list(doc[0]) == list(FIELDS)
+    assert doc[0]["cost_usd"] == "0.123456789012"  # money is a decimal string
+    assert doc[0] == stored[2].to_dict()
+
+
+def test_filters(
+    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
+) -> None:
+    def ids(*extra: str) -> list[str]:
+        code, out, err = run(capsys, "sessions", "--db", db_url, "--format", "json", *extra)
+        assert code == 0, err
+        return [d["id"] for d in json.loads(out)]
+
+    assert ids("--since", "2026-01-11") == [stored[2].id, stored[1].id]
+    assert ids("--until", "2026-01-11") == [stored[0].id]
+    assert ids("--endpoint", "messages") == [stored[2].id]
+    assert ids("--model", "gpt-4o-mini") == [stored[1].id, stored[0].id]
+    assert ids("--outcome", "truncated,upstream_disconnect") == [stored[2].id, stored[1].id]
+    assert ids("--outcome", "truncated", "--outcome", "completed") == [stored[1].id, stored[0].id]
+    assert ids("--key", "…3456") == [stored[2].id]
+    assert ids("--limit", "1") == [stored[2].id]
+
+
+def test_csv_has_every_field(
+    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
+) -> None:
+    code, out, _ = run(capsys, "sessions", "--db", db_url, "--format", "csv")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert len(rows) == 3 and list(rows[0]) == list(FIELDS)
+    assert rows[0]["cost_usd"] == "0.123456789012"
+    assert json.loads(rows[0]["raw_usage"])["nested"] == {"a": [1, 2]}
+    assert rows[1]["input_tokens"] == "100" and rows[1]["ttfb_ms"] == ""  # unknown: empty
+
+
+def test_table(capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]) -> None:
+    code, out, _ = run(capsys, "sessions", "--db", db_url, "--format", "table")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == list(sessions.TABLE_COLUMNS)
+    assert len(lines) == 4
+    assert stored[2].id in lines[1] and "~890" in lines[1]  # estimated output tokens
+    assert "2026-01-12 00:00:00" in lines[1]
+
+
+def test_empty_table_says_so(capsys: pytest.CaptureFixture[str], db_url: str) -> None:
+    code, _, err = run(capsys, "sessions", "--db", db_url, "--format", "table")
+    assert code == 0 and "no streams" in err
+
+
+def test_show_json_has_gaps(
+    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
+) -> None:
+    rec = stored[2]
+    code, out, _ = run(capsys, "show", rec.id or "", "--db", db_url, "--format", "json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc == rec.to_dict(with_gaps=True)
+    assert doc["gaps"][0] == {"kind": "stall", "start_ms": 1000.0, "length_ms": 61000.25}
+
+
+def test_show_by_prefix_and_table_timeline(
+    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
+) -> None:
+    rec = stored[2]
+    code, out, _ = run(capsys, "show", (rec.id or "")[:24], "--db", db_url, "--format", "table")
+    assert code == 0
+    assert rec.id is not None and rec.id in out
+    lanes: dict[str, str] = {}
+    for line in out.splitlines():
+        if line.strip():
+            lanes.setdefault(line.split()[0], line)  # the lanes come before the list of gaps
+    assert "#" in lanes["stall"] and "~" in lanes["keepalive"] and "!" in lanes["silence"]
+    assert lanes["stream"].rstrip().endswith("X")  # cut by the upstream
+    assert "=" in lanes["stream"]
+
+
+def test_show_csv(
+    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
+) -> None:
+    code, out, _ = run(capsys, "show", stored[0].id or "", "--db", db_url, "--format", "csv")
+    assert code == 0
+    (row,) = csv.DictReader(io.StringIO(out))
+    assert row["id"] == stored[0].id and json.loads(row["gaps"])[0]["kind"] == "silence"
+
+
+def test_show_unknown_id(capsys: pytest.CaptureFixture[str], db_url: str) -> None:
+    code, _, err = run(capsys, "show", "nope-nope", "--db", db_url)
+    assert code == 1 and "no stream" in err
+
+
+def test_missing_database_is_not_created(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "absent.db"
+    code, _, err = run(capsys, "sessions", "--db", f"sqlite:///{path}")
+    assert code == 1 and "no database" in err
+    assert not path.exists()
+
+
+def test_unmigrated_database(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "blank.db"
+    path.write_bytes(b"")
+    code, _, err = run(capsys, "sessions", "--db", f"sqlite:///{path}")
+    assert code == 1 and "db upgrade" in err
+
+
+def test_bad_time_is_a_usage_error(capsys: pytest.CaptureFixture[str], db_url: str) -> None:
+    code, _, err = run(capsys, "sessions", "--db", db_url, "--since", "last tuesday")
+    assert code == 2 and "not a time" in err
+
+
+def test_db_from_environment(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    db_url: str,
+    stored: list[StreamRecord],
+) -> None:
+    monkeypatch.setenv("RECORDER_DB", db_url)
+    code, out, _ = run(capsys, "sessions", "--format", "json")
+    assert code == 0 and len(json.loads(out)) == 3
+
+
+def test_timeline_scales_to_the_duration() -> None:
+    rec = simple_record(
+        duration_ms=10_000.0,
+        ttft_ms=1_000.0,
+        outcome="completed",
+        gaps=[Gap("stall", 5_000.0, 2_500.0)],
+    )
+    text = sessions.timeline(rec, width=20)
+    lanes: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.strip():
+            lanes.setdefault(line.split()[0], line[10:])
+    assert lanes["stream"] == ".." + "=" * 17 + "|"
+    assert lanes["stall"] == " " * 10 + "#" * 5
+    assert "10.0 s" in text.splitlines()[0]
+
+
+def test_timeline_without_timings() -> None:
+    assert "no timings" in sessions.timeline(StreamRecord())

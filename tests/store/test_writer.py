@@ -1,0 +1,515 @@
+"""SqlSink: batches, never blocks, spools through outages, replays exactly once."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+from storedb import (
+    count_rows,
+    ids_in_db,
+    kind_of,
+    outage,
+    simple_record,
+    unreachable_url,
+)
+
+from recorder.store.engine import make_engine
+from recorder.store.spool import REJECTED_FILE, SPOOL_PREFIX, record_line
+from recorder.store.writer import SqlSink
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 30.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def spool_files(d: Path) -> list[Path]:
+    return sorted(d.glob(f"{SPOOL_PREFIX}*.jsonl")) if d.is_dir() else []
+
+
+def admin_for(request: pytest.FixtureRequest, url: str) -> Engine | None:
+    return request.getfixturevalue("pg_admin") if kind_of(url) == "postgresql" else None
+
+
+def test_writes_in_batches(db_url: str, tmp_path: Path) -> None:
+    sink = SqlSink(db_url, tmp_path / "spool", batch_size=100)
+    records = [simple_record(i) for i in range(1234)]
+    for r in records:
+        sink.submit(r)
+    sink.close()
+    assert sorted(ids_in_db(db_url)) == sorted(r.id for r in records)
+    assert count_rows(db_url, "stream_gaps") == 1234
+    stats = sink.stats()
+    assert stats["written"] == 1234
+    assert stats["spooled"] == stats["dropped"] == stats["failed"] == 0
+    assert stats["queue_depth"] == 0
+    assert spool_files(tmp_path / "spool") == []
+
+
+def test_commits_after_the_flush_interval(db_url: str, tmp_path: Path) -> None:
+    sink = SqlSink(db_url, tmp_path / "spool", batch_size=1000, flush_interval=0.05)
+    sink.submit(simple_record())
+    assert sink.flush(timeout=10)
+    assert count_rows(db_url) == 1  # written without close and without a full batch
+    sink.close()
+
+
+def test_the_same_record_twice_is_stored_once(db_url: str, tmp_path: Path) -> None:
+    sink = SqlSink(db_url, tmp_path / "spool")
+    rec = simple_record()
+    sink.submit(rec)
+    sink.submit(rec)
+    sink.flush(10)
+    sink.submit(rec)
+    sink.close()
+    assert ids_in_db(db_url) == [rec.id]
+    assert count_rows(db_url, "stream_gaps") == 1
+
+
+def test_a_record_the_database_refuses_is_kept_aside(
+    db_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    spool = tmp_path / "spool"
+    sink = SqlSink(db_url, spool)
+    good = [simple_record(i) for i in range(5)]
+    bad = simple_record(99, outcome=None)  # NOT NULL
+    for r in [*good[:2], bad, *good[2:]]:
+        sink.submit(r)
+    sink.close()
+    assert sorted(ids_in_db(db_url)) == sorted(r.id for r in good)
+    assert sink.stats()["failed"] == 1 and sink.stats()["dropped"] == 0
+    assert bad.id in (spool / REJECTED_FILE).read_text()
+    assert "refused record" in caplog.text
+
+
+def test_queue_full_spools_and_never_blocks(tmp_path: Path) -> None:
+    """The database is locked for as long as the writer would wait (a minute):
+    submit still returns at once, the overflow going to the spool."""
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    from recorder.store.migrate import upgrade
+
+    upgrade(db)
+    engine = make_engine(db, sqlite_busy_timeout_ms=60_000)
+    spool = tmp_path / "spool"
+    sink = SqlSink(db, spool, queue_size=10, batch_size=5, engine=engine, retry_min=0.05)
+    records = [simple_record(i) for i in range(500)]
+    with outage(db):
+        t0 = time.monotonic()
+        for r in records:
+            sink.submit(r)
+        elapsed = time.monotonic() - t0
+        stats = sink.stats()
+        assert elapsed < 30  # a blocked submit would have waited on the 60 s busy timeout
+        assert stats["spooled"] >= 500 - 10 - 5
+        assert stats["dropped"] == 0
+        assert spool_files(spool)
+    wait_for(lambda: count_rows(db) == 500 and not spool_files(spool))
+    sink.close()
+    assert sorted(ids_in_db(db)) == sorted(r.id for r in records)
+    engine.dispose()
+
+
+def test_outage_then_a_new_process_replays(
+    request: pytest.FixtureRequest, db_url: str, tmp_path: Path
+) -> None:
+    spool = tmp_path / "spool"
+    down = unreachable_url(kind_of(db_url), tmp_path)
+    first = SqlSink(down, spool, batch_size=50)
+    records = [simple_record(i) for i in range(300)]
+    for r in records:
+        first.submit(r)
+    first.close()
+    stats = first.stats()
+    assert stats["spooled"] == 300 and stats["written"] == 0 and stats["dropped"] == 0
+    assert not stats["db_available"] and stats["last_error"]
+    assert spool_files(spool)
+
+    second = SqlSink(db_url, spool, batch_size=50)
+    wait_for(lambda: count_rows(db_url) == 300 and not spool_files(spool))
+    second.close()
+    assert second.stats()["replayed"] == 300
+    assert sorted(ids_in_db(db_url)) == sorted(r.id for r in records)
+
+
+def test_outage_and_recovery_in_process(
+    request: pytest.FixtureRequest, db_url: str, tmp_path: Path
+) -> None:
+    spool = tmp_path / "spool"
+    engine = make_engine(db_url, sqlite_busy_timeout_ms=100)
+    sink = SqlSink(db_url, spool, engine=engine, batch_size=20, retry_min=0.1, retry_max=0.5)
+    before = [simple_record(i) for i in range(50)]
+    for r in before:
+        sink.submit(r)
+    sink.flush(10)
+    assert count_rows(db_url) == 50
+    during = [simple_record(i) for i in range(200)]
+    with outage(db_url, admin_for(request, db_url)):
+        for r in during:
+            sink.submit(r)
+        wait_for(lambda: sink.stats()["spooled"] >= 200)
+        assert not sink.stats()["db_available"]
+    wait_for(lambda: count_rows(db_url) == 250 and not spool_files(spool))
+    after = [simple_record(i) for i in range(30)]
+    for r in after:
+        sink.submit(r)
+    sink.close()
+    assert sink.stats()["db_available"]
+    assert sorted(ids_in_db(db_url)) == sorted(r.id for r in before + during + after)
+    engine.dispose()
+
+
+def _spool_file(d: Path, lines: list[bytes], name: str = "recorder-spool-1-2-0001.jsonl") -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / name
+    path.write_bytes(b"".join(lines))
+    return path
+
+
+def test_a_dead_process_spool_is_replayed_exactly_once(db_url: str, tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    records = [simple_record(i) for i in range(40)]
+    # some already made it to the database before the process died
+    early = SqlSink(db_url, tmp_path / "other")
+    for r in records[:10]:
+        early.submit(r)
+    early.close()
+    torn = record_line(simple_record(77))[:-20]  # killed mid-write
+    path = _spool_file(spool, [record_line(r) for r in records] + [torn])
+    sink = SqlSink(db_url, spool)
+    wait_for(lambda: not path.exists())
+    sink.close()
+    assert sorted(ids_in_db(db_url)) == sorted(r.id for r in records)
+    assert sink.stats()["replayed"] == 40
+    assert sink.stats()["dropped"] == 1  # the torn line, counted and logged
+
+
+def test_a_live_process_spool_is_left_alone(db_url: str, tmp_path: Path) -> None:
+    import fcntl
+
+    spool = tmp_path / "spool"
+    records = [simple_record(i) for i in range(5)]
+    path = _spool_file(spool, [record_line(r) for r in records])
+    fd = os.open(path, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # as its live owner holds it
+    sink = SqlSink(db_url, spool, orphan_scan_interval=0.2)
+    time.sleep(1.0)
+    assert path.exists() and count_rows(db_url) == 0
+    os.close(fd)  # the owner dies
+    wait_for(lambda: count_rows(db_url) == 5 and not path.exists())
+    sink.close()
+
+
+def test_unwritable_spool_drops_loudly(
+    db_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    down = unreachable_url(kind_of(db_url), tmp_path)
+    sink = SqlSink(down, blocker / "spool", queue_size=5, batch_size=5)
+    with caplog.at_level(logging.ERROR, logger="recorder.store"):
+        for i in range(20):
+            sink.submit(simple_record(i))  # never raises
+        sink.close()
+    stats = sink.stats()
+    assert stats["dropped"] == 20 and stats["spooled"] == 0
+    assert "DROPPED" in caplog.text
+
+
+def test_submit_never_raises(db_url: str, tmp_path: Path) -> None:
+    sink = SqlSink(db_url, tmp_path / "spool", queue_size=1, start=False)
+    sink.submit(simple_record())
+    sink.submit(object())  # type: ignore[arg-type]  # queue full, and not even a record
+    assert sink.stats()["dropped"] == 1
+    sink.close()  # never started: what is queued is spooled
+    assert sink.stats()["spooled"] == 1
+
+
+def test_submit_after_close_is_spooled(db_url: str, tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    sink = SqlSink(db_url, spool)
+    sink.close()
+    late = simple_record()
+    sink.submit(late)
+    assert sink.stats()["spooled"] == 1
+    again = SqlSink(db_url, spool)
+    wait_for(lambda: count_rows(db_url) == 1)
+    again.close()
+    assert ids_in_db(db_url) == [late.id]
+
+
+def test_close_with_a_stuck_writer_spools_the_rest(tmp_path: Path) -> None:
+    """The writer hangs inside the database past close's timeout: close spools the
+    batch in flight and the queue; whatever the stuck writer commits later too is
+    still stored once."""
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    from recorder.store.migrate import upgrade
+
+    upgrade(db)
+    engine = make_engine(db, sqlite_busy_timeout_ms=3_000)
+    spool = tmp_path / "spool"
+    sink = SqlSink(db, spool, engine=engine, batch_size=10, flush_interval=0.01)
+    records = [simple_record(i) for i in range(100)]
+    with outage(db):
+        for r in records:
+            sink.submit(r)
+        time.sleep(0.3)  # the writer is now waiting on the lock
+        sink.close(timeout=0.2)
+        assert sink.stats()["spooled"] >= 90
+    time.sleep(3.5)  # let the stuck writer finish whatever it does
+    again = SqlSink(db, spool)
+    wait_for(lambda: count_rows(db) == 100 and not spool_files(spool))
+    again.close()
+    assert sorted(ids_in_db(db)) == sorted(r.id for r in records)
+    engine.dispose()
+
+
+def test_two_writers_on_one_database_lose_nothing(db_url: str, tmp_path: Path) -> None:
+    per_writer = 3000
+    batches = [[simple_record(i) for i in range(per_writer)] for _ in range(2)]
+    sinks = [SqlSink(db_url, tmp_path / f"spool{i}", batch_size=200) for i in range(2)]
+    barrier = threading.Barrier(2)
+
+    def feed(sink: SqlSink, records: list) -> None:  # type: ignore[type-arg]
+        barrier.wait()
+        for r in records:
+            sink.submit(r)
+        sink.close()
+
+    threads = [
+        threading.Thread(target=feed, args=(s, b)) for s, b in zip(sinks, batches, strict=True)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    expected = sorted(r.id for b in batches for r in b)
+    stored = sorted(ids_in_db(db_url))
+    if stored != expected:  # whatever could not be written waits in a spool
+        for i in range(2):
+            replay = SqlSink(db_url, tmp_path / f"spool{i}")
+            wait_for(lambda i=i: not spool_files(tmp_path / f"spool{i}"))
+            replay.close()
+        stored = sorted(ids_in_db(db_url))
+    assert stored == expected
+    assert all(s.stats()["dropped"] == 0 for s in sinks)
+
+
+def test_two_processes_on_one_database(db_url: str, tmp_path: Path) -> None:
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.path.insert(0, sys.argv[3])
+        from storedb import simple_record
+        from recorder.store.writer import SqlSink
+        sink = SqlSink(sys.argv[1], sys.argv[2], batch_size=200)
+        for i in range(2000):
+            sink.submit(simple_record(i))
+        sink.close()
+        s = sink.stats()
+        print(s["written"], s["spooled"], s["dropped"])
+        """
+    )
+    here = str(Path(__file__).parent)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, db_url, str(tmp_path / "spool"), here],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        assert out.split()[2] == "0"  # nothing dropped
+    if spool_files(tmp_path / "spool"):
+        replay = SqlSink(db_url, tmp_path / "spool")
+        wait_for(lambda: not spool_files(tmp_path / "spool"))
+        replay.close()
+    assert count_rows(db_url) == 4000
+    assert len(set(ids_in_db(db_url))) == 4000
+
+
+_CHILD = """
+import os, signal, sys, time
+sys.path.insert(0, sys.argv[4])
+from storedb import simple_record
+from recorder.store.engine import make_engine
+from recorder.store.writer import SqlSink
+
+url, spool, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+engine = make_engine(url, sqlite_busy_timeout_ms=600_000)
+sink = SqlSink(url, spool, engine=engine, spool_first=(mode == "spool_first"),
+               batch_size=50, queue_size=100_000)
+
+def stop(signum, frame):
+    sink.close(timeout=2)
+    print("closed", sink.stats()["written"], sink.stats()["spooled"], flush=True)
+    os._exit(0)
+
+signal.signal(signal.SIGTERM, stop)
+signal.signal(signal.SIGINT, stop)
+for i in range(1000):
+    sink.submit(simple_record(i))
+print("ready", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+def _child(db: str, spool: Path, mode: str) -> subprocess.Popen[str]:
+    p = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, db, str(spool), mode, str(Path(__file__).parent)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert p.stdout is not None
+    assert p.stdout.readline().strip() == "ready", p.stderr.read() if p.stderr else ""
+    return p
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_drains_the_queue_to_the_database(db_url: str, tmp_path: Path, sig: int) -> None:
+    if kind_of(db_url) == "postgresql" and sig == signal.SIGINT:
+        pytest.skip("one signal is enough on PostgreSQL")
+    p = _child(db_url, tmp_path / "spool", "queue")
+    p.send_signal(sig)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert count_rows(db_url) + int(out.split()[2]) >= 1000
+    if spool_files(tmp_path / "spool"):
+        replay = SqlSink(db_url, tmp_path / "spool")
+        wait_for(lambda: not spool_files(tmp_path / "spool"))
+        replay.close()
+    assert count_rows(db_url) == 1000
+
+
+def test_sigterm_with_the_database_locked_spools_everything(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    from recorder.store.migrate import upgrade
+
+    upgrade(db)
+    spool = tmp_path / "spool"
+    with outage(db):
+        p = _child(db, spool, "queue")
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        assert out.split()[0] == "closed"
+    assert count_rows(db) == 0
+    replay = SqlSink(db, spool)
+    wait_for(lambda: count_rows(db) == 1000 and not spool_files(spool))
+    replay.close()
+    assert len(set(ids_in_db(db))) == 1000
+
+
+def test_kill_9_loses_nothing_when_spooling_first(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    from recorder.store.migrate import upgrade
+
+    upgrade(db)
+    spool = tmp_path / "spool"
+    with outage(db):
+        p = _child(db, spool, "spool_first")
+        p.kill()
+        p.communicate(timeout=30)
+    assert count_rows(db) == 0
+    replay = SqlSink(db, spool)
+    wait_for(lambda: count_rows(db) == 1000 and not spool_files(spool))
+    replay.close()
+    assert len(set(ids_in_db(db))) == 1000
+
+
+def test_spool_first_removes_files_once_committed(db_url: str, tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    sink = SqlSink(db_url, spool, spool_first=True, segment_seconds=0.1, flush_interval=0.05)
+    records = [simple_record(i) for i in range(300)]
+    for r in records[:150]:
+        sink.submit(r)
+    assert spool_files(spool)  # on disk before any commit
+    wait_for(lambda: count_rows(db_url) == 150)
+    wait_for(lambda: not spool_files(spool) or sink.stats()["spool_files"] <= 1)
+    for r in records[150:]:
+        sink.submit(r)
+    sink.close()
+    assert not spool_files(spool)
+    assert sorted(ids_in_db(db_url)) == sorted(r.id for r in records)
+    assert sink.stats()["written"] == 300 and sink.stats()["replayed"] == 0
+
+
+def test_spool_first_through_an_outage(
+    request: pytest.FixtureRequest, db_url: str, tmp_path: Path
+) -> None:
+    spool = tmp_path / "spool"
+    engine = make_engine(db_url, sqlite_busy_timeout_ms=100)
+    sink = SqlSink(
+        db_url,
+        spool,
+        engine=engine,
+        spool_first=True,
+        retry_min=0.1,
+        retry_max=0.3,
+        segment_seconds=0.2,
+        queue_size=50,
+    )
+    records = [simple_record(i) for i in range(200)]
+    with outage(db_url, admin_for(request, db_url)):
+        for r in records:
+            sink.submit(r)
+        wait_for(lambda: not sink.stats()["db_available"])
+    wait_for(lambda: count_rows(db_url) == 200)
+    sink.close()
+    assert not spool_files(spool)
+    assert sorted(ids_in_db(db_url)) == sorted(r.id for r in records)
+    engine.dispose()
+
+
+def test_stats_has_the_health_counters(db_url: str, tmp_path: Path) -> None:
+    sink = SqlSink(db_url, tmp_path / "spool")
+    keys = {"queue_depth", "written", "spooled", "replayed", "dropped", "failed"}
+    assert keys <= set(sink.stats())
+    sink.close()
+
+
+def test_an_unexpected_error_spools_the_batch(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spool = tmp_path / "spool"
+    sink = SqlSink(db_url, spool, retry_min=0.1, start=False)
+    real = sink._rows_for.stream
+    calls = {"n": 0}
+
+    def buggy(rec: object, now: object) -> object:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("a bug")
+        return real(rec, now)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sink._rows_for, "stream", buggy)
+    sink.start()
+    records = [simple_record(i) for i in range(10)]
+    for r in records:
+        sink.submit(r)
+    wait_for(lambda: count_rows(db_url) == 10 and not spool_files(spool))
+    sink.close()
+    assert sink.stats()["spooled"] == 10 and sink.stats()["replayed"] == 10
+    assert sorted(ids_in_db(db_url)) == sorted(r.id for r in records)
