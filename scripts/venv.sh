@@ -47,12 +47,16 @@ ensure_venv() {
     want="$(cat "$ROOT/pyproject.toml" "$VENV/pyvenv.cfg" | sha256sum | cut -d' ' -f1)-${1:-run}"
     have="$(cat "$VENV/.recorder-stamp-${1:-run}" 2>/dev/null || true)"
     if [ "$want" != "$have" ]; then
-        echo "recorder: installing dependencies into $VENV" >&2
-        "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
-        if [ "${1:-run}" = "dev" ]; then
-            "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[dev]"
-        else
-            "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT"
+        echo "recorder: installing dependencies into $VENV (log: $VENV/install.log)" >&2
+        local target="$ROOT"
+        if [ "${1:-run}" = "dev" ]; then target="$ROOT[dev]"; fi
+        # pip's and setuptools' chatter goes to the log; it is shown only on failure
+        if ! { "$VENV/bin/python" -m pip install --disable-pip-version-check --upgrade pip &&
+            "$VENV/bin/python" -m pip install --disable-pip-version-check -e "$target"; } \
+            >"$VENV/install.log" 2>&1; then
+            cat "$VENV/install.log" >&2
+            echo "recorder: installing dependencies failed (see above)" >&2
+            return 1
         fi
         echo "$want" >"$VENV/.recorder-stamp-${1:-run}"
     fi
