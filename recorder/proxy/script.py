@@ -1,14 +1,15 @@
 """The addon as a mitmproxy script (``mitmdump -s addons/recorder_addon.py``).
 
-`recorder proxy` is the supported way to run the recorder; this exists for
-people who already run mitmproxy with their own options and addons. Options
+`recorder proxy` is the supported way to run the recorder (it also serves the
+metrics); this exists for people who already run mitmproxy with their own
+options and addons. Records go to the same SQL store. Options
 (``--set name=value``):
 
-- ``recorder_jsonl``: file that receives one JSON line per record
-  (default ``recorder.jsonl`` in the working directory);
+- ``recorder_db``: SQLAlchemy URL of the store (default ``sqlite:///recorder.db``);
+- ``recorder_spool_dir``: where records wait while the database is away
+  (default: the working directory);
 - ``recorder_stall_after``: seconds of output silence that count as a stall (30);
-- ``recorder_secret_file``: where the key-fingerprint secret is kept, unless
-  ``RECORDER_KEY_SECRET`` is set (default ``.recorder-key-secret``).
+- ``recorder_prices``: a price table file (default: the shipped one).
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from typing import Any
 
 from mitmproxy import exceptions
 
-from recorder.keys import load_secret
+from recorder.core.pricing import PriceTableError
+from recorder.prices import load_price_file
 from recorder.proxy.addon import Recorder, RecorderConfig
-from recorder.sinks import JsonlSink, MemorySink
+from recorder.sinks import MemorySink
+from recorder.store import SqlSink, StoreError, StoreUnavailable, key_secret, upgrade
 
 
 class ScriptRecorder(Recorder):
@@ -33,20 +36,23 @@ class ScriptRecorder(Recorder):
     def load(self, loader: Any) -> None:
         """Declare the options."""
         loader.add_option(
-            "recorder_jsonl", str, "recorder.jsonl", "File receiving one JSON line per record."
+            "recorder_db", str, "sqlite:///recorder.db", "SQLAlchemy URL of the record store."
+        )
+        loader.add_option(
+            "recorder_spool_dir",
+            str,
+            ".",
+            "Where records wait while the database is unreachable.",
         )
         loader.add_option(
             "recorder_stall_after", str, "30", "Seconds of output silence that count as a stall."
         )
         loader.add_option(
-            "recorder_secret_file",
-            str,
-            ".recorder-key-secret",
-            "File holding the API-key fingerprint secret (unless RECORDER_KEY_SECRET is set).",
+            "recorder_prices", str, "", "Price table file (default: the one shipped)."
         )
 
     def configure(self, updated: set[str]) -> None:
-        """Apply the options (once; the sink is opened on first configure)."""
+        """Apply the options (the store is opened once, on the first configure)."""
         from mitmproxy import ctx
 
         try:
@@ -56,10 +62,18 @@ class ScriptRecorder(Recorder):
         except ValueError as e:
             raise exceptions.OptionsError(f"recorder_stall_after: {e}") from e
         self.config.stall_after = stall
-        if not self._configured:
+        if self._configured:
+            return
+        db, spool = ctx.options.recorder_db, Path(ctx.options.recorder_spool_dir)
+        try:
+            self.config.prices = load_price_file(ctx.options.recorder_prices or None)
             try:
-                self.config.key_secret = load_secret(Path(ctx.options.recorder_secret_file))
-                self.sink = JsonlSink(ctx.options.recorder_jsonl)
-            except OSError as e:
-                raise exceptions.OptionsError(f"recorder: {e}") from e
-            self._configured = True
+                upgrade(db)
+                ready = True
+            except StoreUnavailable:
+                ready = False  # records are spooled until the database answers
+            self.config.key_secret = key_secret(db, cache_dir=spool)
+            self.sink = SqlSink(db, spool, upgrade=not ready)
+        except (PriceTableError, StoreError, OSError) as e:
+            raise exceptions.OptionsError(f"recorder: {e}") from e
+        self._configured = True
