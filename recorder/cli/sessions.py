@@ -209,6 +209,11 @@ def timeline(r: StreamRecord, width: int = TIMELINE_WIDTH) -> str:
         end = _span(width, 0, r.duration_ms, total)
         for i in end:
             out[i] = "." if first is None or i < _span(width, first, 0, total).start else "="
+        for g in r.gaps:  # a stall is no output, however long the stream around it
+            if g.kind == "stall":
+                for i in _span(width, g.start_ms, g.length_ms, total):
+                    if i < end.stop:
+                        out[i] = "#"
         out[end.stop - 1] = "X" if r.interrupted else "|"
     lines.append(f"{'stream':<{label}}" + "".join(out).rstrip())
     for kind, mark in LANES:
