@@ -57,6 +57,9 @@ class JsonlSink:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        # opened here, so that a file that cannot be written is an error to the
+        # caller now, not a writer thread that dies while records pile up
+        self._file = self.path.open("ab")
         self.written = 0
         self.failed = 0
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -71,7 +74,7 @@ class JsonlSink:
         self._thread.join()
 
     def _run(self) -> None:
-        with self.path.open("ab") as fh:
+        with self._file as fh:
             while True:
                 item = self._queue.get()
                 batch = [item]
@@ -110,5 +113,12 @@ class FanoutSink:
             sink.submit(record)
 
     def close(self) -> None:
-        for sink in self.sinks:
-            sink.close()
+        errors: list[Exception] = []
+        for sink in self.sinks:  # one sink failing to close must not keep the others open
+            try:
+                sink.close()
+            except Exception as e:
+                log.error("recorder: closing %s failed: %s", type(sink).__name__, e)
+                errors.append(e)
+        if errors:
+            raise errors[0]

@@ -13,7 +13,8 @@ module does the rest, in three steps that each work from the record alone, so
    Completions without ``stream_options.include_usage``. A cut Anthropic stream
    keeps its exact input and cache counts from ``message_start``; its
    provisional ``output_tokens`` is only a floor under the output estimate.
-   An ``http_error`` generated nothing and is not billed: every source ``none``.
+   An ``http_error`` generated nothing and is not billed: every source ``none``;
+   the same for a request that got no response at all (no status, no event).
 3. :func:`apply_prices`: ``cost_usd`` and ``price_version`` (null when the
    model has no price, or nothing is known of the usage).
 
@@ -83,8 +84,11 @@ def _provisional_output(record: StreamRecord) -> int:
 
 def fill_usage(record: StreamRecord, estimator: Estimator) -> None:
     """Set the three sources and estimate every figure that was not reported."""
-    if record.outcome == "http_error" and record.input_tokens is None:
-        # nothing was generated, and a failed request is not billed
+    never_answered = record.http_status is None and not record.events and not record.output_chars
+    if (record.outcome == "http_error" or never_answered) and record.input_tokens is None:
+        # Nothing was generated, and a failed request is not billed. A request
+        # that got no response at all (connection refused, TLS failure, closed
+        # before headers) may never have reached the provider: nothing is known.
         record.input_source = record.output_source = record.usage_source = "none"
         record.estimate_method = None
         return

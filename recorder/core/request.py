@@ -49,7 +49,8 @@ def read_request(body: bytes) -> RequestFacts:
         facts.include_usage = False
     for key in _MAX_KEYS:
         value = obj.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
+        # a client may send anything here; only what a BIGINT column holds is kept
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63:
             facts.max_output_tokens = value
             break
     return facts

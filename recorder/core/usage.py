@@ -33,11 +33,14 @@ class Usage:
     cache_write_1h_tokens: int | None = None
 
 
+MAX_COUNT = 2**63 - 1  # what a BIGINT column holds; anything above is noise
+
+
 def _int(value: Any) -> int | None:
     # bool is an int subclass; a provider sending true/false here is noise
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT:
         return value
-    if isinstance(value, float) and value.is_integer() and value >= 0:
+    if isinstance(value, float) and value.is_integer() and 0 <= value <= MAX_COUNT:
         return int(value)
     return None
 

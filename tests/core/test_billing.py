@@ -258,6 +258,32 @@ def test_http_error_is_not_billed() -> None:
     assert rec.cost_usd is None and rec.price_version is None and rec.estimate_method is None
 
 
+def test_a_request_that_got_no_response_is_not_billed() -> None:
+    # connection refused, TLS failure, closed before headers: maybe never reached the provider
+    meter = StreamMeter("chat.completions", record=StreamRecord(model="gpt-4o"))
+    rec = meter.finish(ending="upstream_disconnect", transport_error="server closed connection")
+    counts = count_request(
+        json.dumps({"messages": [{"role": "user", "content": "x" * 400}]}).encode(),
+        "chat.completions",
+    )
+    complete_usage(rec, meter.interpreter.obs, counts, PRICES, None)
+    assert rec.outcome == "upstream_disconnect" and rec.http_status is None
+    assert (rec.input_source, rec.output_source, rec.usage_source) == ("none",) * 3
+    assert rec.input_tokens is None and rec.cost_usd is None
+
+
+def test_a_cut_after_headers_is_still_billed() -> None:
+    rec = run(
+        "chat.completions",
+        b"",
+        ending="upstream_disconnect",
+        model="gpt-4o",
+        request={"messages": [{"role": "user", "content": "x" * 400}]},
+    )
+    assert rec.http_status == 200 and rec.input_source == "estimated"
+    assert rec.cost_usd is not None
+
+
 def test_unpriced_model_has_sources_but_no_cost() -> None:
     chunk = chat_chunk({"content": "Hi"})
     chunk["model"] = "mystery-model-2026-01-01"

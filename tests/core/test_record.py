@@ -18,7 +18,8 @@ from recorder.core.record import (
     combine_sources,
 )
 
-INTERFACES_MD = Path("/work/shared/design/INTERFACES.md")
+# the design documents live in ../shared beside the checkout; the copy below serves elsewhere
+INTERFACES_MD = Path(__file__).resolve().parents[3] / "shared" / "design" / "INTERFACES.md"
 
 # Copied from INTERFACES.md, "A recorded stream (one row)", in its order; used
 # when the design document is not at hand.

@@ -124,7 +124,11 @@ class AnthropicMessagesInterpreter(Interpreter):
             return
         obs = self.obs
         mid = message.get("id")
-        if mid and mid != obs.response_id:
+        if obs.response_id is not None and (not mid or str(mid) == obs.response_id):
+            # a duplicated message_start (a misbehaving gateway) changes nothing, even
+            # after message_delta: its provisional counts must not undo the final ones
+            return
+        if mid:
             if obs.response_id is not None:
                 # a spliced retry: the new message's usage replaces the old one
                 self._usage = {}

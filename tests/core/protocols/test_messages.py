@@ -478,3 +478,16 @@ def test_unreadable_terminal_event_is_told_by_its_event_line(
     rec = wire.meter(EP, raw)
     assert rec.parse_issues == 1
     assert rec.outcome == outcome
+
+
+def test_duplicated_message_start_after_message_delta_changes_nothing(wire: Any) -> None:
+    final_delta = {
+        "type": "message_delta",
+        "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+        "usage": {"output_tokens": 227},
+    }
+    rec = wire.meter(
+        EP, body(wire, start(), text(0, "Hello"), final_delta, start(), {"type": "message_stop"})
+    )
+    assert rec.output_tokens == 227 and rec.output_source == "reported"
+    assert rec.outcome == "completed"

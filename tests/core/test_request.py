@@ -1,0 +1,55 @@
+"""What is kept of a request body, and of an error response body."""
+
+from __future__ import annotations
+
+import orjson
+
+from recorder.core.request import read_error_body, read_request
+
+
+def test_request_facts() -> None:
+    facts = read_request(
+        orjson.dumps(
+            {
+                "model": "gpt-4o",
+                "stream": True,
+                "stream_options": {"include_usage": True},
+                "max_completion_tokens": 300,
+                "messages": [{"role": "user", "content": "secret prompt"}],
+            }
+        )
+    )
+    assert (facts.model, facts.stream, facts.include_usage, facts.max_output_tokens) == (
+        "gpt-4o",
+        True,
+        True,
+        300,
+    )
+    assert "secret prompt" not in repr(facts)
+
+
+def test_streaming_without_stream_options_has_include_usage_false() -> None:
+    assert read_request(b'{"model": "m", "stream": true}').include_usage is False
+    assert read_request(b'{"model": "m"}').include_usage is None
+
+
+def test_garbage_and_absurd_values() -> None:
+    assert read_request(b"not json").parsed is False
+    assert read_request(b"[1, 2]").parsed is False
+    huge = read_request(b'{"max_tokens": 9300000000000000000, "stream": "yes", "model": 3}')
+    assert huge.max_output_tokens is None  # beyond what a BIGINT column holds
+    assert huge.stream is None and huge.model is None
+    assert read_request(b'{"max_tokens": true}').max_output_tokens is None
+
+
+def test_error_bodies() -> None:
+    assert read_error_body(
+        b'{"error": {"message": "Rate limit", "type": "requests", "code": "rate_limit_exceeded"}}'
+    ) == ("requests", "rate_limit_exceeded", "Rate limit")
+    assert read_error_body(
+        b'{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}'
+    ) == ("overloaded_error", None, "Overloaded")
+    assert read_error_body(b'{"error": "plain words"}') == (None, None, "plain words")
+    assert read_error_body(b"<html>Bad gateway</html>") == (None, None, "<html>Bad gateway</html>")
+    assert read_error_body(b"") == (None, None, None)
+    assert read_error_body(b'{"code": 404, "message": "no route"}') == (None, "404", "no route")
