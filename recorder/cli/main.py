@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from recorder import __version__
-from recorder.cli import db, demo, proxy, replay, sessions, simulate
+from recorder.cli import audit, db, demo, proxy, reconcile, replay, reprice, sessions, simulate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,6 +19,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     proxy.add_parser(sub)
     sessions.add_parser(sub)
+    audit.add_parser(sub)
+    reconcile.add_parser(sub)
+    reprice.add_parser(sub)
     demo.add_parser(sub)
     replay.add_parser(sub)
     simulate.add_parser(sub)

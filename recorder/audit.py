@@ -1,0 +1,300 @@
+"""The billing audit: usage and cost of recorded streams, grouped (`recorder audit`).
+
+One row per stream goes in, one row per group comes out, and every figure of a
+group is a sum or a count over its streams, so sums over groups equal sums over
+streams whatever the grouping (the tests check it for every combination of
+keys). The figures, as docs/billing.md ("Audit") defines them:
+
+- ``input_tokens`` ... ``reasoning_tokens``, ``cost_usd``: every stream's
+  figure, reported or estimated; an unknown figure adds nothing.
+- ``estimated_input_tokens`` / ``estimated_output_tokens``: the input (output)
+  tokens of streams whose ``input_source`` (``output_source``) is ``estimated``,
+  as ``llm_tokens_total{source="estimated"}`` counts them.
+- ``estimated_cost_usd``: the cost of streams whose ``usage_source`` is
+  ``estimated`` or ``mixed``: any cost not wholly from reported usage, the rule
+  of ``llm_cost_usd_total{source="estimated"}``.
+- ``interrupted_requests`` / ``interrupted_cost_usd``: streams with
+  ``interrupted`` set (error, disconnects, truncated), and their cost.
+- ``unpriced_requests``: usage is known (``usage_source`` is not ``none``) but
+  no price was found (``price_version`` is null): cost the audit cannot show.
+
+Money stays exact: ``cost_usd`` is a ``Decimal`` per stream (the store gives one
+on both backends; SQLite keeps it as text), held in an object column and summed
+in a decimal context wide enough that no sum is ever rounded. Neither SQL ``SUM``
+nor a float column ever touches it.
+
+Reading the store is :func:`read_frame`; the rest takes a DataFrame (built by
+:func:`frame` from any rows) and does no I/O. pandas is imported on first use,
+not with the module: every ``recorder`` command imports this one through the
+command line, and pandas alone takes about 0.4 s to import.
+"""
+
+from __future__ import annotations
+
+import decimal
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import ColumnElement, Engine, select
+
+from recorder.store.models import STREAMS, parse_started_at
+from recorder.store.queries import SessionFilter, _conditions
+
+if TYPE_CHECKING:
+    import pandas as pd  # type: ignore[import-untyped]
+
+GROUP_KEYS = ("key", "project", "model", "endpoint", "outcome", "day", "hour")
+KEY_COLUMNS = {
+    "key": "api_key_id",
+    "project": "project",
+    "model": "model",
+    "endpoint": "endpoint",
+    "outcome": "outcome",
+}
+TOKEN_FIGURES = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+)
+METRICS = (
+    "requests",
+    *TOKEN_FIGURES,
+    "cost_usd",
+    "estimated_input_tokens",
+    "estimated_output_tokens",
+    "estimated_cost_usd",
+    "interrupted_requests",
+    "interrupted_cost_usd",
+    "unpriced_requests",
+)
+MONEY_METRICS = frozenset({"cost_usd", "estimated_cost_usd", "interrupted_cost_usd"})
+# What the audit reads of a stream.
+COLUMNS = (
+    "id",
+    "started_at",
+    "api_key_id",
+    "project",
+    "model",
+    "endpoint",
+    "outcome",
+    "interrupted",
+    *TOKEN_FIGURES,
+    "input_source",
+    "output_source",
+    "usage_source",
+    "cost_usd",
+    "price_version",
+)
+DEFAULT_BY = ("day", "model")
+ZERO = Decimal(0)
+MONEY_PLACES = 12
+_QUANTUM = Decimal(1).scaleb(-MONEY_PLACES)
+# NUMERIC(24, 12) per stream: 80 digits hold the sum of far more streams than exist.
+_EXACT = decimal.Context(prec=80, traps=[decimal.Inexact, decimal.InvalidOperation])
+
+
+def _pandas() -> Any:
+    import pandas
+
+    return pandas
+
+
+class AuditError(ValueError):
+    """A grouping or filter the audit cannot do (printed to the user as is)."""
+
+
+def parse_by(text: str | None) -> tuple[str, ...]:
+    """``--by`` as group keys: comma-separated names from :data:`GROUP_KEYS`;
+    ``none`` (or an empty string) for one group of everything."""
+    if text is None:
+        return DEFAULT_BY
+    names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    if names in ([], ["none"]):
+        return ()
+    bad = [n for n in names if n not in GROUP_KEYS]
+    if bad:
+        raise AuditError(f"cannot group by {bad[0]!r}: use {', '.join(GROUP_KEYS)} or none")
+    if len(set(names)) != len(names):
+        raise AuditError(f"--by names a key twice: {text!r}")
+    return tuple(names)
+
+
+def money(value: Decimal) -> str:
+    """A sum of money as INTERFACES.md prints it: 12 fractional digits, never a float."""
+    return f"{value.quantize(_QUANTUM, context=_EXACT):f}"
+
+
+def _cost(value: Any) -> Decimal:
+    if value is None or (isinstance(value, float) and value != value):
+        return ZERO
+    if isinstance(value, Decimal):
+        return value
+    if isinstance(value, str):
+        return Decimal(value)
+    raise TypeError(f"cost_usd must be a Decimal or a decimal string, not {type(value).__name__}")
+
+
+def _started(value: Any) -> datetime:
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    when = parse_started_at(value)
+    if when is None:
+        raise ValueError("a stream without started_at")
+    return when
+
+
+def frame(rows: Iterable[Mapping[Any, Any]]) -> pd.DataFrame:
+    """The audit's DataFrame of streams: one row per mapping (a store row, or
+    ``StreamRecord.to_dict()``), with the columns of :data:`COLUMNS`.
+
+    Token counts are nullable integers, ``cost_usd`` Decimals (null: unpriced),
+    ``started_at`` aware UTC timestamps.
+    """
+    pd = _pandas()
+    data: dict[str, list[Any]] = {name: [] for name in COLUMNS}
+    for row in rows:
+        for name in COLUMNS:
+            data[name].append(row.get(name))
+    out = pd.DataFrame(index=pd.RangeIndex(len(data["id"])))
+    for name in COLUMNS:
+        values = data[name]
+        if name == "started_at":
+            out[name] = pd.to_datetime([_started(v) for v in values], utc=True)
+        elif name in TOKEN_FIGURES:
+            out[name] = pd.array(values, dtype="Int64")
+        elif name == "interrupted":
+            out[name] = pd.array([bool(v) for v in values], dtype=bool)
+        elif name == "cost_usd":
+            out[name] = pd.Series(
+                [None if v is None else _cost(v) for v in values], dtype=object, index=out.index
+            )
+        else:
+            out[name] = pd.Series(values, dtype=object, index=out.index)
+    return out
+
+
+def _key_series(df: pd.DataFrame, key: str) -> pd.Series:
+    if key == "day":
+        return df["started_at"].dt.floor("D")
+    if key == "hour":
+        return df["started_at"].dt.floor("h")
+    return df[KEY_COLUMNS[key]].astype(object).where(df[KEY_COLUMNS[key]].notna(), None)
+
+
+def _key_value(key: str, value: Any) -> Any:
+    pd = _pandas()
+    if value is None or value is pd.NaT or (isinstance(value, float) and value != value):
+        return None
+    if key == "day":
+        return pd.Timestamp(value).strftime("%Y-%m-%d")
+    if key == "hour":
+        return pd.Timestamp(value).strftime("%Y-%m-%dT%H:00Z")
+    return str(value)
+
+
+def _sort_key(values: tuple[Any, ...]) -> tuple[tuple[bool, Any], ...]:
+    return tuple((v is None, "" if v is None else v) for v in values)
+
+
+def aggregate(df: pd.DataFrame, by: Sequence[str]) -> list[dict[str, Any]]:
+    """One dict per group: the group's keys (in ``by``'s order), then
+    :data:`METRICS`; money as exact ``Decimal``. Groups are ordered by their keys
+    (unknown last). No streams, no groups."""
+    for key in by:
+        if key not in GROUP_KEYS:
+            raise AuditError(f"cannot group by {key!r}")
+    if df.empty:
+        return []
+    pd = _pandas()
+    names = list(by) or ["_all"]
+    work = pd.DataFrame(index=df.index)
+    if by:
+        for key in by:
+            work[key] = _key_series(df, key)
+    else:
+        work["_all"] = 0
+    work["requests"] = 1
+    for name in TOKEN_FIGURES:
+        work[name] = df[name].fillna(0).astype("int64")
+    est_in = df["input_source"] == "estimated"
+    est_out = df["output_source"] == "estimated"
+    work["estimated_input_tokens"] = df["input_tokens"].where(est_in, 0).fillna(0).astype("int64")
+    work["estimated_output_tokens"] = (
+        df["output_tokens"].where(est_out, 0).fillna(0).astype("int64")
+    )
+    cost = pd.Series([_cost(v) for v in df["cost_usd"]], dtype=object, index=df.index)
+    estimated = df["usage_source"].isin(("estimated", "mixed"))
+    interrupted = df["interrupted"].astype(bool)
+    work["cost_usd"] = cost
+    work["estimated_cost_usd"] = pd.Series(
+        [c if e else ZERO for c, e in zip(cost, estimated, strict=True)],
+        dtype=object,
+        index=df.index,
+    )
+    work["interrupted_requests"] = interrupted.astype("int64")
+    work["interrupted_cost_usd"] = pd.Series(
+        [c if i else ZERO for c, i in zip(cost, interrupted, strict=True)],
+        dtype=object,
+        index=df.index,
+    )
+    work["unpriced_requests"] = (
+        df["price_version"].isna() & (df["usage_source"] != "none")
+    ).astype("int64")
+    with decimal.localcontext(_EXACT):
+        sums = work.groupby(names, dropna=False, sort=False).sum()[list(METRICS)]
+    groups: list[dict[str, Any]] = []
+    for index, values in zip(sums.index, sums.itertuples(index=False), strict=True):
+        keys = index if isinstance(index, tuple) else (index,)
+        group: dict[str, Any] = {
+            key: _key_value(key, value) for key, value in zip(by, keys, strict=False)
+        }
+        for name, value in zip(METRICS, values, strict=True):
+            group[name] = _cost(value) if name in MONEY_METRICS else int(value)
+        groups.append(group)
+    groups.sort(key=lambda g: _sort_key(tuple(g[k] for k in by)))
+    return groups
+
+
+def totals(groups: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The sums of :data:`METRICS` over groups (the table's totals line)."""
+    out: dict[str, Any] = {name: ZERO if name in MONEY_METRICS else 0 for name in METRICS}
+    with decimal.localcontext(_EXACT):
+        for group in groups:
+            for name in METRICS:
+                out[name] += group[name]
+    return out
+
+
+def as_document(groups: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The JSON shape: money as decimal strings."""
+    return [
+        {k: money(v) if k in MONEY_METRICS else v for k, v in group.items()} for group in groups
+    ]
+
+
+def key_combinations() -> Iterable[tuple[str, ...]]:
+    """Every ``--by`` the audit supports that names a key at most once (order aside)."""
+    for n in range(len(GROUP_KEYS) + 1):
+        yield from itertools.combinations(GROUP_KEYS, n)
+
+
+def read_frame(
+    engine: Engine,
+    f: SessionFilter,
+    *,
+    project: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> pd.DataFrame:
+    """The streams matching ``f`` (its ``limit`` ignored) and ``project``, as :func:`frame`."""
+    where: list[ColumnElement[bool]] = list(_conditions(engine, f, environ))
+    if project is not None:
+        where.append(STREAMS.c.project == project)
+    stmt = select(*(STREAMS.c[name] for name in COLUMNS)).where(*where)
+    with engine.connect() as conn:
+        rows = [row._mapping for row in conn.execute(stmt)]
+    return frame(rows)

@@ -1,0 +1,278 @@
+"""`recorder reconcile FILE...`: recorded usage against a provider's usage export.
+
+Prints the (day, model, key or project) groups whose figures differ beyond the
+tolerance, each with the recorded and exported figures, the difference, and the
+streams that may explain it (``--all``: every group). Exit status: 0 when every
+group is within tolerance, 1 when some differ, 2 when the comparison could not
+be made (a file that cannot be read, a bad option, no database). A summary goes
+to standard error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from recorder import reconcile as rc
+from recorder.cli.db import CliError, add_db_option, db_url, open_for_reading
+from recorder.cli.render import default_format, table, to_json
+from recorder.store.queries import QueryError, parse_when
+
+FORMATS = ("table", "json", "csv")
+
+
+def _percent(text: str) -> Decimal:
+    value = text.strip()
+    try:
+        number = Decimal(value.removesuffix("%"))
+    except InvalidOperation:
+        raise argparse.ArgumentTypeError(f"not a percentage: {text!r}") from None
+    if not number.is_finite() or number < 0:
+        raise argparse.ArgumentTypeError(f"not a percentage: {text!r}")
+    return number / 100
+
+
+def _usd(text: str) -> Decimal:
+    try:
+        number = Decimal(text.strip().removeprefix("$"))
+    except InvalidOperation:
+        raise argparse.ArgumentTypeError(f"not an amount: {text!r}") from None
+    if not number.is_finite() or number < 0:
+        raise argparse.ArgumentTypeError(f"not an amount: {text!r}")
+    return number
+
+
+def _count(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a token count: {text!r}") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"not a token count: {text!r}")
+    return number
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register the `reconcile` command."""
+    p = sub.add_parser(
+        "reconcile",
+        help="recorded usage against a provider's usage export",
+        description="Compare recorded usage with a usage export (CSV) per day, model and "
+        "key or project; print the differences beyond the tolerance with the streams that "
+        "explain them. Exit 0: reconciled; 1: differences found; 2: could not compare.",
+    )
+    p.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help="usage export(s): the recorder's CSV format, OpenAI's usage or costs export, "
+        "Anthropic's usage or cost report (docs/billing.md)",
+    )
+    p.add_argument(
+        "--mapping",
+        metavar="FILE",
+        help="JSON or CSV mapping the provider's key / project ids to api_key_id / project",
+    )
+    p.add_argument(
+        "--by",
+        choices=("auto", *rc.DIMENSIONS),
+        default="auto",
+        help="third grouping key (default auto: key if the export names keys, else project)",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=_percent,
+        default=Decimal("0.02"),
+        metavar="PCT",
+        help="relative tolerance, of the larger side (default 2%%)",
+    )
+    p.add_argument(
+        "--tolerance-tokens",
+        type=_count,
+        default=0,
+        metavar="N",
+        help="and absolute: differences of at most N tokens (or requests) pass (default 0)",
+    )
+    p.add_argument(
+        "--tolerance-usd",
+        type=_usd,
+        default=Decimal("0.01"),
+        metavar="USD",
+        help="and absolute for cost (default 0.01)",
+    )
+    p.add_argument(
+        "--since", metavar="TIME", help="recorded streams from (default: the export's first day)"
+    )
+    p.add_argument(
+        "--until", metavar="TIME", help="recorded streams before (default: after its last day)"
+    )
+    p.add_argument(
+        "--exact-models",
+        action="store_true",
+        help="compare model names as they are (default: without snapshot dates or prefixes)",
+    )
+    p.add_argument("--all", action="store_true", help="print every group, not only differences")
+    p.add_argument(
+        "--max-streams",
+        type=_count,
+        default=50,
+        metavar="N",
+        help="list at most N explaining streams per group (default 50)",
+    )
+    add_db_option(p)
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default=None,
+        help="output format (default: table on a terminal, json otherwise)",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute `recorder reconcile`: 0 reconciled, 1 differences, 2 could not compare."""
+    try:
+        return _run(args)
+    except (CliError, QueryError, rc.ExportError) as e:
+        print(f"recorder reconcile: {e}", file=sys.stderr)
+        return 2
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) else str(e)
+        raise CliError(f"cannot read {path}: {reason or e}") from None
+
+
+def _run(args: argparse.Namespace) -> int:
+    export = rc.merge_exports([rc.read_export(_read(f), source=f) for f in args.files])
+    mapping = rc.read_mapping(_read(args.mapping), source=args.mapping) if args.mapping else None
+    period = rc.export_period(export)
+    since = parse_when(args.since) if args.since else (period[0] if period else None)
+    until = parse_when(args.until) if args.until else (period[1] if period else None)
+    if since is None or until is None:
+        raise CliError("the export has no rows: give --since and --until")
+    engine = open_for_reading(db_url(args))
+    try:
+        streams = rc.read_streams(engine, since, until, export.providers)
+    except SQLAlchemyError as e:
+        raise CliError(f"cannot read the store: {getattr(e, 'orig', None) or e}") from None
+    finally:
+        engine.dispose()
+    tolerance = rc.Tolerance(args.tolerance, args.tolerance_tokens, args.tolerance_usd)
+    result = rc.reconcile(
+        export,
+        streams,
+        mapping=mapping,
+        by=args.by,
+        tolerance=tolerance,
+        exact_models=args.exact_models,
+    )
+    docs = rc.result_document(result, include_all=args.all, max_streams=args.max_streams)
+    fmt = default_format(args.format)
+    if fmt == "json":
+        sys.stdout.write(to_json(docs) + "\n")
+    elif fmt == "csv":
+        _write_csv(docs, result)
+    else:
+        sys.stdout.write(render_table(docs, result) + "\n")
+    _summary(export, result, len(streams))
+    return 1 if result.differing else 0
+
+
+def _summary(export: rc.Export, result: rc.Result, streams: int) -> None:
+    err = sys.stderr
+    n = len(result.differing)
+    print(
+        f"recorder reconcile: {export.format} export, {len(export.rows)} rows; "
+        f"{streams} recorded streams; {len(result.groups)} groups by day, model"
+        + ("" if result.by == "none" else f", {result.by}")
+        + f"; {n} beyond tolerance",
+        file=err,
+    )
+    missing = ", ".join(f for f in rc.FIGURES if f not in result.figures)
+    if missing:
+        print(f"recorder reconcile: the export does not cover {missing}", file=err)
+    for kind, ids in (("key", result.unmapped_keys), ("project", result.unmapped_projects)):
+        if ids:
+            print(
+                f"recorder reconcile: {kind} ids the mapping does not name: "
+                + ", ".join(sorted(ids)),
+                file=err,
+            )
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int):
+        return f"{value:+d}"
+    return str(value)
+
+
+def _signed(amount: str) -> str:
+    return amount if amount.startswith("-") else "+" + amount
+
+
+def render_table(docs: list[dict[str, Any]], result: rc.Result) -> str:
+    """One line per group and figure, then the explaining streams, indented."""
+    if not docs:
+        return "(no differences beyond tolerance)"
+    who = [] if result.by == "none" else [result.by]
+    columns = ["day", "model", *who, "figure", "recorded", "exported", "difference", "streams"]
+    rows = []
+    for doc in docs:
+        shown = doc["beyond_tolerance"] or list(result.figures)
+        for i, f in enumerate(shown):
+            diff = doc["difference"][f]
+            row = {
+                "day": doc["day"] if i == 0 else "",
+                "model": doc["model"] if i == 0 else "",
+                "figure": f,
+                "recorded": doc["recorded"][f],
+                "exported": doc["exported"][f],
+                "difference": _cell(diff) if f != "cost_usd" else _signed(diff),
+                "streams": len(doc["streams"]) + doc["streams_omitted"] if i == 0 else "",
+            }
+            if who:
+                row[who[0]] = doc[who[0]] if i == 0 else ""
+            rows.append(row)
+    lines = [table(rows, columns)]
+    for doc in docs:
+        if doc["streams"]:
+            label = " ".join(str(doc[k]) for k in ("day", "model", *who))
+            lines.append(f"\n{label}:")
+            for s in doc["streams"]:
+                lines.append(
+                    f"  {s['id']}  {s['outcome']}  in {s['input_tokens']}"
+                    f"  out {s['output_tokens']}  ({s['why']})"
+                )
+            if doc["streams_omitted"]:
+                lines.append(f"  ... and {doc['streams_omitted']} more")
+    return "\n".join(lines)
+
+
+def _write_csv(docs: list[dict[str, Any]], result: rc.Result) -> None:
+    who = [] if result.by == "none" else [result.by]
+    columns = ["day", "model", *who]
+    for side in ("recorded", "exported", "difference"):
+        columns += [f"{side}_{f}" for f in result.figures]
+    columns += ["beyond_tolerance", "stream_ids"]
+    writer = csv.DictWriter(sys.stdout, fieldnames=columns)
+    writer.writeheader()
+    for doc in docs:
+        row: dict[str, Any] = {k: doc.get(k) for k in ("day", "model", *who)}
+        for side in ("recorded", "exported", "difference"):
+            for f in result.figures:
+                row[f"{side}_{f}"] = doc[side][f]
+        row["beyond_tolerance"] = " ".join(doc["beyond_tolerance"])
+        row["stream_ids"] = " ".join(s["id"] for s in doc["streams"])
+        writer.writerow({k: "" if v is None else v for k, v in row.items()})

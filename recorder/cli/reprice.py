@@ -1,0 +1,98 @@
+"""`recorder reprice --since DATE [--prices FILE]`: cost stored streams again with
+another price table, store the new ``cost_usd`` and ``price_version``, and say
+what changed: rows examined and changed, old and new totals per model, which
+price versions gave way to which. ``--dry-run`` only reports.
+
+``--format json`` prints one object (``recorder.reprice.Report.as_dict``);
+``table`` (the default on a terminal) a summary, then per model and per price
+version. Money is exact in every format.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from recorder.cli.db import CliError, add_db_option, db_url, open_for_reading
+from recorder.cli.render import default_format, emit, table, vertical
+from recorder.core.pricing import PriceTableError
+from recorder.prices import load_price_file
+from recorder.reprice import reprice
+from recorder.store.queries import QueryError, SessionFilter, parse_when
+
+FORMATS = ("table", "json")
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register the `reprice` command."""
+    p = sub.add_parser(
+        "reprice",
+        help="recompute costs with another price table, say what changed",
+        description="Cost the streams started since DATE again with a price table (the "
+        "shipped one by default), store the new cost_usd and price_version, and report "
+        "what changed. Usage is not estimated again.",
+    )
+    p.add_argument(
+        "--since",
+        required=True,
+        metavar="DATE",
+        help="streams started at or after this: 2026-01-31, 2026-01-31T12:00Z, or an age (30d)",
+    )
+    p.add_argument("--until", metavar="DATE", help="and before this")
+    p.add_argument("--model", help="only this requested model ('*' matches anything)")
+    p.add_argument("--prices", metavar="FILE", help="price table (default: the shipped one)")
+    p.add_argument("--dry-run", action="store_true", help="report only; store nothing")
+    add_db_option(p)
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default=None,
+        help="output format (default: table on a terminal, json otherwise)",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute `recorder reprice`."""
+    try:
+        return _run(args)
+    except CliError as e:
+        print(f"recorder reprice: {e}", file=sys.stderr)
+        return e.code
+    except (QueryError, PriceTableError) as e:
+        print(f"recorder reprice: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    f = SessionFilter(
+        since=parse_when(args.since),
+        until=parse_when(args.until) if args.until else None,
+        model=args.model,
+        limit=None,
+    )
+    prices = load_price_file(args.prices)
+    engine = open_for_reading(db_url(args))
+    try:
+        report = reprice(engine, prices, f, dry_run=args.dry_run)
+    except SQLAlchemyError as e:
+        raise CliError(f"cannot reprice: {getattr(e, 'orig', None) or e}") from None
+    finally:
+        engine.dispose()
+    doc = report.as_dict()
+    if default_format(args.format) == "json":
+        emit(doc, "json", single=True)
+        return 0
+    summary = {k: v for k, v in doc.items() if k not in ("models", "price_versions")}
+    parts = [vertical(summary)]
+    if doc["models"]:
+        cols = ["model", "rows", "changed", "old_cost_usd", "new_cost_usd", "difference_usd"]
+        parts.append(table(doc["models"], cols))
+    if doc["price_versions"]:
+        parts.append(table(doc["price_versions"], ["old", "new", "rows", "changed"]))
+    sys.stdout.write("\n\n".join(parts) + "\n")
+    if args.dry_run:
+        print("(dry run: nothing stored)", file=sys.stderr)
+    return 0

@@ -1,0 +1,216 @@
+"""Repricing stored streams with another price table (`recorder reprice`).
+
+Each row is costed again from its stored figures alone, by the rule the proxy
+used (``recorder.core.billing.apply_prices``: tokens, cache writes by lifetime,
+service tier, server tools; null when the usage is unknown or the model has no
+price). A row whose cost or ``price_version`` differs is updated, both columns
+together. Usage is not estimated again: estimates stay as recorded.
+
+The report says what changed: rows examined and changed, old and new totals
+(overall and per requested model), and which price versions gave way to which.
+Money is ``Decimal`` throughout, summed in a context wide enough to be exact.
+
+Rows are read and written a chunk at a time (keyset order on ``started_at``,
+``id``), one transaction per chunk, so a large reprice never holds SQLite's
+write lock for long and a proxy writing meanwhile goes on. :func:`plan` is the
+pure part; :func:`reprice` reads and writes the store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import decimal
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import ColumnElement, Engine, and_, bindparam, or_, select, update
+
+from recorder.core.billing import apply_prices
+from recorder.core.pricing import PriceTable
+from recorder.core.record import StreamRecord
+from recorder.store.models import STREAMS, record_from_row
+from recorder.store.queries import SessionFilter, _conditions
+
+ZERO = Decimal(0)
+_QUANTUM = Decimal(1).scaleb(-12)
+_EXACT = decimal.Context(prec=80, traps=[decimal.Inexact, decimal.InvalidOperation])
+CHUNK = 1000
+
+
+def _money(value: str | Decimal | None) -> Decimal | None:
+    if value is None:
+        return None
+    return (value if isinstance(value, Decimal) else Decimal(value)).quantize(
+        _QUANTUM, context=_EXACT
+    )
+
+
+def money(value: Decimal) -> str:
+    """Money as INTERFACES.md prints it: 12 fractional digits."""
+    return f"{value.quantize(_QUANTUM, context=_EXACT):f}"
+
+
+@dataclass(slots=True)
+class Tally:
+    """Rows, changed rows, and the old and new cost of a set of rows."""
+
+    rows: int = 0
+    changed: int = 0
+    old_cost: Decimal = ZERO
+    new_cost: Decimal = ZERO
+
+    def add(self, old: Decimal | None, new: Decimal | None, changed: bool) -> None:
+        """Count one row."""
+        self.rows += 1
+        self.changed += changed
+        with decimal.localcontext(_EXACT):
+            self.old_cost += old or ZERO
+            self.new_cost += new or ZERO
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON shape: counts, then money as decimal strings."""
+        with decimal.localcontext(_EXACT):
+            diff = self.new_cost - self.old_cost
+        return {
+            "rows": self.rows,
+            "changed": self.changed,
+            "old_cost_usd": money(self.old_cost),
+            "new_cost_usd": money(self.new_cost),
+            "difference_usd": money(diff),
+        }
+
+
+@dataclass(slots=True)
+class Change:
+    """One row's new cost (None: unpriced under the new table)."""
+
+    id: str
+    cost_usd: Decimal | None
+    price_version: str | None
+
+
+@dataclass(slots=True)
+class Report:
+    """What a reprice found (and, unless a dry run, stored)."""
+
+    prices: str
+    since: datetime | None = None
+    until: datetime | None = None
+    dry_run: bool = False
+    total: Tally = field(default_factory=Tally)
+    models: dict[str | None, Tally] = field(default_factory=dict)
+    # (old price_version, new price_version) -> rows, changed
+    versions: dict[tuple[str | None, str | None], Tally] = field(default_factory=dict)
+    newly_priced: int = 0
+    now_unpriced: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON document `recorder reprice --format json` prints."""
+
+        def iso(t: datetime | None) -> str | None:
+            return None if t is None else t.isoformat().replace("+00:00", "Z")
+
+        def order(key: tuple[str | None, ...]) -> tuple[tuple[bool, str], ...]:
+            return tuple((k is None, k or "") for k in key)
+
+        return {
+            "prices": self.prices,
+            "since": iso(self.since),
+            "until": iso(self.until),
+            "dry_run": self.dry_run,
+            **self.total.as_dict(),
+            "newly_priced": self.newly_priced,
+            "now_unpriced": self.now_unpriced,
+            "models": [
+                {"model": m, **self.models[m].as_dict()}
+                for m in sorted(self.models, key=lambda m: order((m,)))
+            ],
+            "price_versions": [
+                {"old": old, "new": new, "rows": t.rows, "changed": t.changed}
+                for (old, new), t in sorted(self.versions.items(), key=lambda kv: order(kv[0]))
+            ],
+        }
+
+
+def reprice_record(record: StreamRecord, table: PriceTable) -> tuple[Decimal | None, str | None]:
+    """The cost and price version of a stored record under ``table`` (the record
+    itself is left as it was)."""
+    copy = dataclasses.replace(record)
+    apply_prices(copy, table)
+    return _money(copy.cost_usd), copy.price_version
+
+
+def plan(records: Iterable[StreamRecord], table: PriceTable, report: Report) -> list[Change]:
+    """Price ``records`` with ``table``; count them in ``report``; return the rows to update."""
+    changes: list[Change] = []
+    for rec in records:
+        old_cost, old_version = _money(rec.cost_usd), rec.price_version
+        new_cost, new_version = reprice_record(rec, table)
+        changed = old_cost != new_cost or old_version != new_version
+        report.total.add(old_cost, new_cost, changed)
+        report.models.setdefault(rec.model, Tally()).add(old_cost, new_cost, changed)
+        report.versions.setdefault((old_version, new_version), Tally()).add(
+            old_cost, new_cost, changed
+        )
+        if old_version is None and new_version is not None:
+            report.newly_priced += 1
+        elif old_version is not None and new_version is None:
+            report.now_unpriced += 1
+        if changed:
+            assert rec.id is not None
+            changes.append(Change(rec.id, new_cost, new_version))
+    return changes
+
+
+_UPDATE = (
+    update(STREAMS)
+    .where(STREAMS.c.id == bindparam("_id"))
+    .values(
+        cost_usd=bindparam("_cost", type_=STREAMS.c.cost_usd.type),
+        price_version=bindparam("_version"),
+    )
+)
+
+
+def reprice(
+    engine: Engine,
+    table: PriceTable,
+    f: SessionFilter,
+    *,
+    dry_run: bool = False,
+    chunk: int = CHUNK,
+    environ: Mapping[str, str] | None = None,
+) -> Report:
+    """Reprice the streams matching ``f`` (its ``limit`` ignored) with ``table``;
+    store the new costs unless ``dry_run``. Returns the report."""
+    report = Report(table.version, f.since, f.until, dry_run)
+    where: list[ColumnElement[bool]] = list(_conditions(engine, f, environ))
+    c = STREAMS.c
+    after: tuple[datetime, str] | None = None
+    opts = {"sqlite_begin": "IMMEDIATE"} if engine.dialect.name == "sqlite" else {}
+    while True:
+        stmt = select(STREAMS).where(*where)
+        if after is not None:
+            stmt = stmt.where(
+                or_(c.started_at > after[0], and_(c.started_at == after[0], c.id > after[1]))
+            )
+        stmt = stmt.order_by(c.started_at, c.id).limit(chunk)
+        with engine.connect() as raw:
+            conn = raw.execution_options(**opts) if opts and not dry_run else raw
+            with conn.begin():
+                rows = list(conn.execute(stmt))
+                if not rows:
+                    return report
+                changes = plan((record_from_row(r) for r in rows), table, report)
+                if changes and not dry_run:
+                    conn.execute(
+                        _UPDATE,
+                        [
+                            {"_id": ch.id, "_cost": ch.cost_usd, "_version": ch.price_version}
+                            for ch in changes
+                        ],
+                    )
+        after = (rows[-1].started_at, rows[-1].id)

@@ -1,0 +1,194 @@
+"""`recorder audit`, on SQLite and PostgreSQL: the JSON shape of INTERFACES.md,
+CSV, the table's totals line, Parquet (exact decimals), filters, errors."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import random
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
+
+from storedb import db_url, pg_admin, pg_template, sqlite_template
+
+from recorder import audit as audit_lib
+from recorder.cli import audit
+from recorder.core.record import StreamRecord
+from tests.test_audit import PER_STREAM, random_records, rec, row_sums, store
+
+__all__ = ["db_url", "pg_admin", "pg_template", "sqlite_template"]
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="recorder")
+    sub = parser.add_subparsers(dest="command")
+    audit.add_parser(sub)
+    return parser.parse_args(["audit", *argv])
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = audit.run(parse(*argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def stored(db_url: str, tmp_path: Path) -> list[StreamRecord]:
+    records = random_records(random.Random(11), 80)
+    store(db_url, tmp_path / "spool", records)
+    return records
+
+
+def test_json_shape(
+    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
+) -> None:
+    code, out, _ = run(capsys, "--db", db_url, "--by", "key,day", "--format", "json")
+    assert code == 0
+    doc = json.loads(out, parse_float=Decimal)
+    assert isinstance(doc, list) and doc
+    for g in doc:
+        assert list(g) == ["key", "day", *audit_lib.METRICS]
+        for name in audit_lib.MONEY_METRICS:
+            assert isinstance(g[name], str)  # money is a decimal string, never a float
+            assert len(g[name].split(".")[1]) == 12
+    sums = row_sums(stored)
+    for name in PER_STREAM:
+        total = sum((Decimal(g[name]) for g in doc), Decimal(0))
+        assert total == sums[name], name
+
+
+def test_default_grouping_is_day_and_model(
+    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
+) -> None:
+    code, out, _ = run(capsys, "--db", db_url, "--format", "json")
+    assert code == 0
+    assert list(json.loads(out)[0])[:2] == ["day", "model"]
+
+
+def test_csv(capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]) -> None:
+    code, out, _ = run(capsys, "--db", db_url, "--by", "outcome", "--format", "csv")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert list(rows[0]) == ["outcome", *audit_lib.METRICS]
+    assert sum(int(r["requests"]) for r in rows) == len(stored)
+    assert sum(Decimal(r["cost_usd"]) for r in rows) == row_sums(stored)["cost_usd"]
+
+
+def test_table_has_a_totals_line(
+    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
+) -> None:
+    code, out, _ = run(capsys, "--db", db_url, "--by", "endpoint", "--format", "table")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["endpoint", "requests", "input"]
+    assert lines[-1].startswith("TOTAL")
+    assert int(lines[-1].split()[1]) == len(stored)
+
+
+def test_table_without_grouping(
+    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
+) -> None:
+    code, out, _ = run(capsys, "--db", db_url, "--by", "none", "--format", "table")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[1].startswith("all") and lines[2].startswith("TOTAL")
+
+
+def test_parquet_is_exact(
+    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord], tmp_path: Path
+) -> None:
+    path = tmp_path / "audit.parquet"
+    code, out, _ = run(capsys, "--db", db_url, "--by", "model,hour", "-o", str(path))
+    assert code == 0 and out == ""  # the suffix chose parquet; nothing on stdout
+    table = pq.read_table(path)
+    assert table.column_names == ["model", "hour", *audit_lib.METRICS]
+    assert table.schema.field("cost_usd").type == pa.decimal128(38, 12)
+    assert table.schema.field("requests").type == pa.int64()
+    rows = table.to_pylist()
+    assert sum(r["requests"] for r in rows) == len(stored)
+    assert sum((r["cost_usd"] for r in rows), Decimal(0)) == row_sums(stored)["cost_usd"]
+
+
+def test_parquet_needs_an_output_file(
+    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
+) -> None:
+    code, out, err = run(capsys, "--db", db_url, "--format", "parquet")
+    assert code == 2 and out == "" and "--output" in err
+
+
+def test_output_file_json(
+    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord], tmp_path: Path
+) -> None:
+    path = tmp_path / "audit.json"
+    code, out, _ = run(capsys, "--db", db_url, "--by", "project", "--output", str(path))
+    assert code == 0 and out == ""
+    doc = json.loads(path.read_text())
+    assert sum(g["requests"] for g in doc) == len(stored)
+
+
+def test_filters(capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path) -> None:
+    records = [
+        rec(started_at="2026-05-05T10:00:00.000Z", model="gpt-4o", project="p1"),
+        rec(started_at="2026-05-06T10:00:00.000Z", model="gpt-4o-mini", project="p1"),
+        rec(
+            started_at="2026-05-06T11:00:00.000Z",
+            model="gpt-4o",
+            outcome="error",
+            interrupted=True,
+            api_key_id="…4242:0123456789ab",
+            endpoint="messages",
+        ),
+    ]
+    store(db_url, tmp_path / "spool", records)
+
+    def requests(*extra: str) -> int:
+        code, out, err = run(capsys, "--db", db_url, "--by", "none", "--format", "json", *extra)
+        assert code == 0, err
+        doc = json.loads(out)
+        return int(doc[0]["requests"]) if doc else 0
+
+    assert requests() == 3
+    assert requests("--since", "2026-05-06") == 2
+    assert requests("--until", "2026-05-06") == 1
+    assert requests("--model", "gpt-4o") == 2
+    assert requests("--model", "gpt-4o*") == 3
+    assert requests("--outcome", "error") == 1
+    assert requests("--endpoint", "messages") == 1
+    assert requests("--key", "4242") == 1
+    assert requests("--project", "p1") == 2
+    assert requests("--project", "nope") == 0
+
+
+def test_bad_by_is_a_usage_error(capsys: pytest.CaptureFixture[str], db_url: str) -> None:
+    code, _, err = run(capsys, "--db", db_url, "--by", "week")
+    assert code == 2 and "week" in err
+
+
+def test_missing_database(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "absent.db"
+    code, _, err = run(capsys, "--db", f"sqlite:///{path}")
+    assert code == 1 and "no database" in err
+    assert not path.exists()
+
+
+def test_empty_store(capsys: pytest.CaptureFixture[str], db_url: str) -> None:
+    code, out, _ = run(capsys, "--db", db_url, "--format", "json")
+    assert code == 0 and json.loads(out) == []
+    code, _, err = run(capsys, "--db", db_url, "--format", "table")
+    assert code == 0 and "no streams" in err
+
+
+def test_registered_in_main() -> None:
+    from recorder.cli.main import build_parser
+
+    args = build_parser().parse_args(["audit", "--by", "model"])
+    assert args.func is audit.run

@@ -1,0 +1,248 @@
+"""`recorder reconcile`, on SQLite and PostgreSQL: exit status (0 reconciled,
+1 differences, 2 could not compare), the JSON, CSV and table outputs, the
+mapping file, the export's provider and period."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
+
+from storedb import db_url, pg_admin, pg_template, sqlite_template
+
+from recorder.cli import reconcile
+from recorder.core.record import StreamRecord
+from tests.test_audit import rec, store
+
+__all__ = ["db_url", "pg_admin", "pg_template", "sqlite_template"]
+
+EXPORTS = Path(__file__).resolve().parents[1] / "fixtures" / "usage_exports"
+KEY_A = "…1111:aaaaaaaaaaaa"
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="recorder")
+    sub = parser.add_subparsers(dest="command")
+    reconcile.add_parser(sub)
+    return parser.parse_args(["reconcile", *argv])
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = reconcile.run(parse(*argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def openai_stream(inp: int, cached: int, out: int, **kw: Any) -> StreamRecord:
+    values: dict[str, Any] = dict(
+        started_at="2026-04-01T09:00:00.000Z",
+        provider="openai",
+        model="gpt-4o",
+        response_model="gpt-4o-2024-08-06",
+        api_key_id=KEY_A,
+        project="proj_abc",
+        input_tokens=inp,
+        cache_read_tokens=cached,
+        output_tokens=out,
+    )
+    values.update(kw)
+    return rec(**values)
+
+
+@pytest.fixture
+def stored(db_url: str, tmp_path: Path) -> list[StreamRecord]:
+    """What matches the first line of openai_usage_completions.csv exactly, plus
+    an Anthropic stream (another provider: not compared) and a refused request."""
+    records = [
+        openai_stream(500, 100, 100),
+        openai_stream(400, 100, 100, started_at="2026-04-01T23:59:59.999Z"),
+        openai_stream(
+            400,
+            0,
+            120,
+            outcome="truncated",
+            interrupted=True,
+            output_source="estimated",
+            usage_source="mixed",
+        ),
+        openai_stream(
+            None,  # type: ignore[arg-type]
+            None,  # type: ignore[arg-type]
+            None,  # type: ignore[arg-type]
+            started_at="2026-04-01T09:00:01.000Z",
+            outcome="http_error",
+            input_source="none",
+            output_source="none",
+            usage_source="none",
+            cost_usd=None,
+            price_version=None,
+        ),
+        rec(
+            started_at="2026-04-01T10:00:00.000Z",
+            provider="anthropic",
+            endpoint="messages",
+            model="claude-sonnet-4-5",
+            api_key_id=KEY_A,
+        ),
+    ]
+    store(db_url, tmp_path / "spool", records)
+    return records
+
+
+def test_openai_export_with_a_missing_key(
+    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
+) -> None:
+    export = str(EXPORTS / "openai_usage_completions.csv")
+    mapping = str(EXPORTS / "mapping.json")
+    code, out, err = run(capsys, export, "--mapping", mapping, "--db", db_url, "--format", "json")
+    assert code == 1
+    docs = json.loads(out)
+    # 2026-04-01 agrees (the Anthropic stream is another provider's); 2026-04-02's
+    # key_BBB is in the bill but not in the mapping, and nothing was recorded for it
+    (doc,) = docs
+    assert (doc["day"], doc["model"], doc["key"]) == ("2026-04-02", "gpt-4o-mini", "key_BBB")
+    assert doc["in_export"] is True and doc["recorded_streams"] == 0 and doc["streams"] == []
+    assert doc["difference"] == {
+        "requests": 1,
+        "input_tokens": 50,
+        "output_tokens": 10,
+        "cache_read_tokens": 0,
+    }
+    assert "key_BBB" in err and "does not cover cache_write_tokens, cost_usd" in err
+    assert "openai-usage export, 2 rows; 4 recorded streams" in err
+
+
+def test_all_groups(
+    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
+) -> None:
+    export = str(EXPORTS / "openai_usage_completions.csv")
+    mapping = str(EXPORTS / "mapping.csv")
+    code, out, _ = run(
+        capsys, export, "--mapping", mapping, "--db", db_url, "--format", "json", "--all"
+    )
+    assert code == 1
+    docs = json.loads(out)
+    first = docs[0]
+    assert (first["day"], first["model"], first["key"]) == ("2026-04-01", "gpt-4o", KEY_A)
+    assert first["beyond_tolerance"] == [] and first["recorded_streams"] == 3
+    assert (
+        first["recorded"]
+        == first["exported"]
+        == {
+            "requests": 3,
+            "input_tokens": 1300,
+            "output_tokens": 320,
+            "cache_read_tokens": 200,
+        }
+    )
+
+
+def own_export(tmp_path: Path, rows: list[list[Any]]) -> str:
+    path = tmp_path / "export.csv"
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["date", "model", "api_key_id", "input_tokens", "output_tokens", "provider"])
+        w.writerows(rows)
+    return str(path)
+
+
+def test_reconciled_exits_0(
+    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord], tmp_path: Path
+) -> None:
+    export = own_export(tmp_path, [["2026-04-01", "gpt-4o", KEY_A, 1300, 320, "openai"]])
+    code, out, err = run(capsys, export, "--db", db_url, "--format", "json")
+    assert code == 0, err
+    assert json.loads(out) == []
+
+
+def test_tolerance_options(
+    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord], tmp_path: Path
+) -> None:
+    export = own_export(tmp_path, [["2026-04-01", "gpt-4o", KEY_A, 1300, 330, "openai"]])
+    # 10 of 330 is 3 %
+    assert run(capsys, export, "--db", db_url, "--format", "json")[0] == 1
+    assert run(capsys, export, "--db", db_url, "--format", "json", "--tolerance", "5%")[0] == 0
+    code, *_ = run(capsys, export, "--db", db_url, "--format", "json", "--tolerance-tokens", "10")
+    assert code == 0
+
+
+def test_the_truncated_stream_is_named(
+    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord], tmp_path: Path
+) -> None:
+    export = own_export(tmp_path, [["2026-04-01", "gpt-4o", KEY_A, 1300, 400, "openai"]])
+    code, out, _ = run(capsys, export, "--db", db_url, "--format", "json")
+    assert code == 1
+    (doc,) = json.loads(out)
+    assert doc["beyond_tolerance"] == ["output_tokens"]
+    assert [(s["id"], s["why"]) for s in doc["streams"]] == [
+        (stored[2].id, "truncated; output estimated"),
+        (stored[3].id, "http_error, not billed here"),
+    ]
+    code, out, _ = run(capsys, export, "--db", db_url, "--format", "table")
+    assert code == 1
+    assert "output_tokens" in out and "+80" in out
+    assert f"{stored[2].id}  truncated" in out
+    code, out, _ = run(capsys, export, "--db", db_url, "--format", "csv")
+    (row,) = csv.DictReader(io.StringIO(out))
+    assert row["difference_output_tokens"] == "80"
+    assert row["stream_ids"].split() == [stored[2].id, stored[3].id]
+
+
+def test_period_options(
+    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord], tmp_path: Path
+) -> None:
+    export = own_export(tmp_path, [["2026-04-01", "gpt-4o", KEY_A, 1300, 320, "openai"]])
+    # the last stream of the day left out: the bill is then larger than what was recorded
+    code, out, _ = run(
+        capsys, export, "--db", db_url, "--format", "json", "--until", "2026-04-01T23:00"
+    )
+    assert code == 1
+    assert json.loads(out)[0]["difference"] == {"input_tokens": 400, "output_tokens": 100}
+
+
+def test_anthropic_export_by_project(
+    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
+) -> None:
+    export = str(EXPORTS / "anthropic_cost_report.csv")
+    code, out, err = run(capsys, export, "--db", db_url, "--format", "json", "--all")
+    assert code == 1  # 0.0135 USD billed on 2026-04-02, nothing recorded then
+    (doc,) = json.loads(out)
+    assert doc["project"] == "wrkspc_01" and doc["exported"] == {"cost_usd": "0.013500000000"}
+    assert "by day, model, project" in err
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [("when,what\n1,2\n", "not a usage export"), (None, "cannot read")],
+)
+def test_unreadable_export_exits_2(
+    capsys: pytest.CaptureFixture[str],
+    db_url: str,
+    tmp_path: Path,
+    content: str | None,
+    message: str,
+) -> None:
+    path = tmp_path / "export.csv"
+    if content is not None:
+        path.write_text(content)
+    code, out, err = run(capsys, str(path), "--db", db_url)
+    assert code == 2 and out == "" and message in err
+
+
+def test_missing_database_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    export = own_export(tmp_path, [["2026-04-01", "gpt-4o", KEY_A, 1, 1, "openai"]])
+    code, _, err = run(capsys, export, "--db", f"sqlite:///{tmp_path / 'absent.db'}")
+    assert code == 2 and "no database" in err
+
+
+def test_bad_tolerance_is_refused() -> None:
+    with pytest.raises(SystemExit):
+        parse("x.csv", "--tolerance", "lots")

@@ -1,0 +1,96 @@
+"""`recorder reprice`, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
+
+from storedb import db_url, pg_admin, pg_template, sqlite_template
+
+from recorder.cli import reprice
+from recorder.core.record import StreamRecord
+from tests.test_reprice import V2, check_report, rows_by_id, stored
+
+__all__ = ["db_url", "pg_admin", "pg_template", "sqlite_template", "stored"]
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="recorder")
+    sub = parser.add_subparsers(dest="command")
+    reprice.add_parser(sub)
+    return parser.parse_args(["reprice", *argv])
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = reprice.run(parse(*argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def v2_file(tmp_path: Path) -> Path:
+    path = tmp_path / "prices-v2.json"
+    path.write_text(json.dumps(V2))
+    return path
+
+
+def test_json(
+    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord], v2_file: Path
+) -> None:
+    argv = ("--db", db_url, "--since", "2026-04-01", "--prices", str(v2_file), "--format", "json")
+    code, out, _ = run(capsys, *argv)
+    assert code == 0
+    doc = json.loads(out)
+    check_report(doc, stored, dry_run=False)
+    assert doc["since"] == "2026-04-01T00:00:00Z" and doc["until"] is None
+    assert rows_by_id(db_url)[stored[0].id or ""].price_version == "v2:gpt-4o@2026-01-01"
+
+
+def test_dry_run_table(
+    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord], v2_file: Path
+) -> None:
+    before = rows_by_id(db_url)
+    argv = ("--db", db_url, "--since", "2026-04-01", "--prices", str(v2_file), "--dry-run")
+    code, out, err = run(capsys, *argv, "--format", "table")
+    assert code == 0 and "dry run" in err
+    assert rows_by_id(db_url) == before
+    lines = out.splitlines()
+    assert any(line.split()[:2] == ["changed", "6"] for line in lines)
+    gpt = next(line for line in lines if line.startswith("gpt-4o "))
+    assert gpt.split()[1:3] == ["4", "3"]  # rows, changed
+    assert any(line.startswith("v1:legacy-model@2026-01-01") for line in lines)
+
+
+def test_shipped_table_by_default(
+    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
+) -> None:
+    code, out, _ = run(capsys, "--db", db_url, "--since", "2026-04-01", "--format", "json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["prices"] != "v2"
+    gpt = next(m for m in doc["models"] if m["model"] == "gpt-4o")
+    assert gpt["changed"] == 3  # priced by the shipped table now
+
+
+def test_since_is_required() -> None:
+    with pytest.raises(SystemExit) as e:
+        parse("--db", "sqlite:///x.db")
+    assert e.value.code == 2
+
+
+def test_bad_price_table(capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "recorder-prices/1", "models": {"m": {"input": "x"}}}')
+    code, _, err = run(capsys, "--db", db_url, "--since", "7d", "--prices", str(bad))
+    assert code == 2 and "bad.json" in err
+
+
+def test_bad_time(capsys: pytest.CaptureFixture[str], db_url: str) -> None:
+    code, _, err = run(capsys, "--db", db_url, "--since", "yesterday-ish")
+    assert code == 2 and "not a time" in err
