@@ -1,4 +1,9 @@
-"""`recorder db upgrade` / `recorder db prune --before DATE`: schema and retention.
+"""`recorder db upgrade` / `recorder db prune --before DATE` / `recorder db
+purge-bodies [--before DATE]`: schema and retention.
+
+``prune`` deletes streams with their gaps and captured bodies; ``purge-bodies``
+deletes only the captured response bodies (``--capture-bodies``), keeping the
+streams' records.
 
 The database is ``--db URL``, else ``RECORDER_DB``, else ``sqlite:///recorder.db``
 (the proxy's default). ``postgresql://`` URLs use psycopg 3.
@@ -22,7 +27,14 @@ from recorder.store.engine import (
     sqlite_path,
 )
 from recorder.store.migrate import current_revision, head_revision, upgrade
-from recorder.store.queries import QueryError, count_before, parse_when, prune
+from recorder.store.queries import (
+    QueryError,
+    count_before,
+    count_bodies,
+    parse_when,
+    prune,
+    purge_bodies,
+)
 
 DEFAULT_DB = "sqlite:///recorder.db"
 
@@ -95,6 +107,19 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     pr.add_argument("--dry-run", action="store_true", help="only count what would be deleted")
     add_db_option(pr)
     pr.set_defaults(func=run)
+    pb = dbsub.add_parser(
+        "purge-bodies",
+        help="delete captured response bodies (--capture-bodies), keeping the streams",
+    )
+    pb.add_argument(
+        "--before",
+        metavar="DATE",
+        help="only bodies of streams started before this (2026-01-01, or an age: 30d); "
+        "default: every body",
+    )
+    pb.add_argument("--dry-run", action="store_true", help="only count what would be deleted")
+    add_db_option(pb)
+    pb.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -102,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.db_command == "upgrade":
             return _upgrade(args)
+        if args.db_command == "purge-bodies":
+            return _purge_bodies(args)
         return _prune(args)
     except CliError as e:
         print(f"recorder db {args.db_command}: {e}", file=sys.stderr)
@@ -139,6 +166,28 @@ def _prune(args: argparse.Namespace) -> int:
         else:
             n = prune(engine, before)
             print(f"deleted {n} stream(s) started before {before.isoformat()}")
+    except SQLAlchemyError as e:
+        raise CliError(f"{display_url(url)}: {_first_line(e)}") from None
+    finally:
+        engine.dispose()
+    return 0
+
+
+def _purge_bodies(args: argparse.Namespace) -> int:
+    try:
+        before = parse_when(args.before) if args.before else None
+    except QueryError as e:
+        raise CliError(str(e), 2) from None
+    url = db_url(args)
+    engine = open_for_reading(url)
+    which = "" if before is None else f" of streams started before {before.isoformat()}"
+    try:
+        if args.dry_run:
+            n, size = count_bodies(engine, before)
+            print(f"{n} stored body(ies){which} would be deleted ({size:,} bytes compressed)")
+        else:
+            n = purge_bodies(engine, before)
+            print(f"deleted {n} stored body(ies){which}; the streams' records are kept")
     except SQLAlchemyError as e:
         raise CliError(f"{display_url(url)}: {_first_line(e)}") from None
     finally:

@@ -17,6 +17,7 @@ from pathlib import Path
 from recorder.proxy.addon import Recorder, RecorderConfig
 from recorder.sinks import FanoutSink, JsonlSink, Sink
 from recorder.store import SqlSink, StoreError, StoreUnavailable, key_secret, upgrade
+from recorder.store.engine import display_url
 
 DEFAULT_DB = "sqlite:///recorder.db"
 
@@ -69,7 +70,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--capture-bodies",
         action="store_true",
         default=None,
-        help="also keep raw SSE response bodies, compressed (never prompts)",
+        help="also keep raw SSE response bodies, compressed, for `recorder replay --id` "
+        "(they hold the completion text; prompts are never kept)",
+    )
+    p.add_argument(
+        "--capture-max-bytes",
+        metavar="SIZE",
+        help="with --capture-bodies: bytes kept per stream, beyond which a body is counted "
+        "and marked truncated (default 8MiB; K, M, G suffixes are powers of 1024)",
     )
     p.set_defaults(func=run)
 
@@ -99,6 +107,22 @@ def _positive_float(text: str | None, what: str) -> float:
     if not value > 0:
         raise OptionError(f"{what} must be positive, not {text}")
     return value
+
+
+_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+
+def parse_size(text: str | None, what: str) -> int:
+    """A byte count: ``8388608``, ``512K``, ``8M``, ``8MiB``, ``1G`` (powers of 1024)."""
+    raw = (text or "").strip().lower().removesuffix("ib").removesuffix("b")
+    unit = raw[-1:] if raw[-1:] in ("k", "m", "g") else ""
+    try:
+        value = float(raw[: len(raw) - len(unit)]) * _SIZE_UNITS[unit]
+    except ValueError:
+        raise OptionError(f"{what} must be a size such as 8MiB or 65536, not {text!r}") from None
+    if not 1 <= value < 2**63:
+        raise OptionError(f"{what} must be at least 1 byte, not {text}")
+    return int(value)
 
 
 def parse_modes(specs: list[str] | None) -> list[str]:
@@ -149,6 +173,9 @@ class Settings:
         if capture is None:
             capture = (_env("capture-bodies") or "").lower() in ("1", "true", "yes", "on")
         self.capture_bodies = bool(capture)
+        self.capture_max_bytes = parse_size(
+            _pick(args, "capture-max-bytes", "8MiB"), "--capture-max-bytes"
+        )
         self.metrics_url = ""
 
     def _default_spool_dir(self) -> Path:
@@ -156,16 +183,6 @@ class Settings:
         if self.db.startswith(prefix) and self.db[len(prefix) :] not in ("", ":memory:"):
             return Path(self.db[len(prefix) :]).resolve().parent
         return Path.cwd()
-
-
-def _redact(url: str) -> str:
-    """A database URL without its password, for printing."""
-    from sqlalchemy.engine import make_url
-
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return url
 
 
 def _banner(settings: Settings, confdir: str) -> object:
@@ -187,13 +204,25 @@ def _banner(settings: Settings, confdir: str) -> object:
                 lines.append(f"  {lst.mode.split('@')[0]}  {base}")
                 lines.append(f"    any SDK:        HTTPS_PROXY={base} HTTP_PROXY={base} \\")
                 lines.append(f"                    SSL_CERT_FILE={confdir}/mitmproxy-ca-cert.pem")
-        lines.append(f"  records:  {_redact(settings.db)}  (spool: {settings.spool_dir})")
+        lines.append(f"  records:  {display_url(settings.db)}  (spool: {settings.spool_dir})")
         if settings.jsonl:
             lines.append(f"            and {settings.jsonl} (JSON lines)")
+        if settings.capture_bodies:
+            lines.append(
+                "            with SSE response bodies, compressed (--capture-bodies:"
+                f" up to {_size(settings.capture_max_bytes)} each; they hold completion text)"
+            )
         lines.append(f"  metrics:  {settings.metrics_url}")
         print("\n".join(lines), flush=True)
 
     return show
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n:,} bytes"
 
 
 def open_store(db: str, spool_dir: Path, who: str) -> tuple[bytes, SqlSink] | None:
@@ -261,7 +290,11 @@ def run(args: argparse.Namespace) -> int:
     recorder = Recorder(
         sink,
         RecorderConfig(
-            key_secret=secret, prices=settings.price_table, stall_after=settings.stall_after
+            key_secret=secret,
+            prices=settings.price_table,
+            stall_after=settings.stall_after,
+            capture_bodies=settings.capture_bodies,
+            capture_max_bytes=settings.capture_max_bytes,
         ),
         on_record=on_record,
         on_start=on_start,

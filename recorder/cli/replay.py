@@ -1,9 +1,17 @@
 """`recorder replay FILE --endpoint E`: meter a captured SSE body offline.
+`recorder replay --id ID`: meter a body the proxy stored (``--capture-bodies``) again.
 
-A body alone cannot tell timings, stalls, the HTTP status or the key: those
-fields are null. Unreported output is estimated from what the body carried and
-the stream is costed with the price table, as the proxy would. ``outcome`` is
+A body alone cannot tell timings, stalls, the HTTP status or the key: with FILE
+those fields are null. Unreported output is estimated from what the body carried
+and the stream is costed with the price table, as the proxy would. ``outcome`` is
 judged from the body alone, so a body without its terminal event is ``truncated``.
+
+With ``--id`` the body comes from the database with the times its pieces arrived,
+and is fed to the meter at those times (the request start is 0), with the stall
+threshold the proxy used (``--stall-after`` overrides it): timings, stalls and
+the outcome come out as the proxy measured them. What no body holds (the
+request's model, key and counts, the HTTP status, the transport's words for an
+ending) is taken from the stored record, so the two compare field for field.
 """
 
 from __future__ import annotations
@@ -12,6 +20,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from sqlalchemy.exc import SQLAlchemyError
+
+from recorder.cli.db import CliError, add_db_option, db_url, open_for_reading
 from recorder.cli.render import emit
 from recorder.core.billing import complete_usage
 from recorder.core.meter import StreamMeter
@@ -19,15 +30,36 @@ from recorder.core.pricing import PriceTable, PriceTableError
 from recorder.core.protocols import ENDPOINTS
 from recorder.core.record import StreamRecord
 from recorder.prices import load_price_file
+from recorder.proxy.capture import BodyFormatError, remeter
+from recorder.store.engine import display_url
+from recorder.store.queries import QueryError, get_body
 
 READ_SIZE = 64 * 1024
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register the `replay` command."""
-    p = sub.add_parser("replay", help="meter a captured SSE body offline and print its record")
-    p.add_argument("file", help="the captured response body ('-' for standard input)")
-    p.add_argument("--endpoint", required=True, choices=ENDPOINTS, help="protocol of the body")
+    p = sub.add_parser(
+        "replay",
+        help="meter a captured SSE body (a file, or one the proxy stored) and print its record",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("file", nargs="?", help="the captured response body ('-' for standard input)")
+    p.add_argument("--endpoint", choices=ENDPOINTS, help="protocol of the body (with FILE)")
+    p.add_argument(
+        "--id",
+        dest="stream_id",
+        metavar="ID",
+        help="instead of FILE: the stream whose stored body to meter again (id or prefix)",
+    )
+    add_db_option(p)
+    p.add_argument(
+        "--stall-after",
+        type=float,
+        metavar="SECONDS",
+        help="with --id: the stall threshold (default: the one the proxy used)",
+    )
     p.add_argument("--prices", metavar="FILE", help="price table (default: the shipped one)")
     p.add_argument(
         "--format",
@@ -35,7 +67,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=None,
         help="output format (default: table on a terminal, json otherwise)",
     )
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, replay_parser=p)
 
 
 def replay_stream(
@@ -59,13 +91,56 @@ def replay_stream(
     return record
 
 
+def replay_stored(
+    url: str, ident: str, *, prices: PriceTable | None, stall_after: float | None = None
+) -> StreamRecord:
+    """Meter the stored body of stream ``ident`` again. Raises CliError."""
+    engine = open_for_reading(url)
+    try:
+        stored, body = get_body(engine, ident)
+    except QueryError as e:
+        raise CliError(str(e)) from None
+    except SQLAlchemyError as e:
+        raise CliError(f"{display_url(url)}: {e}") from None
+    finally:
+        engine.dispose()
+    if body.truncated:
+        print(
+            f"recorder replay: the stored body of {stored.id} is incomplete "
+            f"(over the capture limit, or the tap gave up): it holds part of "
+            f"{body.size:,} bytes, so the record cannot be reproduced exactly",
+            file=sys.stderr,
+        )
+    try:
+        return remeter(body, stored, prices=prices, stall_after=stall_after)
+    except BodyFormatError as e:
+        raise CliError(f"stream {stored.id}: {e}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     """Execute `recorder replay`."""
+    usage_error = args.replay_parser.error  # prints the usage, exits 2
+    if (args.file is None) == (args.stream_id is None):
+        usage_error("give either FILE (with --endpoint) or --id ID")
+    if args.file is not None and args.endpoint is None:
+        usage_error("FILE needs --endpoint (chat.completions, responses or messages)")
+    if args.stall_after is not None and not args.stall_after > 0:
+        usage_error("--stall-after must be positive")
     try:
         prices = load_price_file(args.prices)
     except PriceTableError as e:
         print(f"recorder replay: --prices {e}", file=sys.stderr)
         return 2
+    if args.stream_id is not None:
+        try:
+            record = replay_stored(
+                db_url(args), args.stream_id, prices=prices, stall_after=args.stall_after
+            )
+        except CliError as e:
+            print(f"recorder replay: {e}", file=sys.stderr)
+            return e.code
+        emit(record.to_dict(), args.format, single=True)
+        return 0
     try:
         if args.file == "-":
             record = replay_stream(sys.stdin.buffer, args.endpoint, prices=prices)

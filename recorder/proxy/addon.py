@@ -16,6 +16,10 @@ Accept-Encoding is removed from tapped requests: the upstream then sends plain
 SSE, which the tap reads without decompressing. An upstream that compresses
 anyway is decoded on the side (``recorder.proxy.decoding``), never for the
 client.
+
+With ``capture_bodies`` the tap also keeps every decoded piece and its arrival
+time (``recorder.proxy.capture``: two appends per piece; compression happens on
+the writer's thread). Without it the tap is the plain one, with no added work.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES
 from recorder.health import Health
 from recorder.ids import new_record_id
 from recorder.keys import extract_key, fingerprint
+from recorder.proxy.capture import DEFAULT_CAPTURE_MAX_BYTES, CapturedBody, CapturedRecord
 from recorder.proxy.decoding import Decoder, decoder_for
 from recorder.sinks import Sink
 
@@ -60,6 +65,10 @@ class RecorderConfig:
     stall_after: float = DEFAULT_STALL_AFTER_S
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     strip_accept_encoding: bool = True
+    # Keep raw SSE response bodies (decoded, compressed later) for `recorder replay
+    # --id`; never request bodies. Pieces past the cap are counted, not kept.
+    capture_bodies: bool = False
+    capture_max_bytes: int = DEFAULT_CAPTURE_MAX_BYTES
 
 
 class FlowState:
@@ -67,6 +76,7 @@ class FlowState:
 
     __slots__ = (
         "broken",
+        "capture",
         "decoder",
         "ended_at",
         "input_counts",
@@ -85,6 +95,7 @@ class FlowState:
         self.broken = False  # the tap gave up on this stream (it still forwards)
         self.ended_at: float | None = None
         self.input_counts: InputCounts | None = None  # for estimating unreported input
+        self.capture: CapturedBody | None = None  # with capture_bodies, a tapped SSE body
 
 
 class Recorder:
@@ -129,6 +140,11 @@ class Recorder:
         self, state: FlowState, now: float, ending: str, transport_error: str | None
     ) -> StreamRecord:
         """The finished record; if the meter itself fails, still a record, marked."""
+        if state.capture is not None:
+            state.capture.end(now, ending, damaged=state.broken)
+            # the body now belongs to the record (packed on the writer's thread): a
+            # piece arriving after the end (shutdown) must not touch it
+            state.broken = True
         try:
             return state.meter.finish(now, ending=ending, transport_error=transport_error)
         except Exception as e:
@@ -155,6 +171,8 @@ class Recorder:
         self.health.in_flight -= 1
         self.health.records += 1
         self.health.parse_issues += rec.parse_issues
+        if state.capture is not None and isinstance(rec, CapturedRecord):
+            rec.body = state.capture  # packed (compressed) by the sink, off the loop
         if self._on_record is not None:
             try:
                 self._on_record(rec, state.meter)
@@ -174,7 +192,7 @@ class Recorder:
             t0 = self._clock()
             headers = req.headers
             key = extract_key(headers)
-            rec = StreamRecord(
+            rec = (CapturedRecord if self.config.capture_bodies else StreamRecord)(
                 id=new_record_id(),
                 started_at=datetime.now(UTC)
                 .isoformat(timespec="milliseconds")
@@ -253,11 +271,21 @@ class Recorder:
                 # record the flow without its events.
                 state.broken = True
                 return
+            if self.config.capture_bodies and not state.broken:
+                state.capture = CapturedBody(
+                    state.t0,
+                    now,
+                    limit=self.config.capture_max_bytes,
+                    stall_after=self.config.stall_after,
+                    max_event_bytes=self.config.max_event_bytes,
+                )
             resp.stream = self._tap(state)
         except Exception:
             self._internal_error("responseheaders")
 
     def _tap(self, state: FlowState) -> Callable[[bytes], bytes]:
+        if state.capture is not None:
+            return self._capturing_tap(state, state.capture)
         feed = state.meter.feed
         clock = self._clock
 
@@ -270,6 +298,32 @@ class Recorder:
                 elif not state.broken:
                     decoder = state.decoder
                     feed(data if decoder is None else decoder.decode(data), clock())
+            except Exception:
+                state.broken = True
+                if state.decoder is not None:
+                    self.health.decode_errors += 1
+                self._internal_error("stream tap")
+            return data
+
+        return tap
+
+    def _capturing_tap(self, state: FlowState, capture: CapturedBody) -> Callable[[bytes], bytes]:
+        """``_tap`` that also keeps each decoded piece, with its arrival time."""
+        feed = state.meter.feed
+        clock = self._clock
+        keep = capture.add
+
+        def tap(data: bytes) -> bytes:
+            try:
+                if not data:
+                    state.ended_at = clock()
+                elif not state.broken:
+                    decoder = state.decoder
+                    piece = data if decoder is None else decoder.decode(data)
+                    now = clock()
+                    if piece:  # the meter ignores an empty piece: so does the replay
+                        keep(piece, now)
+                    feed(piece, now)
             except Exception:
                 state.broken = True
                 if state.decoder is not None:

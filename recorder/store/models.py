@@ -1,4 +1,5 @@
-"""The SQL schema: one row per recorded stream, its notable gaps, and settings.
+"""The SQL schema: one row per recorded stream, its notable gaps, its captured
+body (only with ``--capture-bodies``), and settings.
 
 Columns carry the record's field names (``recorder.core.record.FIELDS``) so a
 user's SQL reads like ``recorder sessions --format json``. The rules the schema
@@ -39,6 +40,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     Numeric,
     String,
@@ -51,6 +53,7 @@ from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from recorder import __version__
 from recorder.core.record import FIELDS, Gap, StreamRecord
+from recorder.proxy.capture import PackedBody
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -238,6 +241,23 @@ class StreamGap(Base):
     stream: Mapped[Stream] = relationship(back_populates="gaps", lazy="raise")
 
 
+class StreamBody(Base):
+    """A stream's captured SSE response body (``--capture-bodies``): the bytes the
+    meter saw, compressed, and the times they arrived, for `recorder replay --id`.
+    Never a request body. Formats: ``recorder.proxy.capture``."""
+
+    __tablename__ = "stream_bodies"
+
+    stream_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("streams.id", ondelete="CASCADE"), primary_key=True
+    )
+    encoding: Mapped[str] = mapped_column(String(16))  # compression of body and timings
+    body: Mapped[bytes] = mapped_column(LargeBinary())
+    size: Mapped[int] = mapped_column(BigInteger())  # bytes received, beyond the cap too
+    timings: Mapped[bytes] = mapped_column(LargeBinary())  # compressed JSON timeline
+    truncated: Mapped[bool] = mapped_column(Boolean())  # the body stored is not all of it
+
+
 class Setting(Base):
     """Small named values shared by every process on the database (the key secret)."""
 
@@ -250,6 +270,7 @@ class Setting(Base):
 
 STREAMS = cast(Table, Stream.__table__)
 STREAM_GAPS = cast(Table, StreamGap.__table__)
+STREAM_BODIES = cast(Table, StreamBody.__table__)
 SETTINGS = cast(Table, Setting.__table__)
 
 # Record fields whose column is not a plain copy.
@@ -363,6 +384,11 @@ class BulkRows:
             f"INSERT INTO streams ({', '.join(cols)}) VALUES ({', '.join([ph] * len(cols))})"
             " ON CONFLICT (id) DO NOTHING"
         )
+        body_cols = ("stream_id", "encoding", "body", "size", "timings", "truncated")
+        self.bodies_sql = (
+            f"INSERT INTO stream_bodies ({', '.join(body_cols)})"
+            f" VALUES ({', '.join([ph] * len(body_cols))}) ON CONFLICT (stream_id) DO NOTHING"
+        )
         gap_cols = ("stream_id", "seq", "kind", "start_ms", "length_ms")
         self.gaps_sql = (
             f"INSERT INTO stream_gaps ({', '.join(gap_cols)})"
@@ -417,6 +443,11 @@ class BulkRows:
     def gaps(rec: StreamRecord) -> list[tuple[Any, ...]]:
         """The ``stream_gaps`` parameters of a record."""
         return [(rec.id, i, g.kind, g.start_ms, g.length_ms) for i, g in enumerate(rec.gaps)]
+
+    @staticmethod
+    def body(rec: StreamRecord, packed: PackedBody) -> tuple[Any, ...]:
+        """The ``stream_bodies`` parameters of a record's packed body."""
+        return (rec.id, packed.encoding, packed.data, packed.size, packed.timings, packed.truncated)
 
 
 def from_record(rec: StreamRecord, recorded_at: datetime | None = None) -> Stream:

@@ -1,4 +1,5 @@
-"""Reading the store: `recorder sessions` (filters), `recorder show`, retention.
+"""Reading the store: `recorder sessions` (filters), `recorder show`, retention,
+and the captured bodies (`recorder replay --id`, `recorder db purge-bodies`).
 
 Times given by a user are UTC unless they say otherwise: ``2026-01-01``,
 ``2026-01-01T12:00``, ``2026-01-01T12:00:00+02:00``, or an age such as ``90m``,
@@ -22,7 +23,9 @@ from sqlalchemy.orm import Session, selectinload
 
 from recorder.core.record import OUTCOMES, StreamRecord
 from recorder.keys import fingerprint
+from recorder.proxy.capture import PackedBody
 from recorder.store.models import (
+    STREAM_BODIES,
     STREAM_GAPS,
     STREAMS,
     Stream,
@@ -168,9 +171,9 @@ def count_before(engine: Engine, before: datetime) -> int:
 
 
 def prune(engine: Engine, before: datetime, *, chunk: int = 5000) -> int:
-    """Delete the streams that started before ``before`` (and their gaps), a chunk
-    per transaction so a large prune never holds the write lock for long. Returns
-    how many were deleted."""
+    """Delete the streams that started before ``before`` (and their gaps and
+    bodies), a chunk per transaction so a large prune never holds the write lock
+    for long. Returns how many were deleted."""
     total = 0
     opts = {"sqlite_begin": "IMMEDIATE"} if engine.dialect.name == "sqlite" else {}
     while True:
@@ -187,5 +190,75 @@ def prune(engine: Engine, before: datetime, *, chunk: int = 5000) -> int:
                 if not ids:
                     return total
                 conn.execute(delete(STREAM_GAPS).where(STREAM_GAPS.c.stream_id.in_(ids)))
+                conn.execute(delete(STREAM_BODIES).where(STREAM_BODIES.c.stream_id.in_(ids)))
                 conn.execute(delete(STREAMS).where(STREAMS.c.id.in_(ids)))
+        total += len(ids)
+
+
+def get_body(engine: Engine, ident: str) -> tuple[StreamRecord, PackedBody]:
+    """A stream (by id or unique prefix, as ``get_stream``) and its captured body.
+    Raises QueryError when there is no such stream, or it has no body."""
+    record = get_stream(engine, ident)
+    b = STREAM_BODIES.c
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(b.encoding, b.body, b.size, b.timings, b.truncated).where(
+                b.stream_id == record.id
+            )
+        ).first()
+    if row is None:
+        raise QueryError(
+            f"stream {record.id} has no stored body (the proxy keeps bodies only with "
+            "--capture-bodies, and `recorder db purge-bodies` removes them)"
+        )
+    body = PackedBody(
+        encoding=row.encoding,
+        data=bytes(row.body),
+        timings=bytes(row.timings),
+        size=int(row.size),
+        truncated=bool(row.truncated),
+    )
+    return record, body
+
+
+def _bodies_where(before: datetime | None) -> ColumnElement[bool] | None:
+    if before is None:
+        return None
+    started = select(STREAMS.c.id).where(STREAMS.c.started_at < before)
+    return STREAM_BODIES.c.stream_id.in_(started)
+
+
+def count_bodies(engine: Engine, before: datetime | None = None) -> tuple[int, int]:
+    """How many bodies are stored (of streams started before ``before``, if given),
+    and their stored (compressed) bytes."""
+    b = STREAM_BODIES.c
+    stmt = select(
+        func.count(), func.coalesce(func.sum(func.length(b.body) + func.length(b.timings)), 0)
+    ).select_from(STREAM_BODIES)
+    where = _bodies_where(before)
+    if where is not None:
+        stmt = stmt.where(where)
+    with engine.connect() as conn:
+        n, size = conn.execute(stmt).one()
+    return int(n), int(size)
+
+
+def purge_bodies(engine: Engine, before: datetime | None = None, *, chunk: int = 5000) -> int:
+    """Delete the stored bodies (of streams started before ``before``, if given),
+    keeping the streams, a chunk per transaction. Returns how many were deleted."""
+    total = 0
+    opts = {"sqlite_begin": "IMMEDIATE"} if engine.dialect.name == "sqlite" else {}
+    b = STREAM_BODIES.c
+    while True:
+        with engine.connect() as raw:
+            conn = raw.execution_options(**opts) if opts else raw
+            with conn.begin():
+                stmt = select(b.stream_id).limit(chunk)
+                where = _bodies_where(before)
+                if where is not None:
+                    stmt = stmt.where(where)
+                ids = conn.execute(stmt).scalars().all()
+                if not ids:
+                    return total
+                conn.execute(delete(STREAM_BODIES).where(b.stream_id.in_(ids)))
         total += len(ids)

@@ -24,6 +24,11 @@ removed only after every record in it is committed.
 Records the database refuses (a value it cannot store) are not spooled again:
 they go to ``recorder-rejected.jsonl`` in the same directory, for a person to
 look at, and are counted as ``failed``.
+
+A record that carries a captured body (``--capture-bodies``) has one key more on
+its line, ``body``: the packed body (``recorder.proxy.capture.PackedBody``,
+compressed, its bytes in base64), so a body waits in the spool with its record.
+A reader that does not know the key ignores it.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from typing import Any
 import orjson
 
 from recorder.core.record import FIELDS, Gap, StreamRecord
+from recorder.proxy.capture import BodyFormatError, CapturedRecord, PackedBody, body_of
 from recorder.sinks import record_json
 
 log = logging.getLogger("recorder.store")
@@ -54,18 +60,45 @@ _FIELD_SET = frozenset(FIELDS)
 
 
 def record_line(record: StreamRecord) -> bytes:
-    """One record as a spool line."""
-    return record_json(record) + b"\n"
+    """One record as a spool line (with its captured body, packed, if it has one:
+    on the caller's thread, so the writer packs before it spools)."""
+    body = body_of(record)
+    if body is None:
+        return record_json(record) + b"\n"
+    doc = record.to_dict(with_gaps=True)
+    try:
+        doc["body"] = body.pack().to_doc()
+    except Exception as e:  # the record matters more than its body
+        log.error(
+            "recorder: cannot pack the body of record %s (%s: %s); spooled without it",
+            record.id,
+            type(e).__name__,
+            e,
+        )
+    return orjson.dumps(doc) + b"\n"
 
 
 def record_from_doc(doc: dict[str, Any]) -> StreamRecord:
     """A record from its JSON object (unknown keys are ignored, missing ones default).
 
-    Raises TypeError, ValueError or KeyError for an object that is not a record.
+    Raises TypeError, ValueError or KeyError for an object that is not a record. A
+    ``body`` that cannot be read is logged and left out; the record is kept.
     """
     values = {k: v for k, v in doc.items() if k in _FIELD_SET}
     gaps = [Gap(str(g["kind"]), g["start_ms"], g["length_ms"]) for g in doc.get("gaps") or ()]
-    return StreamRecord(**values, gaps=gaps)
+    body_doc = doc.get("body")
+    if body_doc is None:
+        return StreamRecord(**values, gaps=gaps)
+    try:
+        if not isinstance(body_doc, dict):
+            raise BodyFormatError("not an object")
+        body: PackedBody | None = PackedBody.from_doc(body_doc)
+    except BodyFormatError as e:
+        log.error(
+            "recorder: spooled body of record %s is unreadable (%s); dropped", doc.get("id"), e
+        )
+        body = None
+    return CapturedRecord(**values, gaps=gaps, body=body)
 
 
 @dataclass(slots=True, eq=False)

@@ -35,8 +35,19 @@ every record in it is committed. That costs one JSON encoding and one
 ``os.write`` per record on the loop (``bench/bench_store.py`` measures it).
 Either way a power cut can also lose what the kernel had not yet written out.
 
+Captured bodies (``--capture-bodies``) ride on their records
+(``recorder.proxy.capture.CapturedRecord``). The writer packs (compresses) each
+one on its thread and inserts it into ``stream_bodies`` in the same
+transaction as its record; spooled, the line carries the packed body. Waiting
+bodies are bounded in memory too: past ``body_queue_bytes`` of them in the
+queue, ``submit`` spools the record instead of queueing it (packing the body on
+the caller's thread, as ``spool_first`` does for every record). A body that
+cannot be packed is logged and counted (``bodies_failed``); its record is
+stored without it.
+
 Health: ``stats()`` gives ``queue_depth``, ``written``, ``spooled``,
-``replayed``, ``dropped``, ``failed`` and the state of the database link.
+``replayed``, ``dropped``, ``failed``, ``bodies_written``, ``bodies_failed`` and
+the state of the database link.
 """
 
 from __future__ import annotations
@@ -57,6 +68,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
 
 from recorder.core.record import StreamRecord
+from recorder.proxy.capture import CapturedRecord, PackedBody, body_of
 from recorder.store import migrate
 from recorder.store.engine import SUPPORTED, StoreError, display_url, make_engine
 from recorder.store.models import BulkRows
@@ -79,6 +91,9 @@ _LOG_FIRST = 10  # log every one of the first N drops, then every 1000th
 # over every few dozen records (about 0.5 ms of work) keeps the loop's wait far
 # below the interpreter's 5 ms switch interval.
 _YIELD_EVERY = 32
+# Captured bodies waiting in the queue, in bytes, before records with a body are
+# spooled instead (a queue of 10,000 records must not hold 10,000 bodies).
+DEFAULT_BODY_QUEUE_BYTES = 256 * 1024 * 1024
 
 
 class _Unavailable(Exception):
@@ -105,6 +120,7 @@ class SqlSink:
         segment_seconds: float = 2.0,
         engine: Engine | None = None,
         start: bool = True,
+        body_queue_bytes: int = DEFAULT_BODY_QUEUE_BYTES,
     ) -> None:
         if batch_size < 1 or queue_size < 1 or flush_interval <= 0:
             raise ValueError("batch_size and queue_size must be >= 1, flush_interval > 0")
@@ -117,6 +133,7 @@ class SqlSink:
         self.retry_max = retry_max
         self.orphan_scan_interval = orphan_scan_interval
         self.segment_seconds = segment_seconds
+        self.body_queue_bytes = body_queue_bytes
         self._own_engine = engine is None
         self._engine = engine if engine is not None else make_engine(url)
         if self._engine.dialect.name not in SUPPORTED:
@@ -141,6 +158,11 @@ class SqlSink:
         self._dropped = 0
         self._failed = 0
         self._drop_logged = 0
+        self._bodies_written = 0
+        self._bodies_failed = 0
+        # Bytes of captured bodies queued (the caller adds) and taken (the writer adds).
+        self._body_bytes_in = 0
+        self._body_bytes_out = 0
         # Writer state.
         self._needs_upgrade = upgrade
         self._db_ok = True  # optimistic until a write says otherwise
@@ -175,10 +197,19 @@ class SqlSink:
                 self._spill_now([record])
                 self._spool.close()
                 return
+            body = body_of(record)
+            if body is not None:
+                n = body.queued_bytes
+                if self._body_bytes_in - self._body_bytes_out + n > self.body_queue_bytes:
+                    self._spill_now([record])  # bodies pile up: the writer is behind
+                    return
             try:
                 self._queue.put_nowait((0, record))
             except queue.Full:
                 self._spill_now([record])
+                return
+            if body is not None:
+                self._body_bytes_in += n
         except Exception as e:  # a sink must not raise into the event loop
             self._loop_dropped += 1
             self._log_drop(1, f"unexpected {type(e).__name__}: {e}", getattr(record, "id", None))
@@ -324,6 +355,8 @@ class SqlSink:
             "replayed": self._replayed,
             "dropped": self._dropped + self._loop_dropped,
             "failed": self._failed,
+            "bodies_written": self._bodies_written,
+            "bodies_failed": self._bodies_failed,
             "spool_files": len(self._spool.segments)
             + len(self._replay_queue)
             + (self._replay_seg is not None),
@@ -392,6 +425,10 @@ class SqlSink:
 
     def _write_queued(self, batch: list[tuple[int, StreamRecord]]) -> None:
         self._inflight = batch
+        for seq, r in batch:  # their bodies no longer wait in the queue
+            body = body_of(r)
+            if body is not None and not seq:
+                self._body_bytes_out += body.queued_bytes
         try:
             if not self._may_use_db():
                 self._spill_items(batch)
@@ -438,13 +475,13 @@ class SqlSink:
     def _commit(self, records: Sequence[StreamRecord]) -> None:
         """Insert a batch in one transaction. Records that cannot be stored are
         rejected one by one. Raises _Unavailable when the database is the problem."""
-        rows, gaps, good = self._rows(records)
+        rows, gaps, bodies, good = self._rows(records)
         if not rows:
             return
         try:
             self._ensure_schema()
             with self._engine.connect() as conn:
-                self._insert(conn, rows, gaps)
+                self._insert(conn, rows, gaps, bodies)
         except _DATA_ERRORS as e:
             if len(good) == 1:
                 self._reject(good[0], e)
@@ -457,15 +494,19 @@ class SqlSink:
             raise _Unavailable(str(e)) from e
         except _Unavailable:
             raise
+        self._bodies_written += len(bodies)
         self._recovered()
 
     def _rows(
         self, records: Sequence[StreamRecord]
-    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[StreamRecord]]:
+    ) -> tuple[
+        list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]], list[StreamRecord]
+    ]:
         now = datetime.now(UTC)
         enc = self._rows_for
         rows: list[tuple[Any, ...]] = []
         gaps: list[tuple[Any, ...]] = []
+        bodies: list[tuple[Any, ...]] = []
         good: list[StreamRecord] = []
         for n, rec in enumerate(records, 1):
             if not n % _YIELD_EVERY:
@@ -479,10 +520,40 @@ class SqlSink:
             rows.append(row)
             gaps.extend(rec_gaps)
             good.append(rec)
-        return rows, gaps, good
+            body = body_of(rec)
+            if body is not None:
+                packed = self._pack(rec)
+                if packed is not None:
+                    bodies.append(enc.body(rec, packed))
+                time.sleep(0)  # a body is a lot of work for one record: hand the GIL over
+        return rows, gaps, bodies, good
+
+    def _pack(self, rec: StreamRecord) -> PackedBody | None:
+        """A record's body packed (compressed) here, off the event loop; None, logged
+        and counted, if that fails (the record is stored without it)."""
+        body = body_of(rec)
+        if body is None:
+            return None
+        try:
+            return body.pack()
+        except Exception as e:
+            self._bodies_failed += 1
+            log.error(
+                "recorder: cannot pack the body of record %s (%s: %s); stored without it",
+                rec.id,
+                type(e).__name__,
+                e,
+            )
+            if isinstance(rec, CapturedRecord):
+                rec.body = None  # spooled or retried, it goes without the body too
+            return None
 
     def _insert(
-        self, conn: Connection, rows: list[tuple[Any, ...]], gaps: list[tuple[Any, ...]]
+        self,
+        conn: Connection,
+        rows: list[tuple[Any, ...]],
+        gaps: list[tuple[Any, ...]],
+        bodies: list[tuple[Any, ...]],
     ) -> None:
         conn = conn.execution_options(**self._begin) if self._begin else conn
         enc = self._rows_for
@@ -490,6 +561,8 @@ class SqlSink:
             conn.exec_driver_sql(enc.streams_sql, rows)
             if gaps:
                 conn.exec_driver_sql(enc.gaps_sql, gaps)
+            if bodies:
+                conn.exec_driver_sql(enc.bodies_sql, bodies)
 
     def _reject(self, rec: StreamRecord, e: BaseException) -> None:
         reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"

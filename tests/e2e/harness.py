@@ -13,7 +13,7 @@ from recorder.core.record import StreamRecord
 from recorder.prices import shipped_prices
 from recorder.proxy.addon import Recorder, RecorderConfig
 from recorder.proxy.runner import Listener, ProxySettings, run_in_thread
-from recorder.sinks import MemorySink
+from recorder.sinks import FanoutSink, MemorySink, Sink
 
 
 class ThreadSafeSink(MemorySink):
@@ -71,12 +71,23 @@ def running_proxy(
     *,
     stall_after: float = 30.0,
     extra_options: dict[str, Any] | None = None,
+    config: dict[str, Any] | None = None,
+    also: Sink | None = None,
 ) -> Iterator[RunningProxy]:
-    """Start mitmproxy + recorder on the given loopback modes; stop it on exit."""
+    """Start mitmproxy + recorder on the given loopback modes; stop it on exit.
+
+    ``config`` sets more ``RecorderConfig`` fields (e.g. ``capture_bodies``);
+    ``also`` receives every record too (e.g. a ``SqlSink``; closed with the proxy).
+    """
     sink = ThreadSafeSink()
     recorder = Recorder(
-        sink,
-        RecorderConfig(key_secret=b"e2e-secret", prices=shipped_prices(), stall_after=stall_after),
+        sink if also is None else FanoutSink(sink, also),
+        RecorderConfig(
+            key_secret=b"e2e-secret",
+            prices=shipped_prices(),
+            stall_after=stall_after,
+            **(config or {}),
+        ),
     )
     settings = ProxySettings(
         modes=modes,

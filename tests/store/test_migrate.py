@@ -26,7 +26,7 @@ from recorder.store.migrate import (
 from recorder.store.models import Base
 
 ROOT = Path(__file__).resolve().parents[2]
-TABLES = {"streams", "stream_gaps", "settings", "alembic_version"}
+TABLES = {"streams", "stream_gaps", "stream_bodies", "settings", "alembic_version"}
 
 
 def _tables(url: str) -> set[str]:

@@ -1,0 +1,291 @@
+"""`recorder replay --id ID`: streams captured through the real proxy (the simulator
+upstream, ``capture_bodies`` on, the SQL writer on SQLite and PostgreSQL) are
+metered again from their stored bodies and give the records the proxy wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
+
+from storedb import db_url, pg_admin, pg_template, simple_record, sqlite_template
+
+from recorder.cli.main import main
+from recorder.core.record import FIELDS, StreamRecord
+from recorder.proxy.capture import CapturedBody, CapturedRecord
+from recorder.simulate import Simulator, run_in_thread
+from recorder.store.engine import make_engine
+from recorder.store.queries import get_stream
+from recorder.store.writer import SqlSink
+from tests.e2e.conftest import free_port
+from tests.e2e.harness import running_proxy
+
+__all__ = ["db_url", "pg_admin", "pg_template", "sqlite_template"]
+
+KEY = "sk-replay-id-test-0042"
+STALL_AFTER = 1.0
+# (path, request body, x-sim-fault): every outcome a stream can have, keepalives,
+# a stall, a compressed upstream, reported and estimated usage, tool calls. A fault
+# "client_gone=N" is ours, not the simulator's: the client hangs up after N bytes.
+CASES: list[tuple[str, dict[str, Any], str]] = [
+    (
+        "/v1/chat/completions",
+        {"model": "gpt-4o", "stream_options": {"include_usage": True}},
+        "keepalive=0.1,stall=1.3",
+    ),
+    ("/v1/chat/completions", {"model": "gpt-4o-mini"}, "rst=5"),  # no usage: estimated
+    ("/v1/chat/completions", {"model": "gpt-4o"}, "eof,fin=4"),  # truncated
+    ("/v1/chat/completions", {"model": "gpt-4o"}, "error=3,usage=on"),
+    ("/v1/responses", {"model": "gpt-5", "input": "Tell me about harmony."}, "compress=gzip"),
+    ("/v1/responses", {"model": "gpt-5", "input": "hi", "max_output_tokens": 5}, ""),
+    ("/v1/messages", {"model": "claude-sonnet-4-5", "max_tokens": 500}, "tools=2,lang=ja"),
+    (
+        "/v1/messages",
+        {"model": "claude-sonnet-4-5", "max_tokens": 500},
+        "interrupt=6,keepalive=0.05,delay=0.03",
+    ),
+    ("/v1/messages", {"model": "claude-haiku-4-5", "max_tokens": 500}, "bytewise,crlf,deltas=3"),
+    ("/v1/chat/completions", {"model": "gpt-4o"}, "delay=0.02,client_gone=600"),
+    ("/v1/chat/completions", {"model": "gpt-4o"}, "status=429"),  # http_error, no SSE body
+]
+MESSAGES = [{"role": "user", "content": "Say something about harmony."}]
+# INTERFACES.md's timings; replayed from offsets kept in microseconds
+TIMINGS = (
+    "ttfb_ms",
+    "first_event_ms",
+    "ttft_ms",
+    "duration_ms",
+    "max_keepalive_gap_ms",
+    "max_silence_ms",
+    "max_output_gap_ms",
+    "stall_ms",
+)
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[Simulator]:
+    with run_in_thread() as simulator:
+        yield simulator
+
+
+def send(base: str, path: str, body: dict[str, Any], fault: str) -> None:
+    doc = {"stream": True, **body}
+    if path != "/v1/responses":
+        doc["messages"] = MESSAGES
+    headers = {"authorization": f"Bearer {KEY}", "x-api-key": KEY}
+    faults = [f for f in fault.split(",") if f]
+    gone = [int(f.split("=")[1]) for f in faults if f.startswith("client_gone=")]
+    faults = [f for f in faults if not f.startswith("client_gone=")]
+    if faults:
+        headers["x-sim-fault"] = ",".join(faults)
+    try:
+        with (
+            httpx.Client(timeout=20) as client,
+            client.stream("POST", base + path, json=doc, headers=headers) as resp,
+        ):
+            received = 0
+            for piece in resp.iter_raw():
+                received += len(piece)
+                if gone and received >= gone[0]:
+                    break  # leaving the block closes the connection mid-stream
+    except httpx.HTTPError:
+        pass  # a cut stream
+
+
+def replay_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    code = main(["replay", *argv, "--format", "json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    doc: dict[str, Any] = json.loads(out)
+    return doc
+
+
+def assert_reproduces(doc: dict[str, Any], stored: StreamRecord) -> None:
+    """The replayed record is the stored one: every field, timings within 1 ms."""
+    want = stored.to_dict()
+    assert list(doc) == list(FIELDS)
+    for name in FIELDS:
+        if name in TIMINGS and doc[name] is not None and want[name] is not None:
+            assert abs(doc[name] - want[name]) <= 1.0, (name, doc[name], want[name])
+        else:
+            assert doc[name] == want[name], (name, doc[name], want[name], stored.outcome)
+
+
+def test_stored_streams_replay_to_their_records(
+    capsys: pytest.CaptureFixture[str], db_url: str, sim: Simulator, tmp_path: Path
+) -> None:
+    sink = SqlSink(db_url, tmp_path / "spool", flush_interval=0.05)
+    with running_proxy(
+        [f"reverse:{sim.url}@{free_port()}"],
+        str(tmp_path / "mitmproxy"),
+        stall_after=STALL_AFTER,
+        config={"capture_bodies": True},
+        also=sink,
+    ) as proxy:
+        for path, body, fault in CASES:
+            send(proxy.url(), path, body, fault)
+        records = proxy.sink.wait_for(len(CASES), timeout=60)
+    assert sink.stats()["written"] == len(CASES)  # the proxy's shutdown closed the writer
+    assert sink.stats()["bodies_written"] == len(CASES) - 1  # not the 429's JSON body
+    outcomes = {r.outcome for r in records}
+    assert outcomes == {
+        "completed",
+        "upstream_disconnect",
+        "truncated",
+        "error",
+        "incomplete",
+        "client_disconnect",
+        "http_error",
+    }
+    engine = make_engine(db_url)
+    try:
+        stored = {r.id: get_stream(engine, r.id) for r in records}
+    finally:
+        engine.dispose()
+    stalls = keepalives = 0
+    for rec in records:
+        assert rec.id is not None
+        if rec.outcome == "http_error":
+            code = main(["replay", "--id", rec.id, "--db", db_url])
+            assert code == 1 and "no stored body" in capsys.readouterr().err
+            continue
+        doc = replay_json(capsys, "--id", rec.id, "--db", db_url)
+        assert_reproduces(doc, stored[rec.id])
+        stalls += doc["stalls"]
+        keepalives += doc["keepalives"]
+    assert stalls >= 1 and keepalives >= 10  # the rhythm was there to reproduce
+    # an id prefix works as in `recorder show`; the stall threshold can be changed
+    some = next(r for r in records if r.stalls)
+    assert some.id is not None
+    doc = replay_json(capsys, "--id", some.id[:-4], "--db", db_url, "--stall-after", "100")
+    assert doc["id"] == some.id and doc["stalls"] == 0 and doc["outcome"] == some.outcome
+
+
+def test_an_incomplete_body_is_said_so(
+    capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path
+) -> None:
+    import dataclasses
+
+    base = simple_record(endpoint="chat.completions", http_status=200)
+    values = {f.name: getattr(base, f.name) for f in dataclasses.fields(StreamRecord)}
+    body = CapturedBody(0.0, 0.1, limit=20)
+    body.add(b'data: {"choices": []}\n\n', 0.2)  # over the limit: counted, not kept
+    body.end(0.3, "eof")
+    sink = SqlSink(db_url, tmp_path / "spool")
+    sink.submit(CapturedRecord(**values, body=body))
+    sink.close()
+    code = main(["replay", "--id", str(base.id), "--db", db_url, "--format", "json"])
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert "incomplete" in err and "cannot be reproduced exactly" in err
+    assert json.loads(out)["outcome"] == "truncated"
+
+
+def test_usage_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    for argv in (
+        ["replay"],  # neither
+        ["replay", "x.sse", "--endpoint", "messages", "--id", "abcd"],  # both
+        ["replay", "x.sse"],  # FILE without --endpoint
+        ["replay", "--id", "abcd", "--stall-after", "0"],
+    ):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2, argv
+        capsys.readouterr()
+    missing = f"sqlite:///{tmp_path / 'missing.db'}"
+    assert main(["replay", "--id", "abcd", "--db", missing]) == 1
+    assert "no database" in capsys.readouterr().err
+
+
+def test_unknown_id(capsys: pytest.CaptureFixture[str], db_url: str) -> None:
+    assert main(["replay", "--id", "0000-no-such-stream", "--db", db_url]) == 1
+    assert "no stream with id" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_recorder_proxy_capture_bodies_end_to_end(tmp_path: Path, sim: Simulator) -> None:
+    """`recorder proxy --capture-bodies` as users run it, then `recorder replay --id`."""
+    recorder = str(Path(sys.executable).parent / "recorder")
+    port, metrics_port = free_port(), free_port()
+    db = f"sqlite:///{tmp_path / 'recorder.db'}"
+    env = {**os.environ, "HOME": str(tmp_path), "RECORDER_STALL_AFTER": "1"}
+    env.pop("RECORDER_KEY_SECRET", None)
+    proc = subprocess.Popen(
+        [
+            recorder,
+            "proxy",
+            "--mode",
+            f"reverse:{sim.url}",
+            "--listen-port",
+            str(port),
+            "--metrics-port",
+            str(metrics_port),
+            "--db",
+            db,
+            "--capture-bodies",
+            "--capture-max-bytes",
+            "1MiB",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert proc.stdout is not None
+    banner = ""
+    deadline = time.monotonic() + 30
+    while "metrics:" not in banner:
+        line = proc.stdout.readline()
+        if not line or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"proxy did not start:\n{banner}{proc.stdout.read()}")
+        banner += line
+    try:
+        assert "SSE response bodies, compressed" in banner and "up to 1 MiB each" in banner
+        send(
+            f"http://127.0.0.1:{port}",
+            "/v1/chat/completions",
+            {"model": "gpt-4o", "stream_options": {"include_usage": True}},
+            "keepalive=0.1,stall=1.2",
+        )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    res = subprocess.run(
+        [recorder, "sessions", "--db", db, "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    (row,) = json.loads(res.stdout)
+    res = subprocess.run(
+        [recorder, "replay", "--id", row["id"], "--db", db],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    doc = json.loads(res.stdout)
+    assert doc["outcome"] == row["outcome"] == "completed"
+    assert doc["stalls"] == row["stalls"] == 1
+    assert doc["keepalives"] == row["keepalives"] > 0
+    assert (doc["input_tokens"], doc["output_tokens"]) == (
+        row["input_tokens"],
+        row["output_tokens"],
+    )
+    assert abs(doc["ttft_ms"] - row["ttft_ms"]) <= 1.0
+    assert KEY not in (tmp_path / "recorder.db").read_text(errors="replace")
