@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 
 KEY_HEADERS = ("authorization", "x-api-key", "api-key")
 
@@ -44,3 +45,16 @@ def fingerprint(key: str, secret: bytes) -> str:
 
 
 SECRET_ENV = "RECORDER_KEY_SECRET"
+
+# Provider key shapes (OpenAI sk-..., sk-proj-..., Anthropic sk-ant-...): an error
+# text may echo another key than the one sent, or a prefix of it.
+_KEY_SHAPES = re.compile(r"sk-[A-Za-z0-9_\-]{8,}")
+
+
+def scrub_key(text: str | None, key: str) -> str | None:
+    """``text`` with the key, and anything shaped like a provider key, masked."""
+    if not text:
+        return text
+    if len(key) >= 8:
+        text = text.replace(key, "[api key]")
+    return _KEY_SHAPES.sub(lambda m: m.group(0)[:7] + "…[masked]", text)

@@ -11,7 +11,7 @@ import logging
 import queue
 import threading
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 
@@ -31,9 +31,31 @@ class Sink(Protocol):
 
 
 def record_json(record: StreamRecord) -> bytes:
-    """One record as a JSON object (with its gaps and raw usage)."""
+    """One record as a JSON object (with its gaps and raw usage).
+
+    Never fails on a value JSON cannot carry: an integer beyond 64 bits becomes
+    its decimal string, a string with lone surrogates (bytes a header could not
+    decode) gets them escaped, so a bad record can still be written somewhere.
+    """
     doc = record.to_dict(with_gaps=True)
-    return orjson.dumps(doc)
+    try:
+        return orjson.dumps(doc)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return orjson.dumps(_jsonable(doc))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        return value
+    if isinstance(value, int):
+        return value if -(2**63) <= value < 2**64 else str(value)
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return str(value)
 
 
 class MemorySink:

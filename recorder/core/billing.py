@@ -106,6 +106,10 @@ def fill_usage(record: StreamRecord, estimator: Estimator) -> None:
         record.input_source = "none"
     if record.output_tokens is not None:
         record.output_source = "reported"
+    elif record.recorder_error is not None:
+        # the recorder could not meter the output: what it counted is not what was
+        # sent, so there is nothing to estimate from (unknown, never a zero estimate)
+        record.output_source = "none"
     else:
         if record.output_breakdown is not None:
             out = OutputCounts.from_breakdown(record.output_breakdown, record.tool_calls)

@@ -44,10 +44,11 @@ from recorder.core.request import RequestFacts, read_error_body, read_request
 from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES
 from recorder.health import Health
 from recorder.ids import new_record_id
-from recorder.keys import extract_key, fingerprint
+from recorder.keys import extract_key, fingerprint, scrub_key
 from recorder.proxy.capture import DEFAULT_CAPTURE_MAX_BYTES, CapturedBody, CapturedRecord
 from recorder.proxy.decoding import Decoder, decoder_for
 from recorder.sinks import Sink
+from recorder.tokenizers import counter_for
 
 log = logging.getLogger("recorder")
 
@@ -80,10 +81,12 @@ class FlowState:
         "decoder",
         "ended_at",
         "input_counts",
+        "key",
         "meter",
         "record",
         "streaming",
         "t0",
+        "unmetered",
     )
 
     def __init__(self, meter: StreamMeter, record: StreamRecord, t0: float) -> None:
@@ -96,6 +99,8 @@ class FlowState:
         self.ended_at: float | None = None
         self.input_counts: InputCounts | None = None  # for estimating unreported input
         self.capture: CapturedBody | None = None  # with capture_bodies, a tapped SSE body
+        self.unmetered: str | None = None  # why the stream's events could not be metered
+        self.key: str | None = None  # held only to scrub it from error texts; never stored
 
 
 class Recorder:
@@ -146,7 +151,11 @@ class Recorder:
             # piece arriving after the end (shutdown) must not touch it
             state.broken = True
         try:
-            return state.meter.finish(now, ending=ending, transport_error=transport_error)
+            rec = state.meter.finish(now, ending=ending, transport_error=transport_error)
+            if state.unmetered is not None:
+                # the figures of the events are missing, not zero: say so on the record
+                rec.recorder_error = f"events not metered: {state.unmetered}"
+            return rec
         except Exception as e:
             self._internal_error("finishing a record")
             rec = state.record
@@ -158,6 +167,10 @@ class Recorder:
             return rec
 
     def _finish(self, state: FlowState, rec: StreamRecord) -> None:
+        if state.key:  # an upstream may echo the key in an error message
+            rec.error_message = scrub_key(rec.error_message, state.key)
+            rec.transport_error = scrub_key(rec.transport_error, state.key)
+        state.key = None
         try:
             complete_usage(
                 rec,
@@ -191,15 +204,17 @@ class Recorder:
                 return
             t0 = self._clock()
             headers = req.headers
-            key = extract_key(headers)
+            key = _header_text(extract_key(headers))
             rec = (CapturedRecord if self.config.capture_bodies else StreamRecord)(
                 id=new_record_id(),
                 started_at=datetime.now(UTC)
                 .isoformat(timespec="milliseconds")
                 .replace("+00:00", "Z"),
                 upstream=f"{req.host}:{req.port}",
-                project=headers.get("openai-project") or headers.get("anthropic-workspace"),
-                organization=headers.get("openai-organization"),
+                project=_header_text(
+                    headers.get("openai-project") or headers.get("anthropic-workspace")
+                ),
+                organization=_header_text(headers.get("openai-organization")),
                 api_key_id=fingerprint(key, self.config.key_secret) if key else None,
             )
             meter = StreamMeter(
@@ -209,7 +224,9 @@ class Recorder:
                 max_event_bytes=self.config.max_event_bytes,
                 record=rec,
             )
-            self._flows[flow.id] = FlowState(meter, rec, t0)
+            state = FlowState(meter, rec, t0)
+            state.key = key
+            self._flows[flow.id] = state
             self.health.in_flight += 1
             if self._on_start is not None:
                 self._on_start(rec)  # after the meter, which sets endpoint and provider
@@ -250,7 +267,9 @@ class Recorder:
             now = self._clock()
             state.meter.headers(now, resp.status_code)
             rec = state.record
-            rec.request_id = resp.headers.get("x-request-id") or resp.headers.get("request-id")
+            rec.request_id = _header_text(
+                resp.headers.get("x-request-id") or resp.headers.get("request-id")
+            )
             ctype = resp.headers.get("content-type", "").lower()
             if "text/event-stream" not in ctype:
                 rec.streamed = False
@@ -260,6 +279,9 @@ class Recorder:
                 state.decoder = decoder_for(resp.headers.get("content-encoding"))
             except ValueError:
                 state.broken = True
+                state.unmetered = (
+                    f"content-encoding {resp.headers.get('content-encoding')!r} cannot be decoded"
+                )
                 self.health.decode_errors += 1
                 log.warning(
                     "recorder: cannot decode %r; %s will be recorded without its events",
@@ -270,6 +292,7 @@ class Recorder:
                 # Another addon streams this response already; leave it be and
                 # record the flow without its events.
                 state.broken = True
+                state.unmetered = "another addon streams this response"
                 return
             if self.config.capture_bodies and not state.broken:
                 state.capture = CapturedBody(
@@ -298,8 +321,9 @@ class Recorder:
                 elif not state.broken:
                     decoder = state.decoder
                     feed(data if decoder is None else decoder.decode(data), clock())
-            except Exception:
+            except Exception as e:
                 state.broken = True
+                state.unmetered = f"the stream tap failed ({type(e).__name__}: {e})"
                 if state.decoder is not None:
                     self.health.decode_errors += 1
                 self._internal_error("stream tap")
@@ -324,8 +348,9 @@ class Recorder:
                     if piece:  # the meter ignores an empty piece: so does the replay
                         keep(piece, now)
                     feed(piece, now)
-            except Exception:
+            except Exception as e:
                 state.broken = True
+                state.unmetered = f"the stream tap failed ({type(e).__name__}: {e})"
                 if state.decoder is not None:
                     self.health.decode_errors += 1
                 self._internal_error("stream tap")
@@ -396,5 +421,22 @@ class Recorder:
 
 
 def _read_request(body: bytes, endpoint: str) -> tuple[RequestFacts, InputCounts | None]:
-    """The request's facts and the counts input estimation needs (never its text)."""
-    return read_request(body), count_request(body, endpoint)
+    """The request's facts and the counts input estimation needs (never its text).
+
+    With a tokenizer installed for the model (``recorder.tokenizers``), prompt
+    text is counted exactly; otherwise by characters.
+    """
+    facts = read_request(body)
+    found = counter_for(facts.model, endpoint)
+    if found is None:
+        return facts, count_request(body, endpoint)
+    encoding, counter = found
+    return facts, count_request(body, endpoint, counter=counter, encoding=encoding)
+
+
+def _header_text(value: str | None) -> str | None:
+    """A header value as clean text: mitmproxy keeps undecodable bytes as lone
+    surrogates, which no database or JSON encoder accepts; they become U+FFFD."""
+    if not value:
+        return None
+    return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")

@@ -65,7 +65,15 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import (
+    DataError,
+    DisconnectionError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    SQLAlchemyError,
+)
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from recorder.core.record import StreamRecord
 from recorder.proxy.capture import CapturedRecord, PackedBody, body_of
@@ -86,6 +94,12 @@ log = logging.getLogger("recorder.store")
 _STOP = object()
 # Exceptions that say something about one record, not about the database.
 _DATA_ERRORS = (IntegrityError, DataError)
+# Exceptions that say the database is away (or busy): the batch waits in the spool.
+# Anything else a batch raises (a value a driver cannot bind, a statement the
+# database refuses) is searched for the record that causes it, which is then
+# rejected alone: one bad record must never hold back the ones after it.
+_OUTAGE_ERRORS = (OperationalError, InterfaceError, DisconnectionError, PoolTimeout)
+_RECORD_ERRORS = (SQLAlchemyError, ValueError, TypeError, OverflowError, UnicodeError)
 _LOG_FIRST = 10  # log every one of the first N drops, then every 1000th
 # Building rows is pure Python, holding the GIL the event loop needs; handing it
 # over every few dozen records (about 0.5 ms of work) keeps the loop's wait far
@@ -435,7 +449,7 @@ class SqlSink:
                 return
             records = [r for _, r in batch]
             try:
-                self._commit(records)
+                stored = self._commit(records)
             except _Unavailable:
                 self._spill_items(batch)
                 return
@@ -444,7 +458,7 @@ class SqlSink:
                 self._outage(e)
                 self._spill_items(batch)
                 return
-            self._written += len(records)
+            self._written += stored  # the rejected ones are counted as failed
         finally:
             seqs = [s for s, _ in batch if s]
             if seqs:
@@ -472,30 +486,37 @@ class SqlSink:
             return
         self._spooled += n
 
-    def _commit(self, records: Sequence[StreamRecord]) -> None:
-        """Insert a batch in one transaction. Records that cannot be stored are
-        rejected one by one. Raises _Unavailable when the database is the problem."""
+    def _commit(self, records: Sequence[StreamRecord]) -> int:
+        """Insert a batch in one transaction; return how many records were stored.
+        Records that cannot be stored are rejected one by one. Raises _Unavailable
+        when the database is the problem."""
         rows, gaps, bodies, good = self._rows(records)
         if not rows:
-            return
+            return 0
         try:
             self._ensure_schema()
             with self._engine.connect() as conn:
                 self._insert(conn, rows, gaps, bodies)
         except _DATA_ERRORS as e:
-            if len(good) == 1:
-                self._reject(good[0], e)
-                return
-            for rec in good:  # find the record the database refuses
-                self._commit([rec])
-            return
-        except SQLAlchemyError as e:
+            return self._split(good, e)
+        except _OUTAGE_ERRORS as e:
             self._outage(e)
             raise _Unavailable(str(e)) from e
         except _Unavailable:
             raise
+        except _RECORD_ERRORS as e:
+            return self._split(good, e)
         self._bodies_written += len(bodies)
         self._recovered()
+        return len(good)
+
+    def _split(self, good: list[StreamRecord], error: Exception) -> int:
+        """A batch the database refused: commit its records one by one, rejecting
+        whichever it refuses alone (each is kept in the rejected file)."""
+        if len(good) == 1:
+            self._reject(good[0], error)
+            return 0
+        return sum(self._commit([rec]) for rec in good)
 
     def _rows(
         self, records: Sequence[StreamRecord]
@@ -693,7 +714,7 @@ class SqlSink:
             else:
                 records.append(item)
         try:
-            self._commit(records)
+            stored = self._commit(records)
         except Exception as e:
             if not isinstance(e, _Unavailable):
                 log.exception("recorder: unexpected error replaying %s", seg.path.name)
@@ -703,7 +724,7 @@ class SqlSink:
             self._replay_seg = None
             self._replay_queue.appendleft(seg)
             return
-        self._replayed += len(records)
+        self._replayed += stored  # the rejected ones are counted as failed
 
     def _finish(self) -> None:
         """Stopping: the queue is empty. Replay this process's own spool files while

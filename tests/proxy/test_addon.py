@@ -195,6 +195,52 @@ async def test_undecodable_encoding_is_recorded_without_events() -> None:
     (rec,) = sink.records
     assert rec.outcome == "truncated" and rec.events == 0
     assert addon.health.decode_errors == 1
+    # the record says its figures are missing, and nothing is estimated from nothing
+    assert rec.recorder_error == "events not metered: content-encoding 'compress' cannot be decoded"
+    assert rec.output_source == "none" and rec.output_tokens is None
+
+
+async def test_undecodable_header_bytes_become_clean_text() -> None:
+    addon, sink, clock = make()
+    with taddons.context(addon):
+        flow = make_flow(
+            headers=[
+                (b"openai-project", b"proj_\xff\xfe"),
+                (b"authorization", b"Bearer sk-\xffkey12345"),
+            ]
+        )
+        await start(addon, flow, clock)
+        flow.response = sse_response(extra=[(b"x-request-id", b"req_\xc3")])
+        flow.response.headers["x-request-id"] = "req_\udcc3"  # as mitmproxy decodes it
+        addon.responseheaders(flow)
+        stream_through(flow, [CHAT_SSE], clock)
+        addon.response(flow)
+    (rec,) = sink.records
+    assert rec.project == "proj_\ufffd\ufffd"
+    assert rec.api_key_id is not None and "\udcff" not in rec.api_key_id
+    for value in (rec.project, rec.api_key_id, rec.request_id):
+        assert value is not None
+        value.encode("utf-8")  # no lone surrogates left
+
+
+async def test_a_key_echoed_in_an_error_is_masked() -> None:
+    addon, sink, clock = make()
+    key = "sk-proj-ECHOEDSECRET0001"
+    body = {"error": {"message": f"Incorrect API key provided: {key}. Also sk-ant-other000000."}}
+    with taddons.context(addon):
+        flow = make_flow(headers=[(b"authorization", f"Bearer {key}".encode())])
+        await start(addon, flow, clock)
+        flow.response = tutils.tresp(
+            status_code=401,
+            headers=http.Headers([(b"content-type", b"application/json")]),
+            content=orjson.dumps(body),
+        )
+        addon.responseheaders(flow)
+        addon.response(flow)
+    (rec,) = sink.records
+    assert rec.error_message is not None
+    assert "ECHOEDSECRET" not in rec.error_message and "other000000" not in rec.error_message
+    assert "[api key]" in rec.error_message
 
 
 async def test_client_disconnect_mid_stream() -> None:

@@ -99,6 +99,34 @@ def test_a_record_the_database_refuses_is_kept_aside(
     assert "refused record" in caplog.text
 
 
+@pytest.mark.parametrize(
+    "poison",
+    [
+        {"max_output_tokens": 2**70},  # no driver binds it: not a database outage
+        {"project": "caf\udcff"},  # a lone surrogate from a header decoded with surrogateescape
+    ],
+)
+def test_a_record_no_driver_can_bind_is_rejected_alone(
+    db_url: str, tmp_path: Path, poison: dict[str, object]
+) -> None:
+    spool = tmp_path / "spool"
+    sink = SqlSink(db_url, spool)
+    good = [simple_record(i) for i in range(6)]
+    bad = simple_record(77)
+    for name, value in poison.items():
+        setattr(bad, name, value)
+    for r in [*good[:3], bad, *good[3:]]:
+        sink.submit(r)
+    sink.close()
+    stats = sink.stats()
+    # the records around it are written, the database is not taken for down,
+    # and the counters agree with the table
+    assert sorted(ids_in_db(db_url)) == sorted(r.id for r in good)
+    assert stats["written"] == len(good) and stats["spooled"] == 0
+    assert stats["db_available"] is True
+    assert stats["failed"] + stats["dropped"] == 1
+
+
 def test_queue_full_spools_and_never_blocks(tmp_path: Path) -> None:
     """The database is locked for as long as the writer would wait (a minute):
     submit still returns at once, the overflow going to the spool."""
