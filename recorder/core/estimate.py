@@ -326,6 +326,14 @@ def count_request(
     if not isinstance(obj, dict):
         return None
     counts = InputCounts()
+    # Context the provider holds and the body only names (a previous response, a
+    # stored conversation or prompt) is billed input that cannot be counted here:
+    # like a file, it makes the estimate a lower bound and the request unfit to
+    # calibrate from.
+    if obj.get("previous_response_id") or obj.get("conversation") or isinstance(
+        obj.get("prompt"), dict
+    ):
+        counts.files += 1
     walker = _Walker(counts, counter)
     for key in _CONTENT_KEYS:
         value = obj.get(key)

@@ -113,7 +113,7 @@ HEALTH_METRICS: dict[str, tuple[str, str, str]] = {
     "spool_depth": (
         "llm_recorder_spool_depth",
         "gauge",
-        "Records waiting in the local spool for the database to come back.",
+        "Spool files waiting for the database to come back (each holds one or more records).",
     ),
     "records_submitted": (
         "llm_recorder_records_submitted",

@@ -458,3 +458,19 @@ def test_input_calibration_from_records() -> None:
         est.observe(rec)
     got = est.input("gpt-4o", "chat.completions", InputCounts(latin=1000, messages=1))
     assert (got.tokens, got.method) == (507, "chars/calibrated")
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"previous_response_id": "resp_1"},
+        {"conversation": "conv_1"},
+        {"prompt": {"id": "pmpt_1", "version": "2"}},
+    ],
+)
+def test_server_side_context_is_uncounted_input(extra: dict[str, object]) -> None:
+    body = {"model": "gpt-5", "input": "and then?", **extra}
+    counts = count_request(json.dumps(body).encode(), "responses")
+    assert counts is not None and counts.files == 1  # a lower bound, never calibrated from
+    plain = count_request(json.dumps({"model": "gpt-5", "input": "and then?"}).encode(), "responses")
+    assert plain is not None and plain.files == 0
