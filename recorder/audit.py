@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import ColumnElement, Engine, select
 
 from recorder.store.models import STREAMS, parse_started_at
-from recorder.store.queries import SessionFilter, _conditions
+from recorder.store.queries import SessionFilter, filter_conditions
 
 if TYPE_CHECKING:
     import pandas as pd  # type: ignore[import-untyped]
@@ -291,7 +291,7 @@ def read_frame(
     environ: Mapping[str, str] | None = None,
 ) -> pd.DataFrame:
     """The streams matching ``f`` (its ``limit`` ignored) and ``project``, as :func:`frame`."""
-    where: list[ColumnElement[bool]] = list(_conditions(engine, f, environ))
+    where: list[ColumnElement[bool]] = list(filter_conditions(engine, f, environ))
     if project is not None:
         where.append(STREAMS.c.project == project)
     stmt = select(*(STREAMS.c[name] for name in COLUMNS)).where(*where)

@@ -32,7 +32,7 @@ from recorder.core.billing import apply_prices
 from recorder.core.pricing import PriceTable
 from recorder.core.record import StreamRecord
 from recorder.store.models import STREAMS, record_from_row
-from recorder.store.queries import SessionFilter, _conditions
+from recorder.store.queries import SessionFilter, filter_conditions
 
 ZERO = Decimal(0)
 _QUANTUM = Decimal(1).scaleb(-12)
@@ -187,7 +187,7 @@ def reprice(
     """Reprice the streams matching ``f`` (its ``limit`` ignored) with ``table``;
     store the new costs unless ``dry_run``. Returns the report."""
     report = Report(table.version, f.since, f.until, dry_run)
-    where: list[ColumnElement[bool]] = list(_conditions(engine, f, environ))
+    where: list[ColumnElement[bool]] = list(filter_conditions(engine, f, environ))
     c = STREAMS.c
     after: tuple[datetime, str] | None = None
     opts = {"sqlite_begin": "IMMEDIATE"} if engine.dialect.name == "sqlite" else {}

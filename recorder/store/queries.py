@@ -100,7 +100,7 @@ def key_condition(
     return col == fingerprint(k, secret)
 
 
-def _conditions(
+def filter_conditions(
     engine: Engine, f: SessionFilter, environ: Mapping[str, str] | None
 ) -> list[ColumnElement[bool]]:
     c = STREAMS.c
@@ -131,7 +131,7 @@ def list_sessions(
     engine: Engine, f: SessionFilter, *, environ: Mapping[str, str] | None = None
 ) -> list[StreamRecord]:
     """The streams matching ``f``, newest first (without their gaps)."""
-    stmt = select(STREAMS).where(*_conditions(engine, f, environ))
+    stmt = select(STREAMS).where(*filter_conditions(engine, f, environ))
     stmt = stmt.order_by(STREAMS.c.started_at.desc(), STREAMS.c.id.desc())
     if f.limit:
         stmt = stmt.limit(f.limit)
