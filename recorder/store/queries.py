@@ -103,6 +103,7 @@ def key_condition(
 def filter_conditions(
     engine: Engine, f: SessionFilter, environ: Mapping[str, str] | None
 ) -> list[ColumnElement[bool]]:
+    """The WHERE conditions of a filter (shared by sessions, show, audit and reprice)."""
     c = STREAMS.c
     where: list[ColumnElement[bool]] = []
     if f.since is not None:
