@@ -19,10 +19,8 @@ from typing import Any, TextIO
 from sqlalchemy.exc import SQLAlchemyError
 
 from recorder import audit
-from recorder.cli.db import CliError, add_db_option, db_url, open_for_reading
+from recorder.cli.db import CliError, add_db_option, add_filter_options, db_url, open_for_reading
 from recorder.cli.render import default_format, emit, table
-from recorder.core.protocols import ENDPOINTS
-from recorder.core.record import OUTCOMES
 from recorder.store.queries import QueryError, SessionFilter, parse_when
 
 FORMATS = ("table", "json", "csv", "parquet")
@@ -60,21 +58,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help=f"group by these, comma-separated: {', '.join(audit.GROUP_KEYS)}; 'none' for "
         f"one group of everything (default: {','.join(audit.DEFAULT_BY)})",
     )
-    p.add_argument("--since", metavar="TIME", help="started at or after (2026-01-31, 12h, 7d)")
-    p.add_argument("--until", metavar="TIME", help="started before")
-    p.add_argument("--endpoint", choices=ENDPOINTS, help="only this endpoint")
-    p.add_argument("--model", help="only this requested model ('*' matches anything)")
-    p.add_argument(
-        "--outcome",
-        action="append",
-        metavar="OUTCOME",
-        help=f"only these outcomes (repeatable or comma-separated): {', '.join(OUTCOMES)}",
-    )
-    p.add_argument(
-        "--key",
-        help="only this API key: its fingerprint, the fingerprint's hex or last-four part, "
-        "or the key itself (fingerprinted, never stored)",
-    )
+    add_filter_options(p)
     p.add_argument("--project", help="only this project (OpenAI-Project / Anthropic workspace)")
     add_db_option(p)
     p.add_argument(

@@ -56,6 +56,28 @@ def add_db_option(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_filter_options(p: argparse.ArgumentParser) -> None:
+    """The stream filters every reading command shares (sessions, audit, reprice)."""
+    from recorder.core.protocols import ENDPOINTS
+    from recorder.core.record import OUTCOMES
+
+    p.add_argument("--since", metavar="TIME", help="started at or after (2026-01-31, 12h, 7d)")
+    p.add_argument("--until", metavar="TIME", help="started before")
+    p.add_argument("--endpoint", choices=ENDPOINTS, help="only this endpoint")
+    p.add_argument("--model", help="only this requested model ('*' matches anything)")
+    p.add_argument(
+        "--outcome",
+        action="append",
+        metavar="OUTCOME",
+        help=f"only these outcomes (repeatable or comma-separated): {', '.join(OUTCOMES)}",
+    )
+    p.add_argument(
+        "--key",
+        help="only this API key: its fingerprint, the fingerprint's hex or last-four part, "
+        "or the key itself (fingerprinted, never stored)",
+    )
+
+
 def db_url(args: argparse.Namespace) -> str:
     """The database a command works on."""
     return getattr(args, "db", None) or os.environ.get("RECORDER_DB") or DEFAULT_DB

@@ -16,10 +16,9 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from recorder.cli.db import CliError, add_db_option, db_url, open_for_reading
+from recorder.cli.db import CliError, add_db_option, add_filter_options, db_url, open_for_reading
 from recorder.cli.render import default_format, emit, vertical
-from recorder.core.protocols import ENDPOINTS
-from recorder.core.record import FIELDS, OUTCOMES, StreamRecord
+from recorder.core.record import FIELDS, StreamRecord
 from recorder.store.queries import QueryError, SessionFilter, get_stream, list_sessions, parse_when
 
 FORMATS = ("table", "json", "csv")
@@ -45,21 +44,7 @@ LANES = (("stall", "#"), ("keepalive", "~"), ("silence", "!"))
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register the `sessions` and `show` commands."""
     p = sub.add_parser("sessions", help="list recorded streams, newest first")
-    p.add_argument("--since", metavar="TIME", help="started at or after (2026-01-31, 12h, 7d)")
-    p.add_argument("--until", metavar="TIME", help="started before")
-    p.add_argument("--endpoint", choices=ENDPOINTS, help="only this endpoint")
-    p.add_argument("--model", help="only this requested model ('*' matches anything)")
-    p.add_argument(
-        "--outcome",
-        action="append",
-        metavar="OUTCOME",
-        help=f"only these outcomes (repeatable or comma-separated): {', '.join(OUTCOMES)}",
-    )
-    p.add_argument(
-        "--key",
-        help="only this API key: its fingerprint, the fingerprint's hex or last-four part, "
-        "or the key itself (fingerprinted, never stored)",
-    )
+    add_filter_options(p)
     p.add_argument(
         "--limit", type=int, default=50, help="at most this many streams (default 50; 0: all)"
     )

@@ -13,6 +13,7 @@ import pytest
 
 from recorder.cli.main import main
 from recorder.core.record import FIELDS
+from tests.core.test_record import DOCUMENTED_FIELDS  # INTERFACES.md's "A recorded stream"
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -20,52 +21,6 @@ CHAT_TEXT = FIXTURES / "openai-chat" / "e2aad469b71d.sse"  # text + usage chunk 
 CHAT_TOOLS = FIXTURES / "openai-chat" / "a247c49c5fcd.sse"  # tool calls
 CONSOLE_SCRIPT = Path(sys.executable).parent / "recorder"
 
-# INTERFACES.md, "A recorded stream (one row)"
-DOCUMENTED_FIELDS = (
-    "id",
-    "started_at",
-    "endpoint",
-    "provider",
-    "upstream",
-    "model",
-    "response_model",
-    "request_id",
-    "response_id",
-    "project",
-    "streamed",
-    "http_status",
-    "outcome",
-    "interrupted",
-    "finish_reason",
-    "error_type",
-    "error_code",
-    "error_message",
-    "ttfb_ms",
-    "first_event_ms",
-    "ttft_ms",
-    "duration_ms",
-    "events",
-    "keepalives",
-    "max_keepalive_gap_ms",
-    "max_silence_ms",
-    "max_output_gap_ms",
-    "stalls",
-    "stall_ms",
-    "output_chars",
-    "tool_calls",
-    "input_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "output_tokens",
-    "reasoning_tokens",
-    "input_source",
-    "output_source",
-    "usage_source",
-    "estimate_method",
-    "cost_usd",
-    "price_version",
-    "api_key_id",
-)
 # What a body alone cannot tell (INTERFACES.md: timings, stalls, HTTP status, key).
 BODY_CANNOT_TELL = (
     "ttfb_ms",
