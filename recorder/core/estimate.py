@@ -330,8 +330,10 @@ def count_request(
     # stored conversation or prompt) is billed input that cannot be counted here:
     # like a file, it makes the estimate a lower bound and the request unfit to
     # calibrate from.
-    if obj.get("previous_response_id") or obj.get("conversation") or isinstance(
-        obj.get("prompt"), dict
+    if (
+        obj.get("previous_response_id")
+        or obj.get("conversation")
+        or isinstance(obj.get("prompt"), dict)
     ):
         counts.files += 1
     walker = _Walker(counts, counter)

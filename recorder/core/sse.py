@@ -73,10 +73,13 @@ class SSEFramer:
         "_ended",
         "_event",
         "_has_data",
+        "_idle",
         "_last_id",
         "_max",
         "_midline",
         "_names",
+        "_prefix",
+        "_prefix_name",
         "_retry",
         "_skip_lf",
         "_skipped",
@@ -99,6 +102,15 @@ class SSEFramer:
         self._midline = False  # skipping began inside a line whose tail is still to come
         self._ended = False
         self._names: dict[bytes, str] = {}
+        # The last ``event: N`` line seen by the fast paths, with the ``data: `` that
+        # followed it, and N decoded: the next event most likely begins the same.
+        self._prefix = b"event: message\ndata: "
+        self._prefix_name = "message"
+        # Nothing of an event is pending, no line, no BOM nor split CRLF to look
+        # for, not ended: feed_one may take a whole event. Cleared by feed when it
+        # goes the long way, set again only where _feed ends with all of that
+        # true (feed_one changes none of that state).
+        self._idle = False
 
     @property
     def last_event_id(self) -> str | None:
@@ -112,6 +124,11 @@ class SSEFramer:
 
     def feed(self, data: bytes) -> list[Item]:
         """Feed one received piece; ``b""`` ends the stream. Never raises."""
+        if self._idle:
+            event = self.feed_one(data)
+            if event is not None:
+                return [event]
+            self._idle = False  # until _feed ends with nothing pending
         try:
             if not data:
                 return self._finish()
@@ -121,9 +138,71 @@ class SSEFramer:
         except Exception:  # pragma: no cover - a bug here must not reach the proxy
             # Unreachable by design (every branch below is total), kept as the
             # last line of the "never raises" promise.
+            self._idle = False
             self._reset_event()
             self._buf.clear()
             return [FramingIssue("internal_error", len(data))]
+
+    def feed_one(self, data: bytes) -> Event | None:
+        """The piece's event if the piece is exactly one usual event, else None.
+
+        A shortcut of :meth:`feed` for what mitmproxy hands over for most HTTP/1
+        chunked streams, one whole event a piece: ``data: V`` or ``event: N`` then
+        ``data: V``, then a blank line, with no CR, under the cap, and nothing
+        of another event pending. It returns that event, as ``feed(data)`` would
+        return ``[event]``, and leaves the framer as ``feed`` would (as it was).
+        Otherwise it returns None and has consumed nothing: call :meth:`feed`.
+        Never raises.
+        """
+        if not self._idle:
+            return None
+        last = len(data) - 2  # where the line end before the blank line must be
+        if data.startswith(b"data: "):
+            if (
+                data.find(b"\n", 6) == last
+                and data[-1] == 0x0A
+                and last <= self._max
+                and data.find(b"\r") < 0
+            ):
+                return _new(Event, ("message", data[6:last], self._last_id, None))
+            return None
+        prefix = self._prefix
+        if data.startswith(prefix):  # the same event line as the last one: its name
+            start = len(prefix)
+            if (
+                data.find(b"\n", start) == last
+                and data[-1] == 0x0A
+                and last <= self._max
+                and data.find(b"\r") < 0
+            ):
+                return _new(Event, (self._prefix_name, data[start:last], self._last_id, None))
+            return None
+        if data.startswith(b"event: "):
+            nl = data.find(b"\n", 7)
+            if (
+                nl > 0
+                and data.startswith(b"data: ", nl + 1)
+                and data.find(b"\n", nl + 7) == last
+                and data[-1] == 0x0A
+                and last <= self._max
+                and data.find(b"\r") < 0
+            ):
+                name = self._name(data, 0, nl)
+                return _new(Event, (name, data[nl + 7 : last], self._last_id, None))
+        return None
+
+    def _name(self, data: bytes, pos: int, nl: int) -> str:
+        """The name on the line ``event: N`` at ``pos`` (``nl``: its end), which the
+        line ``data: `` follows; kept as the likely prefix of the next event."""
+        raw = data[pos + 7 : nl]
+        name = self._names.get(raw)
+        if name is None:
+            name = raw.decode("utf-8", "replace") or "message"
+            if len(self._names) < _NAMES_KEPT:
+                self._names[raw] = name
+        self._prefix = data[pos : nl + 7]
+        self._prefix_name = name
+        return name
 
     def _feed(self, data: bytes) -> list[Item]:
         if self._at_start:
@@ -178,28 +257,33 @@ class SSEFramer:
             or self._skipping
             or self._data_size
         )
+        cap = self._max
+        last_id = self._last_id  # (only _lines changes it)
+        prefix = self._prefix
+        append = out.append
         while pos < end:
             if clean:
                 if data.startswith(b"data: ", pos):
                     nl = data.find(b"\n", pos + 6)
-                    if 0 < nl < end and data[nl + 1] == 0x0A and nl - pos <= self._max:
-                        out.append(
-                            _new(Event, ("message", data[pos + 6 : nl], self._last_id, None))
-                        )
+                    if 0 < nl < end and data[nl + 1] == 0x0A and nl - pos <= cap:
+                        append(_new(Event, ("message", data[pos + 6 : nl], last_id, None)))
                         pos = nl + 2
+                        continue
+                elif data.startswith(prefix, pos):  # the event line of the last one
+                    nl = pos + len(prefix)
+                    nl2 = data.find(b"\n", nl)
+                    if 0 < nl2 < end and data[nl2 + 1] == 0x0A and nl2 - pos <= cap:
+                        append(_new(Event, (self._prefix_name, data[nl:nl2], last_id, None)))
+                        pos = nl2 + 2
                         continue
                 elif data.startswith(b"event: ", pos):
                     nl = data.find(b"\n", pos + 7)
                     if nl > 0 and data.startswith(b"data: ", nl + 1):
                         nl2 = data.find(b"\n", nl + 7)
-                        if 0 < nl2 < end and data[nl2 + 1] == 0x0A and nl2 - pos <= self._max:
-                            raw = data[pos + 7 : nl]
-                            name = self._names.get(raw)
-                            if name is None:
-                                name = raw.decode("utf-8", "replace") or "message"
-                                if len(self._names) < _NAMES_KEPT:
-                                    self._names[raw] = name
-                            out.append(_new(Event, (name, data[nl + 7 : nl2], self._last_id, None)))
+                        if 0 < nl2 < end and data[nl2 + 1] == 0x0A and nl2 - pos <= cap:
+                            name = self._name(data, pos, nl)
+                            prefix = self._prefix
+                            append(_new(Event, (name, data[nl + 7 : nl2], last_id, None)))
                             pos = nl2 + 2
                             continue
             blank = data.find(b"\n\n", pos)
@@ -208,6 +292,7 @@ class SSEFramer:
             lines = data[pos:blank].split(b"\n")
             lines.append(b"")
             self._lines(lines, out)
+            last_id = self._last_id
             pos = blank + 2
             # after a blank line nothing of an event is pending (at most its size)
             clean = not self._data_size
@@ -218,6 +303,8 @@ class SSEFramer:
                 pos = nl + 1
             if pos <= end:
                 out.extend(self._hold(data[pos:]))
+        else:  # the piece ended with a blank line: no line, nor maybe any event, pending
+            self._idle = clean and not self._skip_lf
         return out
 
     def _hold(self, piece: bytes) -> list[Item]:

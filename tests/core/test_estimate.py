@@ -472,5 +472,7 @@ def test_server_side_context_is_uncounted_input(extra: dict[str, object]) -> Non
     body = {"model": "gpt-5", "input": "and then?", **extra}
     counts = count_request(json.dumps(body).encode(), "responses")
     assert counts is not None and counts.files == 1  # a lower bound, never calibrated from
-    plain = count_request(json.dumps({"model": "gpt-5", "input": "and then?"}).encode(), "responses")
+    plain = count_request(
+        json.dumps({"model": "gpt-5", "input": "and then?"}).encode(), "responses"
+    )
     assert plain is not None and plain.files == 0

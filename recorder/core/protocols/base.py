@@ -20,6 +20,7 @@ ASCII (``latin``) is what remains: ``text + reasoning - alphabetic - cjk``.
 
 from __future__ import annotations
 
+from codecs import utf_16_le_encode
 from typing import Any, ClassVar
 
 import orjson
@@ -29,6 +30,9 @@ from recorder.core.usage import Usage
 
 JSONDecodeError = orjson.JSONDecodeError
 loads = orjson.loads
+
+# Kinds of output, each counted by one add_* method (see Observations.add).
+TEXT, REASONING, TOOL, SUMMARY = 0, 1, 2, 3
 
 
 class Observations:
@@ -108,7 +112,7 @@ class Observations:
         self.text_chars += n
         self.output_deltas += 1
         if not value.isascii():
-            self._scripts(value, n)
+            self._scripts(value, n, len(value.encode("utf-8", "surrogatepass")))
         return n
 
     def add_reasoning(self, value: Any) -> int:
@@ -138,6 +142,47 @@ class Observations:
         self.summary_chars += n
         return n
 
+    def add(self, kind: int, value: Any) -> int:
+        """Count one piece of output of this kind with its add_* method; return its length."""
+        if kind == TEXT:
+            return self.add_text(value)
+        if kind == REASONING:
+            return self.add_reasoning(value)
+        if kind == TOOL:
+            return self.add_tool(value)
+        return self.add_summary(value)
+
+    def add_ascii(self, kind: int, n: int) -> None:
+        """Count what ``add(kind, value)`` counts for an ASCII ``value`` of ``n`` characters,
+        without the string (``n`` > 0; the caller adds ``n`` to ``output_chars``)."""
+        if kind == SUMMARY:
+            self.summary_chars += n
+            return
+        if kind == TOOL:
+            self.tool_chars += n
+        else:
+            self.text_chars += n
+            if kind == REASONING:
+                self.reasoning_chars += n
+        self.output_deltas += 1
+
+    def add_decoded(self, kind: int, value: str, size: int) -> int:
+        """``add(kind, value)`` for a non-empty, non-ASCII ``value`` that the caller
+        decoded from ``size`` bytes of UTF-8 (so it need not be encoded again)."""
+        n = len(value)
+        if kind in (TEXT, REASONING):
+            self.text_chars += n
+            self.output_deltas += 1
+            self._scripts(value, n, size)
+            if kind == REASONING:
+                self.reasoning_chars += n
+        elif kind == TOOL:
+            self.tool_chars += n
+            self.output_deltas += 1
+        else:
+            self.summary_chars += n
+        return n
+
     def add_server_tool(self, name: str) -> None:
         """Count one request of a provider-side tool (web search, file search, ...)."""
         tools = self.server_tools
@@ -146,14 +191,15 @@ class Observations:
         else:
             tools[name] = tools.get(name, 0) + 1
 
-    def _scripts(self, value: str, n: int) -> None:
-        # Exact counts from three encodings done in C: ``ascii`` ASCII characters;
+    def _scripts(self, value: str, n: int, utf8: int) -> None:
+        # Exact counts from encodings done in C (``utf8`` is the length of
+        # value.encode("utf-8", "surrogatepass")): ``ascii`` ASCII characters;
         # UTF-8 minus UTF-16 length is (alphabetic + 2 cjk) less what astral
         # characters (4 UTF-8 bytes, 2 UTF-16 units) cancel, hence the formula.
+        # (utf_16_le_encode is what str.encode("utf-16-le") calls, without the
+        # codec lookup that costs more than the encoding of a short string)
         ascii_n = len(value.encode("ascii", "ignore"))
-        extra = len(value.encode("utf-8", "surrogatepass")) - (
-            len(value.encode("utf-16-le", "surrogatepass")) >> 1
-        )
+        extra = utf8 - (len(utf_16_le_encode(value, "surrogatepass")[0]) >> 1)
         rest = n - ascii_n
         cjk = extra - rest
         self.cjk_chars += cjk

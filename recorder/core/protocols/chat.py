@@ -8,27 +8,29 @@ non-null ``usage``, wherever it comes (OpenAI: a last chunk with empty
 ``{"error": ...}`` payload is an error event even after status 200.
 
 Fast path: most events of a stream are content deltas that differ only in
-their text (same id, model, fingerprint, index; ``finish_reason: null``). The
-first such event is parsed in full, and the bytes around its text are kept as
-a template; a later event that matches the template byte for byte around a
-valid JSON string is known to say exactly what a full parse would (that text,
-nothing else), so only the string is decoded. Anything else (usage, a finish
-reason, tool calls, an error, a new shape) misses the template and is parsed in
-full. OpenAI's per-event ``obfuscation`` padding is set aside before matching.
+their text (same id, model, fingerprint, index; ``finish_reason: null``), and
+in OpenAI's ``obfuscation`` padding when the stream has it. The first such
+event is parsed in full and kept as a byte template (recorder.core.protocols.
+template); a later event that matches it is known to say exactly what a full
+parse would (that text, nothing else), so only the text is decoded. Anything
+else (usage, a finish reason, tool calls, an error, a new shape) misses the
+template and is parsed in full.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from recorder.core.protocols.base import Interpreter, JSONDecodeError, loads
+from recorder.core.protocols.base import REASONING, TEXT, Interpreter
+from recorder.core.protocols.template import MAX_LEARNED, STRING, learn
 from recorder.core.sse import Event
 from recorder.core.usage import from_openai_chat
 
 _DONE = b"[DONE]"
 _TEXT_KEYS = frozenset({"content", "refusal"})
 _REASONING_KEYS = frozenset({"reasoning_content", "reasoning"})  # DeepSeek, xAI / OpenRouter
-_OBFUSCATION = b',"obfuscation":"'
+_IGNORED = (("obfuscation", STRING),)  # OpenAI's padding, another on every event
 FAST_PATH = True  # tests turn it off to check that both paths agree
 
 
@@ -38,42 +40,24 @@ class ChatCompletionsInterpreter(Interpreter):
     endpoint = "chat.completions"
     provider = "openai"
 
-    __slots__ = ("_fast", "_finish", "_head", "_reasoning", "_tail", "_tools")
+    __slots__ = ("_fast", "_finish", "_learned", "_read", "_tools")
 
     def __init__(self) -> None:
         super().__init__()
         self._tools: dict[tuple[int, int], Any] = {}  # (choice, tool index) -> last call id
         self._finish: dict[int, str] = {}  # choice index -> finish reason
         self._fast = FAST_PATH
-        self._head = b""  # the template's bytes before the text (b"": no template yet)
-        self._tail = b""  # and after it
-        self._reasoning = False  # the template's text is reasoning, not content
+        # Fast path: the template of the last text delta learned (see
+        # recorder.core.protocols.template), as the function that reads an event with it.
+        self._read: Callable[[bytes], int] | None = None
+        self._learned = 0
 
     def handle(self, event: Event) -> int:
         data = event.data
-        head = self._head
-        if head and data.startswith(head):
-            tail = self._tail
-            if data.endswith(tail):
-                raw = data[len(head) : len(data) - len(tail)]
-                if raw.isascii() and b"\\" not in raw and b'"' not in raw:
-                    # the commonest event of all: plain ASCII text, a character a byte
-                    n = len(raw)
-                    if n:
-                        obs = self.obs
-                        obs.text_chars += n
-                        obs.output_deltas += 1
-                        obs.output_chars += n
-                        if self._reasoning:
-                            obs.reasoning_chars += n
-                    return n
-                text = _json_string(raw)
-            else:
-                text = self._match(data, len(head))
-            if text is not None:
-                obs = self.obs
-                n = obs.add_reasoning(text) if self._reasoning else obs.add_text(text)
-                obs.output_chars += n
+        read = self._read
+        if read is not None:
+            n = read(data)
+            if n >= 0:
                 return n
         if data == _DONE:
             self.obs.decide("completed")
@@ -82,23 +66,9 @@ class ChatCompletionsInterpreter(Interpreter):
         if obj is None:
             return 0
         chars = self._chunk(obj, streamed=True)
-        if self._fast and chars:
+        if chars and self._fast and self._learned < MAX_LEARNED:
             self._learn(data, obj)
         return chars
-
-    def _match(self, data: bytes, start: int) -> str | None:
-        """The text of an event that matches the template, or None."""
-        tail = self._tail
-        if not data.endswith(tail):
-            cut = data.rfind(_OBFUSCATION)
-            if cut < 0 or not data.endswith(b'"}'):
-                return None
-            if data.find(b'"', cut + len(_OBFUSCATION), -2) >= 0:
-                return None
-            data = data[:cut] + data[-1:]  # drop the padding field, keep the closing brace
-            if not data.endswith(tail):
-                return None
-        return _json_string(data[start : len(data) - len(tail)])
 
     def _learn(self, data: bytes, obj: dict[str, Any]) -> None:
         """Keep ``data`` as the template if it is a plain text delta and nothing else."""
@@ -114,29 +84,10 @@ class ChatCompletionsInterpreter(Interpreter):
         ((key, value),) = delta.items()
         if type(value) is not str or not value or key not in _TEXT_KEYS | _REASONING_KEYS:
             return
-        marker = b'"' + key.encode() + b'":'
-        at = data.find(marker)
-        if at < 0 or data.find(marker, at + 1) >= 0:
-            return
-        start = at + len(marker)
-        while data[start : start + 1] in (b" ", b"\t"):  # "key": "value" (spaced JSON)
-            start += 1
-        if data[start : start + 1] != b'"':
-            return
-        start += 1
-        end = _string_end(data, start)
-        if end < 0:
-            return
-        head, tail = data[:start], data[end:]
-        cut = tail.rfind(_OBFUSCATION)
-        if cut >= 0:
-            if tail.find(b'"', cut + len(_OBFUSCATION), -2) >= 0 or not tail.endswith(b'"}'):
-                return
-            tail = tail[:cut] + tail[-1:]
-        self._head, self._tail = head, tail
-        self._reasoning = key in _REASONING_KEYS
-        if self._match(data, len(head)) != value:  # the template must read its own event
-            self._head = self._tail = b""
+        self._learned += 1
+        template = learn(data, obj, ("choices", 0, "delta", key), _IGNORED)
+        if template is not None:
+            self._read = template.reader(self.obs, REASONING if key in _REASONING_KEYS else TEXT)
 
     def read_body(self, body: bytes) -> int:
         obj = self.parse(body)
@@ -220,32 +171,3 @@ class ChatCompletionsInterpreter(Interpreter):
                 if isinstance(function, dict):
                     chars += obs.add_tool(function.get("arguments"))
         return chars
-
-
-def _json_string(raw: bytes) -> str | None:
-    """The text of ``raw`` if it is exactly the inside of one JSON string, else None."""
-    if b"\\" not in raw and b'"' not in raw:
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-    try:
-        text = loads(b'"' + raw + b'"')  # fails unless raw is exactly one string's inside
-    except JSONDecodeError:
-        return None
-    return text if type(text) is str else None
-
-
-def _string_end(data: bytes, start: int) -> int:
-    """Index of the quote closing the JSON string that starts at ``start``, or -1."""
-    i = start
-    while True:
-        j = data.find(b'"', i)
-        if j < 0:
-            return -1
-        k = j
-        while k > start and data[k - 1] == 0x5C:  # count the backslashes before it
-            k -= 1
-        if (j - k) % 2 == 0:
-            return j
-        i = j + 1

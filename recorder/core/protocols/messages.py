@@ -15,19 +15,27 @@ has exact input usage and no reported output. A duplicated ``message_start``
 spliced retry) makes that message the one whose id and usage we keep.
 ``ping`` is an event, not a keepalive. ``event: error`` is an error event,
 including a gateway's "Response stream interrupted, please retry".
+
+Fast path: the ``content_block_delta`` events of a block differ only in their
+text. The first one is parsed in full and kept as a byte template
+(recorder.core.protocols.template); a later one that matches it says exactly
+what a full parse would (that text, nothing else), so only the text is decoded.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-from recorder.core.protocols.base import Interpreter
+from recorder.core.protocols.base import REASONING, TEXT, TOOL, Interpreter
+from recorder.core.protocols.template import MAX_LEARNED, learn
 from recorder.core.sse import Event
 from recorder.core.usage import from_anthropic
 
 _TOOL_BLOCKS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
+FAST_PATH = True  # tests turn it off to check that both paths agree
 
 
 class AnthropicMessagesInterpreter(Interpreter):
@@ -36,14 +44,25 @@ class AnthropicMessagesInterpreter(Interpreter):
     endpoint = "messages"
     provider = "anthropic"
 
-    __slots__ = ("_usage",)
+    __slots__ = ("_fast", "_learned", "_read", "_usage")
 
     def __init__(self) -> None:
         super().__init__()
         self._usage: dict[str, Any] = {}
+        # Fast path: the template of the last content delta learned (see
+        # recorder.core.protocols.template), as the function that reads an event with it.
+        self._fast = FAST_PATH
+        self._read: Callable[[bytes], int] | None = None
+        self._learned = 0
 
     def handle(self, event: Event) -> int:
-        obj = self.parse(event.data)
+        data = event.data
+        read = self._read
+        if read is not None:
+            n = read(data)
+            if n >= 0:
+                return n
+        obj = self.parse(data)
         if obj is None:
             if event.event == "message_stop":  # unreadable, but the event line says it
                 self.obs.decide("completed")
@@ -60,16 +79,24 @@ class AnthropicMessagesInterpreter(Interpreter):
                 return 0
             dtype = delta.get("type")
             if dtype == "text_delta":
-                chars = self.obs.add_text(delta.get("text"))
+                kind, key = TEXT, "text"
             elif dtype == "input_json_delta":
-                chars = self.obs.add_tool(delta.get("partial_json"))
+                kind, key = TOOL, "partial_json"
             elif dtype == "thinking_delta":
-                chars = self.obs.add_reasoning(delta.get("thinking"))
+                kind, key = REASONING, "thinking"
             elif dtype == "compaction_delta":  # a summary the model wrote: billed output
-                chars = self.obs.add_text(delta.get("content"))
+                kind, key = TEXT, "content"
             else:
                 return 0
+            chars = self.obs.add(kind, delta.get(key))
             self.obs.output_chars += chars
+            if chars and self._fast and self._learned < MAX_LEARNED and obj.get("type") == typ:
+                # the event's whole effect is its text (the type is its own, not
+                # the event line's): later ones like it need no full parse
+                self._learned += 1
+                template = learn(data, obj, ("delta", key))
+                if template is not None:
+                    self._read = template.reader(self.obs, kind)
             return chars
         if typ == "content_block_start":
             block = obj.get("content_block")

@@ -12,15 +12,24 @@ tool call. Terminal: ``response.completed`` / ``response.incomplete`` /
 ``response.failed``; the top-level ``error`` event is an error, its fields
 either nested under ``"error"`` (the wire) or at the top (the API reference).
 ``data: [DONE]`` is not documented here; it is tolerated and means nothing.
+
+Fast path: the output deltas of an item differ only in their text, their
+``sequence_number`` and their ``obfuscation`` padding, none of which but the
+text is read here. The first one is parsed in full and kept as a byte template
+with those three holes (recorder.core.protocols.template); a later one that
+matches it says exactly what a full parse would (that text, nothing else), so
+only the text is decoded.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-from recorder.core.protocols.base import Interpreter
+from recorder.core.protocols.base import REASONING, SUMMARY, TEXT, TOOL, Interpreter
+from recorder.core.protocols.template import INT, MAX_LEARNED, STRING, learn
 from recorder.core.sse import Event
 from recorder.core.usage import from_openai_responses
 
@@ -34,7 +43,7 @@ _STARTED = frozenset({"response.created", "response.in_progress", "response.queu
 # Output deltas by kind, for estimation (recorder.core.estimate). A reasoning
 # SUMMARY is written by a summariser and is not billed as output tokens; other
 # unknown ``*.delta`` types are classed by their name (see _delta_kind).
-_TEXT, _REASONING, _TOOL, _SUMMARY = 0, 1, 2, 3
+_TEXT, _REASONING, _TOOL, _SUMMARY = TEXT, REASONING, TOOL, SUMMARY
 _DELTA_KINDS = {
     "response.output_text.delta": _TEXT,
     "response.refusal.delta": _TEXT,
@@ -72,6 +81,10 @@ _SERVER_TOOLS = {
     "image_generation_call": "image_generation",
     "mcp_call": "mcp",
 }
+# Fields of an output delta that change from one delta to the next and that
+# nothing here reads: holes of the fast path's template, like the text.
+_IGNORED = (("obfuscation", STRING), ("sequence_number", INT))
+FAST_PATH = True  # tests turn it off to check that both paths agree
 _UNREADABLE_TERMINAL = {
     "response.completed": "completed",
     "response.incomplete": "incomplete",
@@ -86,14 +99,24 @@ class ResponsesInterpreter(Interpreter):
     endpoint = "responses"
     provider = "openai"
 
-    __slots__ = ("_tool_mark",)
+    __slots__ = ("_fast", "_learned", "_read", "_tool_mark")
 
     def __init__(self) -> None:
         super().__init__()
         self._tool_mark = 0  # tool_chars when the current output item was added
+        # Fast path: the template of the last output delta learned (see
+        # recorder.core.protocols.template), as the function that reads an event with it.
+        self._fast = FAST_PATH
+        self._read: Callable[[bytes], int] | None = None
+        self._learned = 0
 
     def handle(self, event: Event) -> int:
         data = event.data
+        read = self._read
+        if read is not None:
+            n = read(data)
+            if n >= 0:
+                return n
         if data == b"[DONE]":
             return 0
         obj = self.parse(data)
@@ -113,17 +136,16 @@ class ResponsesInterpreter(Interpreter):
             kind = _DELTA_KINDS.get(typ)
             if kind is None:
                 kind = _delta_kind(typ)
-            delta = obj.get("delta")
             obs = self.obs
-            if kind == _TEXT:
-                chars = obs.add_text(delta)
-            elif kind == _TOOL:
-                chars = obs.add_tool(delta)
-            elif kind == _REASONING:
-                chars = obs.add_reasoning(delta)
-            else:
-                chars = obs.add_summary(delta)
+            chars = obs.add(kind, obj.get("delta"))
             obs.output_chars += chars
+            if chars and self._fast and self._learned < MAX_LEARNED and obj.get("type") == typ:
+                # the event's whole effect is its text (the type is its own, not
+                # the event line's): later ones like it need no full parse
+                self._learned += 1
+                template = learn(data, obj, ("delta",), _IGNORED)
+                if template is not None:
+                    self._read = template.reader(obs, kind)
             return chars
         if typ == "response.output_item.added":
             self._tool_mark = self.obs.tool_chars
