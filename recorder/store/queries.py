@@ -93,7 +93,9 @@ def key_condition(
         return col.like(f"%:{k}")
     short = k.removeprefix("…").removeprefix("...")
     if len(k) <= 4 or k.startswith(("…", "...")):
-        return col.like(f"…{short}:%")
+        # keys hold "_" (Anthropic's sk-ant-…): a LIKE wildcard unless escaped
+        escaped = short.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        return col.like(f"…{escaped}:%", escape="\\")
     secret = read_secret(engine, environ)
     if secret is None:
         return col == ""  # no secret, so no fingerprint can match a raw key

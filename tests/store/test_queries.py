@@ -91,6 +91,8 @@ def test_key_in_every_form(engine: Engine, sample: dict[str, StreamRecord]) -> N
     assert _ids(engine, key="…1111") == want
     assert _ids(engine, key="sk-alpha-1111") == want  # the key itself
     assert _ids(engine, key="sk-gamma-3333") == []
+    assert _ids(engine, key="11_1") == []  # "_" is a character of keys, not a wildcard
+    assert _ids(engine, key="1%") == []
 
 
 def test_raw_key_uses_the_secret_in_force(engine: Engine, sample: dict[str, StreamRecord]) -> None:
