@@ -6,11 +6,13 @@ the tap always returns the bytes it was given, unchanged, so the client
 receives exactly what the upstream sent, with no added buffering. Nothing here
 blocks the event loop: the tap does a bounded amount of parsing per piece,
 finished records go to a sink that only enqueues, and a large request body is
-read on a worker thread.
+read on a worker thread while the request goes on (neither the loop nor the
+request waits for it; the record does).
 
 Per-flow state lives in ``self._flows`` from ``requestheaders`` until
-``response`` or ``error`` (which exclude each other), and ``done`` finishes
-whatever is left, so the map cannot grow with the number of requests served.
+``response`` or ``error`` (which exclude each other), then, only if its request
+body is still being read, in ``self._deferred`` until it is; ``done`` finishes
+whatever is left, so neither map can grow with the number of requests served.
 
 Accept-Encoding is removed from tapped requests: the upstream then sends plain
 SSE, which the tap reads without decompressing. An upstream that compresses
@@ -25,9 +27,11 @@ the writer's thread). Without it the tap is the plain one, with no added work.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -83,6 +87,7 @@ class FlowState:
         "input_counts",
         "key",
         "meter",
+        "reading",
         "record",
         "streaming",
         "t0",
@@ -101,6 +106,8 @@ class FlowState:
         self.capture: CapturedBody | None = None  # with capture_bodies, a tapped SSE body
         self.unmetered: str | None = None  # why the stream's events could not be metered
         self.key: str | None = None  # held only to scrub it from error texts; never stored
+        # a large request body being read on a worker thread (facts, input counts)
+        self.reading: Future[tuple[RequestFacts, InputCounts | None]] | None = None
 
 
 class Recorder:
@@ -123,6 +130,9 @@ class Recorder:
         self._on_record = on_record
         self._on_start = on_start
         self._flows: dict[str, FlowState] = {}
+        # finished flows whose request body is still being read: their record waits
+        self._deferred: dict[int, tuple[FlowState, StreamRecord]] = {}
+        self._readers: ThreadPoolExecutor | None = None
         self._closed = False
         # Learns characters per token from streams whose usage was reported; used
         # and fed on the event loop only.
@@ -167,6 +177,27 @@ class Recorder:
             return rec
 
     def _finish(self, state: FlowState, rec: StreamRecord) -> None:
+        reading = state.reading
+        if reading is not None:
+            if not reading.done():
+                try:
+                    loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+                except RuntimeError:
+                    loop = None
+                if loop is not None:  # finish once the body is read, back on the loop
+                    self._deferred[id(state)] = (state, rec)
+                    reading.add_done_callback(
+                        lambda _: loop.call_soon_threadsafe(self._finish_deferred, id(state))
+                    )
+                    return
+                with contextlib.suppress(Exception):  # no loop (shutdown): wait a little
+                    reading.result(timeout=10)
+            state.reading = None
+            if reading.done():
+                try:
+                    _apply_facts(state, *reading.result())
+                except Exception:
+                    self._internal_error("reading the request")
         if state.key:  # an upstream may echo the key in an error message
             rec.error_message = scrub_key(rec.error_message, state.key)
             rec.transport_error = scrub_key(rec.transport_error, state.key)
@@ -192,6 +223,11 @@ class Recorder:
             except Exception:
                 self._internal_error("on_record")
         self.sink.submit(rec)
+
+    def _finish_deferred(self, key: int) -> None:
+        entry = self._deferred.pop(key, None)
+        if entry is not None:  # else done() finished it already
+            self._finish(*entry)
 
     # -- hooks ----------------------------------------------------------------
 
@@ -235,7 +271,7 @@ class Recorder:
         except Exception:
             self._internal_error("requestheaders")
 
-    async def request(self, flow: http.HTTPFlow) -> None:
+    def request(self, flow: http.HTTPFlow) -> None:
         """Read the request's model, stream flag and limits (never its text)."""
         try:
             state = self._flows.get(flow.id)
@@ -246,14 +282,14 @@ class Recorder:
                 return
             endpoint = state.meter.endpoint
             if len(body) > INLINE_PARSE_LIMIT:
-                facts, counts = await asyncio.to_thread(_read_request, body, endpoint)
+                # Read on a worker thread while the request goes on upstream: neither
+                # the event loop nor this request waits; the facts are collected when
+                # the record is finished.
+                if self._readers is None:
+                    self._readers = ThreadPoolExecutor(2, thread_name_prefix="recorder-read")
+                state.reading = self._readers.submit(_read_request, body, endpoint)
             else:
-                facts, counts = _read_request(body, endpoint)
-            state.input_counts = counts
-            rec = state.record
-            rec.model = facts.model
-            rec.include_usage = facts.include_usage
-            rec.max_output_tokens = facts.max_output_tokens
+                _apply_facts(state, *_read_request(body, endpoint))
         except Exception:
             self._internal_error("request")
 
@@ -401,6 +437,14 @@ class Recorder:
                 state = self._flows.pop(flow_id)
                 rec = self._close_meter(state, now, "client_disconnect", "proxy shut down")
                 self._finish(state, rec)
+            for key in list(self._deferred):  # shutting down: wait for their bodies
+                state, rec = self._deferred.pop(key)
+                if state.reading is not None:
+                    with contextlib.suppress(Exception):
+                        state.reading.result(timeout=10)
+                    if not state.reading.done():
+                        state.reading = None  # finish without its facts rather than lose it
+                self._finish(state, rec)
         except Exception:
             self._internal_error("done")
         self.close()
@@ -410,6 +454,8 @@ class Recorder:
         if self._closed:
             return
         self._closed = True
+        if self._readers is not None:
+            self._readers.shutdown(wait=False, cancel_futures=True)
         try:
             self.sink.close()
         except Exception:
@@ -432,6 +478,14 @@ def _read_request(body: bytes, endpoint: str) -> tuple[RequestFacts, InputCounts
         return facts, count_request(body, endpoint)
     encoding, counter = found
     return facts, count_request(body, endpoint, counter=counter, encoding=encoding)
+
+
+def _apply_facts(state: FlowState, facts: RequestFacts, counts: InputCounts | None) -> None:
+    state.input_counts = counts
+    rec = state.record
+    rec.model = facts.model
+    rec.include_usage = facts.include_usage
+    rec.max_output_tokens = facts.max_output_tokens
 
 
 def _header_text(value: str | None) -> str | None:

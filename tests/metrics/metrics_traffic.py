@@ -158,7 +158,7 @@ class Traffic:
             body["model"] = model
         flow = make_flow(PATHS[endpoint], body)
         self.addon.requestheaders(flow)
-        await self.addon.request(flow)
+        self.addon.request(flow)
         self.clock.now += 0.3
         return flow
 

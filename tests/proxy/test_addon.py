@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import hashlib
 from pathlib import Path
@@ -72,7 +73,7 @@ def sse_response(
 
 async def start(addon: Recorder, flow: http.HTTPFlow, clock: Clock) -> None:
     addon.requestheaders(flow)
-    await addon.request(flow)
+    addon.request(flow)
     clock.now += 0.25
 
 
@@ -448,3 +449,39 @@ async def test_state_is_released_on_every_path() -> None:
     assert addon.health.in_flight == 0
     assert len(sink.records) == 300
     assert all(isinstance(r, StreamRecord) for r in sink.records)
+
+
+async def test_a_large_request_body_is_read_without_holding_the_request() -> None:
+    addon, sink, clock = make()
+    prompt = "調和 harmony " * 5000  # well over the inline limit
+    body = {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": prompt}]}
+    with taddons.context(addon):
+        flow = make_flow(body=body)
+        addon.requestheaders(flow)
+        addon.request(flow)  # returns at once: the body is read on a worker thread
+        state = addon._flows[flow.id]
+        assert state.reading is not None
+        flow.response = sse_response()
+        addon.responseheaders(flow)
+        stream_through(flow, [CHAT_SSE], clock)
+        addon.response(flow)
+        for _ in range(200):  # the record waits for the body, then is finished on the loop
+            if sink.records:
+                break
+            await asyncio.sleep(0.01)
+    (rec,) = sink.records
+    assert rec.model == "gpt-4o" and rec.include_usage is False
+    assert rec.input_breakdown is not None and rec.input_breakdown["cjk"] >= 10000
+    assert addon.open_flows == 0 and not addon._deferred and addon.health.in_flight == 0
+
+
+async def test_shutdown_waits_for_a_body_still_being_read() -> None:
+    addon, sink, _clock = make()
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "x" * 100_000}]}
+    with taddons.context(addon):
+        flow = make_flow(body=body)
+        addon.requestheaders(flow)
+        addon.request(flow)
+        addon.done()  # the flow is still open and its body maybe unread: nothing is lost
+    (rec,) = sink.records
+    assert rec.outcome == "client_disconnect" and rec.model == "gpt-4o"
