@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
             f"  the same, from the database:   recorder sessions --db {args.db}\n"
             f"  one stream and its timeline:   recorder show {first}{db or ' --db ' + args.db}\n"
             "  your own traffic:              scripts/run, then point your SDK at it (README)\n"
-            "  the metrics:                   curl -s 127.0.0.1:9464/metrics (while it runs)\n"
+            "  metrics of `recorder proxy`:   curl -s 127.0.0.1:9464/metrics\n"
             "  what each field means:         docs/record.md"
         )
     return 0
