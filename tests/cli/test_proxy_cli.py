@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -22,9 +21,8 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
 from recorder.simulate import Simulator, run_in_thread
-from tests.e2e.conftest import free_port
+from tests.cli.proxy_process import RECORDER, start_proxy
 
-RECORDER = str(Path(sys.executable).parent / "recorder")
 MESSAGES = [{"role": "user", "content": "Tell me about harmony."}]
 
 
@@ -32,45 +30,6 @@ MESSAGES = [{"role": "user", "content": "Tell me about harmony."}]
 def sim() -> Iterator[Simulator]:
     with run_in_thread() as simulator:
         yield simulator
-
-
-def start_proxy(
-    tmp_path: Path, sim: Simulator, *extra: str
-) -> tuple[subprocess.Popen[str], int, int, str]:
-    port, metrics_port = free_port(), free_port()
-    db = f"sqlite:///{tmp_path / 'recorder.db'}"
-    env = {**os.environ, "HOME": str(tmp_path), "RECORDER_STALL_AFTER": "1"}
-    env.pop("RECORDER_KEY_SECRET", None)
-    proc = subprocess.Popen(
-        [
-            RECORDER,
-            "proxy",
-            "--mode",
-            f"reverse:{sim.url}",
-            "--listen-port",
-            str(port),
-            "--metrics-port",
-            str(metrics_port),
-            "--db",
-            db,
-            *extra,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-    )
-    assert proc.stdout is not None
-    banner = ""
-    deadline = time.monotonic() + 30
-    while "metrics:" not in banner:
-        line = proc.stdout.readline()
-        if not line or time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"proxy did not start:\n{banner}{proc.stdout.read()}")
-        banner += line
-    return proc, port, metrics_port, banner
 
 
 def drive(port: int) -> int:

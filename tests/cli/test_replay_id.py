@@ -5,11 +5,9 @@ metered again from their stored bodies and give the records the proxy wrote."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from recorder.simulate import Simulator, run_in_thread
 from recorder.store.engine import make_engine
 from recorder.store.queries import get_stream
 from recorder.store.writer import SqlSink
+from tests.cli.proxy_process import RECORDER, start_proxy
 from tests.e2e.conftest import free_port
 from tests.e2e.harness import running_proxy
 
@@ -216,42 +215,11 @@ def test_unknown_id(capsys: pytest.CaptureFixture[str], db_url: str) -> None:
 @pytest.mark.slow
 def test_recorder_proxy_capture_bodies_end_to_end(tmp_path: Path, sim: Simulator) -> None:
     """`recorder proxy --capture-bodies` as users run it, then `recorder replay --id`."""
-    recorder = str(Path(sys.executable).parent / "recorder")
-    port, metrics_port = free_port(), free_port()
+    recorder = RECORDER
     db = f"sqlite:///{tmp_path / 'recorder.db'}"
-    env = {**os.environ, "HOME": str(tmp_path), "RECORDER_STALL_AFTER": "1"}
-    env.pop("RECORDER_KEY_SECRET", None)
-    proc = subprocess.Popen(
-        [
-            recorder,
-            "proxy",
-            "--mode",
-            f"reverse:{sim.url}",
-            "--listen-port",
-            str(port),
-            "--metrics-port",
-            str(metrics_port),
-            "--db",
-            db,
-            "--capture-bodies",
-            "--capture-max-bytes",
-            "1MiB",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        cwd=tmp_path,
+    proc, port, _metrics_port, banner = start_proxy(
+        tmp_path, sim, "--capture-bodies", "--capture-max-bytes", "1MiB"
     )
-    assert proc.stdout is not None
-    banner = ""
-    deadline = time.monotonic() + 30
-    while "metrics:" not in banner:
-        line = proc.stdout.readline()
-        if not line or time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"proxy did not start:\n{banner}{proc.stdout.read()}")
-        banner += line
     try:
         assert "SSE response bodies, compressed" in banner and "up to 1 MiB each" in banner
         send(

@@ -18,8 +18,9 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from recorder.core.record import Gap, StreamRecord
 from recorder.ids import new_record_id
 from recorder.store.engine import make_engine
 from recorder.store.migrate import upgrade
+from recorder.store.spool import SPOOL_PREFIX
 
 PG_ADMIN_URL = os.environ.get(
     "RECORDER_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -295,3 +297,18 @@ def simple_record(i: int = 0, **overrides: Any) -> StreamRecord:
     )
     values.update(overrides)
     return StreamRecord(**values)
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Poll ``cond`` until it holds (the writer works on its own thread)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def spool_files(d: Path) -> list[Path]:
+    """The spool files waiting in ``d``."""
+    return sorted(d.glob(f"{SPOOL_PREFIX}*.jsonl")) if d.is_dir() else []

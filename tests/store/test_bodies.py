@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,7 +12,16 @@ from typing import Any
 import orjson
 import pytest
 from sqlalchemy import inspect, text
-from storedb import count_rows, ids_in_db, kind_of, outage, simple_record, unreachable_url
+from storedb import (
+    count_rows,
+    ids_in_db,
+    kind_of,
+    outage,
+    simple_record,
+    spool_files,
+    unreachable_url,
+    wait_for,
+)
 
 from recorder.cli import db as db_cli
 from recorder.core.record import StreamRecord
@@ -32,19 +39,6 @@ from recorder.store.writer import SqlSink
 
 ROOT = Path(__file__).resolve().parents[2]
 SSE = (ROOT / "tests" / "fixtures" / "openai-chat" / "d61558011839.sse").read_bytes()
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 30.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
-
-def spool_files(d: Path) -> list[Path]:
-    return sorted(d.glob(f"{SPOOL_PREFIX}*.jsonl")) if d.is_dir() else []
 
 
 def captured(i: int = 0, *, body: bytes = SSE, **overrides: Any) -> CapturedRecord:

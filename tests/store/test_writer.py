@@ -10,7 +10,6 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,27 +20,16 @@ from storedb import (
     kind_of,
     outage,
     simple_record,
+    spool_files,
     unreachable_url,
+    wait_for,
 )
 
 from recorder.store.engine import make_engine
-from recorder.store.spool import REJECTED_FILE, SPOOL_PREFIX, record_line
+from recorder.store.spool import REJECTED_FILE, record_line
 from recorder.store.writer import SqlSink
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 30.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
-
-def spool_files(d: Path) -> list[Path]:
-    return sorted(d.glob(f"{SPOOL_PREFIX}*.jsonl")) if d.is_dir() else []
 
 
 def admin_for(request: pytest.FixtureRequest, url: str) -> Engine | None:
