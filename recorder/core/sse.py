@@ -23,6 +23,7 @@ raises on any input.
 
 from __future__ import annotations
 
+from contextlib import suppress
 from typing import NamedTuple
 
 _BOM = b"\xef\xbb\xbf"
@@ -381,7 +382,9 @@ class SSEFramer:
                 if b"\0" not in value:
                     self._last_id = value.decode("utf-8", "replace")
             elif name == b"retry" and value and value.isdigit():
-                self._retry = int(value)
+                # more digits than int() converts (sys.set_int_max_str_digits): ignored
+                with suppress(ValueError):
+                    self._retry = int(value)
             # other field names are ignored, as the spec says
 
     def _reset_event(self) -> None:

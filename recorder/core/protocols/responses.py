@@ -232,7 +232,13 @@ class ResponsesInterpreter(Interpreter):
             value = item.get(key)
             if not value:
                 continue
-            text = value if isinstance(value, str) else orjson.dumps(value).decode()
+            if isinstance(value, str):
+                text = value
+            else:
+                try:
+                    text = orjson.dumps(value).decode()
+                except orjson.JSONEncodeError:  # nested deeper than orjson writes (255)
+                    continue
             self.obs.add_unstreamed(text)
 
     def _response(self, resp: Any, *, final: bool = False) -> None:
