@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import os
+import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -177,12 +179,74 @@ class Settings:
             _pick(args, "capture-max-bytes", "8MiB"), "--capture-max-bytes"
         )
         self.metrics_url = ""
+        self.metrics_port_bound = self.metrics_port
 
     def _default_spool_dir(self) -> Path:
         prefix = "sqlite:///"
         if self.db.startswith(prefix) and self.db[len(prefix) :] not in ("", ":memory:"):
             return Path(self.db[len(prefix) :]).resolve().parent
         return Path.cwd()
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or a name, resolved) is reachable from this machine
+    only: every address it stands for is a loopback one. ``""`` and ``0.0.0.0`` /
+    ``::`` (every interface) are not; neither is a name that cannot be resolved."""
+    try:
+        infos = socket.getaddrinfo(
+            host or None, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+        addrs = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
+    except (OSError, ValueError):
+        return False
+    return bool(addrs) and all(
+        a.is_loopback
+        or (
+            isinstance(a, ipaddress.IPv6Address)
+            and bool(a.ipv4_mapped and a.ipv4_mapped.is_loopback)
+        )
+        for a in addrs
+    )
+
+
+def exposure_warnings(listeners: list[tuple[str, str, int]], metrics: tuple[str, int]) -> list[str]:
+    """Banner lines warning of every listener bound beyond loopback: (mode, host,
+    port) of the proxy's listeners, (host, port) of /metrics. Empty if none is."""
+    import textwrap
+
+    def where(host: str, port: int) -> str:
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    warnings = []
+    for mode, host, port in listeners:
+        if is_loopback(host):
+            continue
+        if mode.startswith("reverse:"):
+            upstream = mode.split(":", 1)[1].split("@", 1)[0]
+            what = f"send requests to {upstream} through it, with their own keys"
+        else:
+            what = (
+                "use it as an open proxy: to the LLM APIs with their own keys, and to"
+                " any other host this machine can reach"
+            )
+        warnings.append(
+            f"the proxy listens on {where(host, port)}, beyond this machine: anyone who"
+            f" can reach that port can {what}."
+        )
+    host, port = metrics
+    if not is_loopback(host):
+        warnings.append(
+            f"/metrics is served on {where(host, port)}, beyond this machine: anyone who"
+            " can reach that port can read it (models, streams, tokens, costs)."
+        )
+    lines = []
+    for text in warnings:
+        lines += textwrap.wrap(text, 88, initial_indent="  WARNING: ", subsequent_indent=" " * 11)
+    if lines:
+        lines.append(
+            " " * 11 + "Keep them behind a firewall, or listen on 127.0.0.1 (the default)."
+        )
+    return lines
 
 
 def _banner(settings: Settings, confdir: str) -> object:
@@ -213,6 +277,10 @@ def _banner(settings: Settings, confdir: str) -> object:
                 f" up to {_size(settings.capture_max_bytes)} each; they hold completion text)"
             )
         lines.append(f"  metrics:  {settings.metrics_url}")
+        lines += exposure_warnings(
+            [(lst.mode, lst.host, lst.port) for lst in listeners],
+            (settings.metrics_host, settings.metrics_port_bound),
+        )
         print("\n".join(lines), flush=True)
 
     return show
@@ -323,6 +391,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     settings.metrics_url = server.url
+    settings.metrics_port_bound = server.port
     proxy = ProxySettings(
         modes=settings.modes,
         listen_host=settings.listen_host,

@@ -198,9 +198,9 @@ class Recorder:
                     _apply_facts(state, *reading.result())
                 except Exception:
                     self._internal_error("reading the request")
-        if state.key:  # an upstream may echo the key in an error message
-            rec.error_message = scrub_key(rec.error_message, state.key)
-            rec.transport_error = scrub_key(rec.transport_error, state.key)
+        # an upstream may echo the key (or another one) in an error message
+        rec.error_message = scrub_key(rec.error_message, state.key or "")
+        rec.transport_error = scrub_key(rec.transport_error, state.key or "")
         state.key = None
         try:
             complete_usage(
@@ -240,7 +240,7 @@ class Recorder:
                 return
             t0 = self._clock()
             headers = req.headers
-            key = _header_text(extract_key(headers))
+            key = _header_text(extract_key(headers, req.query))
             rec = (CapturedRecord if self.config.capture_bodies else StreamRecord)(
                 id=new_record_id(),
                 started_at=datetime.now(UTC)
@@ -337,6 +337,7 @@ class Recorder:
                     limit=self.config.capture_max_bytes,
                     stall_after=self.config.stall_after,
                     max_event_bytes=self.config.max_event_bytes,
+                    mask=state.key,  # an upstream may echo it in an error event
                 )
             resp.stream = self._tap(state)
         except Exception:
