@@ -84,7 +84,13 @@ def _prepare_sqlite_dir(target: str | URL | Engine) -> None:
     url = target.url if isinstance(target, Engine) else normalize_url(target)
     path = sqlite_path(url)
     if path:
-        Path(path).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+        parent = Path(path).expanduser().resolve().parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # a file where a directory must be, no permission...
+            raise StoreError(
+                f"cannot create the SQLite database's directory {parent}: {e.strerror or e}"
+            ) from e
 
 
 def upgrade(target: str | URL | Engine, revision: str = "head") -> str | None:

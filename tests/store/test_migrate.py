@@ -174,3 +174,10 @@ def test_a_database_newer_than_the_code(db_url: str) -> None:
     with pytest.raises(StoreError, match="cannot migrate"):
         upgrade(engine)
     engine.dispose()
+
+
+def test_a_sqlite_path_under_a_file_is_a_clear_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    with pytest.raises(StoreError, match="cannot create the SQLite database's directory"):
+        upgrade(f"sqlite:///{blocker}/recorder.db")
