@@ -485,3 +485,71 @@ async def test_shutdown_waits_for_a_body_still_being_read() -> None:
         addon.done()  # the flow is still open and its body maybe unread: nothing is lost
     (rec,) = sink.records
     assert rec.outcome == "client_disconnect" and rec.model == "gpt-4o"
+
+
+RECORD_FIGURES = (
+    "outcome",
+    "events",
+    "keepalives",
+    "output_chars",
+    "ttfb_ms",
+    "first_event_ms",
+    "ttft_ms",
+    "duration_ms",
+    "max_output_gap_ms",
+    "max_silence_ms",
+    "stalls",
+    "parse_issues",
+    "partial_event_at_end",
+    "finish_reason",
+    "output_tokens",
+    "transport_error",
+)
+
+
+@pytest.mark.parametrize("cut", [None, 0.5])
+@pytest.mark.parametrize("size", [1, 13, 97, 4096, 70_000])
+async def test_metering_in_batches_changes_no_figure(size: int, cut: float | None) -> None:
+    """The tap meters pieces in batches, each at its own arrival time: the record is
+    the one a meter fed piece by piece gives, across batch boundaries (count and
+    bytes), and pieces still waiting when the flow ends (cut or not) are metered."""
+    from recorder.core.meter import StreamMeter
+    from recorder.proxy.addon import BATCH_BYTES, BATCH_PIECES
+
+    body = (CHAT_SSE.replace(b"\n\n", b"\n\n: ping\n\n", 3)) * 3  # keepalives, >1 batch
+    pieces = pieces_of(body, size)
+    if cut is not None:
+        pieces = pieces[: max(1, int(len(pieces) * cut))]
+    # the sizes cross both bounds: many small pieces, and pieces over BATCH_BYTES
+    assert len(pieces_of(body, 1)) > BATCH_PIECES and 70_000 > BATCH_BYTES
+    addon, sink, clock = make()
+    ref = StreamMeter("chat.completions", start=clock.now, stall_after=0.05)
+    addon.config.stall_after = 0.05
+    with taddons.context(addon):
+        flow = make_flow()
+        await start(addon, flow, clock)
+        flow.response = sse_response()
+        ref.headers(clock.now, 200)
+        addon.responseheaders(flow)
+        assert flow.response.stream is not None
+        for i, piece in enumerate(pieces):
+            clock.now += 0.001 if i % 50 else 0.2  # now and then a stall
+            ref.feed(piece, clock.now)
+            assert flow.response.stream(piece) is piece
+        clock.now += 0.01
+        if cut is None:
+            flow.response.stream(b"")
+            addon.response(flow)
+            want = ref.finish(clock.now, ending="eof")
+        else:
+            flow.error = tflow.terr("Client disconnected.")
+            addon.error(flow)
+            want = ref.finish(
+                clock.now, ending="client_disconnect", transport_error="Client disconnected."
+            )
+    (got,) = sink.records
+    assert {k: getattr(got, k) for k in RECORD_FIGURES} == {
+        k: getattr(want, k) for k in RECORD_FIGURES
+    }
+    assert got.gaps == want.gaps
+    assert got.events
