@@ -1,0 +1,314 @@
+"""What the recorder costs on top of mitmproxy itself, per event, in one run.
+
+Run: ``.venv/bin/python bench/bench_overhead.py`` (about 2 minutes; ``--quick`` for a
+smoke run of a few seconds).
+
+Two proxies carry the same traffic from the simulator to this process's client:
+
+- (a) ``mitmdump -s bench/passthrough_addon.py``: mitmproxy with one addon whose
+  stream callable returns its input (the anchor: what carrying a stream costs);
+- (b) ``recorder proxy``: the full recorder, as a user runs it (SQLite store, metrics
+  served), fed the same requests.
+
+Both proxies are pinned to CPU 0, the simulator and the client to CPU 1 (``--no-pin``
+to let the scheduler choose), so a proxy's CPU time is its own and its latency is not
+the client's. Two kinds of traffic:
+
+- **paced** (the headline): ``--streams`` concurrent streams, mixed endpoints (Chat
+  Completions, Responses, Messages in turn), each sending an event every
+  ``--interval`` seconds as a model does, their starts spread over one interval.
+  The direct path (client to simulator, no proxy) runs too, so each proxy's added
+  latency is its figure less direct's.
+- **flood**: ``--flood-streams`` streams of ``--flood-deltas`` deltas with no pause,
+  for the CPU cost per event when mitmproxy is saturated.
+
+Every round runs the paths in a rotating order, so noise falls on all of them; a
+figure is the median of ``--rounds`` rounds, with its spread (min-max). Per round:
+the proxy's CPU seconds (every thread, ``/proc/<pid>/task/*/schedstat``) per 10,000
+events delivered, and per event its latency: the client's arrival time of the
+event's last byte less the time the simulator's process wrote it (both
+``time.monotonic()``, one clock for every process), p50 and p99.
+
+At the end the recorder is stopped with SIGTERM and its database must hold one row
+per request sent through it, and ``llm_streams_total`` must have counted as many:
+the exit status is non-zero if a row is missing or doubled, a stream comes back
+short, or something crashes. Missing a speed target is reported, never an exit
+status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import sqlite3
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from proxybench import (
+    ENDPOINTS,
+    MODELS,
+    Proxy,
+    SimChild,
+    Stream,
+    child_sim,
+    fetch,
+    median_spread,
+    pct,
+    set_affinity,
+)
+
+PROXY_CPU, CLIENT_CPU = 0, 1
+TARGET_CPU_RATIO = 1.10
+TARGET_ADDED_P99_MS = 0.2
+
+
+@dataclass
+class Round:
+    """One path's figures in one round."""
+
+    events: int = 0
+    cpu: float = 0.0  # proxy CPU seconds
+    wall: float = 0.0
+    lat: list[float] = field(default_factory=list)
+
+    @property
+    def cpu_per_10k(self) -> float:
+        return 1e4 * self.cpu / self.events
+
+    def p(self, q: float) -> float:
+        return 1e3 * pct(self.lat, q)
+
+
+async def paced(port: int, prefix: str, streams: int, deltas: int, interval: float) -> list[Stream]:
+    async def one(i: int) -> Stream:
+        await asyncio.sleep(interval * i / streams)  # starts spread over one interval
+        endpoint = ENDPOINTS[i % len(ENDPOINTS)]
+        model = f"{MODELS[endpoint]}+deltas={deltas}+delay={interval}"
+        return await fetch(port, endpoint, model, f"{prefix}-{i}")
+
+    return await asyncio.gather(*(one(i) for i in range(streams)))
+
+
+async def flood(port: int, prefix: str, streams: int, deltas: int) -> list[Stream]:
+    return await asyncio.gather(
+        *(
+            fetch(
+                port,
+                ENDPOINTS[i % 3],
+                f"{MODELS[ENDPOINTS[i % 3]]}+deltas={deltas}",
+                f"{prefix}-{i}",
+            )
+            for i in range(streams)
+        )
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--child-sim", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--streams", type=int, default=100, help="concurrent paced streams")
+    parser.add_argument("--deltas", type=int, default=200, help="text deltas per paced stream")
+    parser.add_argument("--interval", type=float, default=0.02, help="seconds between events")
+    parser.add_argument("--flood-streams", type=int, default=8)
+    parser.add_argument("--flood-deltas", type=int, default=3000)
+    parser.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
+    args = parser.parse_args()
+    if args.child_sim:
+        child_sim()
+        return 0
+    if args.quick:
+        args.rounds, args.streams, args.deltas, args.flood_deltas = 1, 12, 20, 200
+    proxy_cpu = None if args.no_pin else PROXY_CPU
+    client_cpu = None if args.no_pin else CLIENT_CPU
+
+    import mitmproxy.version
+
+    print(
+        f"# bench_overhead: {os.cpu_count()} CPUs, {platform.python_implementation()} "
+        f"{platform.python_version()}, mitmproxy {mitmproxy.version.VERSION}, "
+        f"{platform.system()} {platform.release()}, "
+        + (
+            "unpinned"
+            if args.no_pin
+            else f"proxies on CPU {PROXY_CPU}, simulator and client on CPU {CLIENT_CPU}"
+        )
+    )
+    set_affinity(client_cpu)
+    t_begin = time.monotonic()
+    sim = SimChild.start(__file__, client_cpu)
+    upstream = f"http://127.0.0.1:{sim.port}"
+    proxies = {
+        "mitmproxy": Proxy.start("mitmproxy", upstream, proxy_cpu),
+        "recorder": Proxy.start("recorder", upstream, proxy_cpu),
+    }
+    ports = {"direct": sim.port, **{k: p.port for k, p in proxies.items()}}
+    failures: list[str] = []
+    sent_to_recorder = 0
+    seq = 0
+
+    def check(streams: list[Stream], where: str, times: dict[str, list[float]]) -> None:
+        for s in streams:
+            if s.error or not s.complete or len(s.arrivals) != len(times[s.sim_id]):
+                failures.append(
+                    f"{where} {s.sim_id}: {s.error or ''} complete={s.complete}"
+                    f" {len(s.arrivals)} blocks, {len(times[s.sim_id])} sent"
+                )
+
+    def run(path: str, kind: str) -> Round:
+        nonlocal seq, sent_to_recorder
+        seq += 1
+        prefix = f"{kind}{seq}-{path}"
+        proxy = proxies.get(path)
+        c0 = proxy.cpu_seconds() if proxy else 0.0
+        t0 = time.monotonic()
+        if kind == "paced":
+            streams = asyncio.run(
+                paced(ports[path], prefix, args.streams, args.deltas, args.interval)
+            )
+        else:
+            streams = asyncio.run(flood(ports[path], prefix, args.flood_streams, args.flood_deltas))
+        wall = max(s.end for s in streams) - t0
+        c1 = proxy.cpu_seconds() if proxy else 0.0
+        if path == "recorder":
+            sent_to_recorder += len(streams)
+        times = {s.sim_id: sim.write_times(s.sim_id) for s in streams}
+        check(streams, f"{kind} {path}", times)
+        r = Round(events=sum(len(s.arrivals) for s in streams), cpu=c1 - c0, wall=wall)
+        for s in streams:
+            if len(s.arrivals) == len(times[s.sim_id]):
+                r.lat.extend(a - w for a, w in zip(s.arrivals, times[s.sim_id], strict=True))
+        return r
+
+    paced_rounds: dict[str, list[Round]] = {p: [] for p in ("direct", "mitmproxy", "recorder")}
+    flood_rounds: dict[str, list[Round]] = {p: [] for p in ("mitmproxy", "recorder")}
+    rss: dict[str, float] = {}
+    db_rows = streams_total = -1.0
+    try:
+        # warm-up: first connections, lazy imports, the recorder's templates and DB
+        for path in ports:
+            run(path, "warm")
+        for r in range(args.rounds):
+            order = ("direct", "mitmproxy", "recorder")
+            order = order[r % 3 :] + order[: r % 3]
+            for path in order:
+                paced_rounds[path].append(run(path, "paced"))
+        for r in range(args.rounds):
+            for path in ("mitmproxy", "recorder")[:: 1 if r % 2 == 0 else -1]:
+                flood_rounds[path].append(run(path, "flood"))
+        rss = {k: p.rss_mib() for k, p in proxies.items()}
+        streams_total = proxies["recorder"].metric_sum("llm_streams_total")
+    finally:
+        codes = {k: p.stop() for k, p in proxies.items()}
+        sim.stop()
+    rec = proxies["recorder"]
+    try:
+        with sqlite3.connect(rec.workdir / "recorder.db") as db:
+            db_rows = db.execute("SELECT count(*), count(DISTINCT id) FROM streams").fetchone()
+    finally:
+        for p in proxies.values():
+            p.cleanup()
+    if codes["recorder"] != 0:
+        failures.append(f"recorder proxy exited {codes['recorder']}")
+    if db_rows != (sent_to_recorder, sent_to_recorder):
+        failures.append(f"{sent_to_recorder} requests through the recorder, rows {db_rows}")
+    if streams_total != sent_to_recorder:
+        failures.append(f"llm_streams_total {streams_total}, requests {sent_to_recorder}")
+    elapsed = time.monotonic() - t_begin
+
+    # -- report
+    per_s = args.streams / args.interval
+    print(
+        f"# paced: {args.streams} concurrent streams x {args.deltas} deltas, one event every"
+        f" {args.interval * 1e3:.0f} ms each (~{per_s:,.0f} events/s in all);"
+        f" flood: {args.flood_streams} x {args.flood_deltas} deltas;"
+        f" {args.rounds} rounds; {elapsed:.0f} s in all"
+    )
+    print(
+        f"# recorder: {sent_to_recorder} requests,"
+        f" {db_rows[0] if isinstance(db_rows, tuple) else db_rows}"
+        f" rows, llm_streams_total {streams_total:.0f}; RSS at the end:"
+        f" mitmproxy {rss.get('mitmproxy', 0):.0f} MiB, recorder {rss.get('recorder', 0):.0f} MiB"
+    )
+    print()
+
+    def fmt(values: list[float], spec: str = ".2f") -> str:
+        m, lo, hi = median_spread(values)
+        return f"{m:{spec}} [{lo:{spec}}-{hi:{spec}}]"
+
+    print("Paced traffic: median of rounds [min-max]")
+    print()
+    print(
+        "| path | proxy CPU s per 10k events | latency p50 ms | latency p99 ms"
+        " | added p50 / p99 ms |"
+    )
+    print("|---|---|---|---|---|")
+    d = paced_rounds["direct"]
+    for path, rounds in paced_rounds.items():
+        cpu = fmt([r.cpu_per_10k for r in rounds], ".3f") if path != "direct" else "-"
+        added = "-"
+        if path != "direct":
+            a50 = [r.p(0.5) - x.p(0.5) for r, x in zip(rounds, d, strict=True)]
+            a99 = [r.p(0.99) - x.p(0.99) for r, x in zip(rounds, d, strict=True)]
+            added = f"{fmt(a50)} / {fmt(a99)}"
+        print(
+            f"| {path} | {cpu} | {fmt([r.p(0.5) for r in rounds])}"
+            f" | {fmt([r.p(0.99) for r in rounds])} | {added} |"
+        )
+    print()
+    a, b = paced_rounds["mitmproxy"], paced_rounds["recorder"]
+    cpu_ratio = [y.cpu_per_10k / x.cpu_per_10k for x, y in zip(a, b, strict=True)]
+    d50 = [y.p(0.5) - x.p(0.5) for x, y in zip(a, b, strict=True)]
+    d99 = [y.p(0.99) - x.p(0.99) for x, y in zip(a, b, strict=True)]
+    gain_ratio = [
+        (y.p(0.99) - z.p(0.99)) / (x.p(0.99) - z.p(0.99))
+        for x, y, z in zip(a, b, d, strict=True)
+        if x.p(0.99) - z.p(0.99) > 0
+    ]
+    print("Flood (saturating): median of rounds [min-max]")
+    print()
+    print("| path | proxy CPU s per 10k events | events/s |")
+    print("|---|---|---|")
+    for path, rounds in flood_rounds.items():
+        print(
+            f"| {path} | {fmt([r.cpu_per_10k for r in rounds], '.3f')}"
+            f" | {fmt([r.events / r.wall for r in rounds], ',.0f')} |"
+        )
+    fa, fb = flood_rounds["mitmproxy"], flood_rounds["recorder"]
+    flood_cpu = [y.cpu_per_10k / x.cpu_per_10k for x, y in zip(fa, fb, strict=True)]
+    flood_eps = [(y.events / y.wall) / (x.events / x.wall) for x, y in zip(fa, fb, strict=True)]
+    print()
+    print("Recorder (b) against mitmproxy (a), per round, median [min-max]:")
+    print()
+    m_cpu = median_spread(cpu_ratio)[0]
+    m_d99 = median_spread(d99)[0]
+    print(
+        f"- paced, CPU b/a: **{fmt(cpu_ratio)}** (target <= {TARGET_CPU_RATIO:.2f}:"
+        f" {'met' if m_cpu <= TARGET_CPU_RATIO else 'MISSED'})"
+    )
+    print(
+        f"- paced, latency b-a: p50 {fmt(d50)} ms, p99 **{fmt(d99)} ms** (target < "
+        f"{TARGET_ADDED_P99_MS} ms: {'met' if m_d99 < TARGET_ADDED_P99_MS else 'MISSED'})"
+    )
+    if gain_ratio:
+        print(f"- paced, p99 latency gained over direct, b/a: {fmt(gain_ratio)}")
+    print(f"- flood, CPU b/a: {fmt(flood_cpu)}; events/s b/a: {fmt(flood_eps)}")
+    if failures:
+        print()
+        print("FAILED:")
+        for f in failures[:20]:
+            print(f"  {f}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,421 @@
+"""What the proxy benchmarks share: child processes, the timing simulator, a raw client.
+
+Everything runs on loopback, each party in its own process (no two share a GIL):
+
+- the simulator (``recorder.simulate``), in a child of the bench that also notes,
+  per request with an ``x-sim-id``, the ``time.monotonic()`` at which it wrote each
+  SSE block (an event or a keepalive comment). ``CLOCK_MONOTONIC`` is one clock for
+  every process of the machine, so the client's arrival times can be set against it;
+- the proxies, started as a user would start them: ``mitmdump -s`` with a
+  passthrough addon (the anchor), and ``recorder proxy`` (SQLite, metrics on);
+- the client, this process: asyncio, raw HTTP/1.1, reading the chunked body and
+  noting when the last byte of each SSE block arrives.
+
+Proxies can be pinned to a CPU (``taskset``) so that their CPU time is theirs alone;
+their CPU time is read from ``/proc/<pid>/task/*/schedstat`` (nanoseconds, every
+thread), their memory from ``/proc/<pid>/status``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+PASSTHROUGH = Path(__file__).with_name("passthrough_addon.py")
+
+
+# -- the simulator child ----------------------------------------------------------
+
+
+def child_sim() -> None:
+    """Run the simulator; note when it writes each SSE block of a request with x-sim-id.
+
+    Protocol on stdin/stdout: the first line out is ``PORT n``; ``dump ID`` answers one
+    JSON line with that request's write times (and forgets them); ``ids`` answers the
+    ids it has finished requests for; EOF stops it.
+    """
+    import contextvars
+
+    from recorder.simulate import server
+
+    current: contextvars.ContextVar[str | None] = contextvars.ContextVar("sim_id", default=None)
+    log: dict[str, list[float]] = {}
+    lock = threading.Lock()
+    orig_handle = server.Simulator._handle
+    orig_send = server.Conn.send
+
+    async def handle(self: Any, conn: Any, req: Any) -> bool:
+        token = current.set(req.headers.get("x-sim-id"))
+        try:
+            return await orig_handle(self, conn, req)
+        finally:
+            current.reset(token)
+
+    async def send(self: Any, data: bytes) -> None:
+        sid = current.get()
+        if sid is not None:
+            n = data.count(b"\n\n")
+            if n:
+                now = time.monotonic()
+                with lock:
+                    log.setdefault(sid, []).extend([now] * n)
+        await orig_send(self, data)
+
+    server.Simulator._handle = handle  # type: ignore[method-assign]
+    server.Conn.send = send  # type: ignore[method-assign]
+    with server.run_in_thread(max_sent=100_000) as sim:
+        print(f"PORT {sim.port}", flush=True)
+        for line in sys.stdin:
+            cmd, _, arg = line.strip().partition(" ")
+            if cmd == "dump":
+                with lock:
+                    times = log.pop(arg, [])
+                print(json.dumps(times), flush=True)
+            elif cmd == "sent":
+                rec = sim.sent.get(arg)
+                print(json.dumps(None if rec is None else rec.to_dict()), flush=True)
+
+
+@dataclass
+class SimChild:
+    """The simulator child, spoken to over its stdin/stdout."""
+
+    proc: subprocess.Popen[str]
+    port: int
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def start(cls, script: str, cpu: int | None) -> SimChild:
+        proc = subprocess.Popen(
+            [*pin(cpu), sys.executable, script, "--child-sim"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line.startswith("PORT "):
+            proc.kill()
+            raise RuntimeError(f"the simulator did not start: {line!r}")
+        return cls(proc, int(line.split()[1]))
+
+    def ask(self, line: str) -> Any:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        with self.lock:
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+            return json.loads(self.proc.stdout.readline())
+
+    def write_times(self, sim_id: str) -> list[float]:
+        return list(self.ask(f"dump {sim_id}"))
+
+    def sent(self, sim_id: str) -> dict[str, Any] | None:
+        result = self.ask(f"sent {sim_id}")
+        return result if isinstance(result, dict) else None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+# -- proxies ------------------------------------------------------------------------
+
+
+def pin(cpu: int | None) -> list[str]:
+    """``taskset -c CPU`` when pinning is asked for and possible."""
+    if cpu is None or shutil.which("taskset") is None or (os.cpu_count() or 1) <= cpu:
+        return []
+    return ["taskset", "-c", str(cpu)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_listening(port: int, proc: subprocess.Popen[Any], timeout: float = 60.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before listening")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listening on {port} after {timeout} s")
+
+
+@dataclass
+class Proxy:
+    """A proxy process: ``mitmdump`` with the passthrough addon, or ``recorder proxy``."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    port: int
+    workdir: Path
+    metrics_port: int | None = None
+
+    @classmethod
+    def start(cls, kind: str, upstream: str, cpu: int | None, extra: Sequence[str] = ()) -> Proxy:
+        workdir = Path(tempfile.mkdtemp(prefix=f"bench-{kind}-"))
+        port = free_port()
+        env = {**os.environ, "HOME": str(workdir)}  # mitmproxy's CA in ~/.mitmproxy
+        env.pop("RECORDER_DB", None)
+        metrics_port = None
+        if kind == "mitmproxy":
+            cmd = [
+                str(VENV_BIN / "mitmdump"),
+                "--mode",
+                f"reverse:{upstream}",
+                "--listen-host",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "-s",
+                str(PASSTHROUGH),
+                # what `recorder proxy` sets: no per-flow console output, warnings only
+                "--set",
+                "flow_detail=0",
+                "--set",
+                "termlog_verbosity=warn",
+            ]
+        elif kind == "recorder":
+            metrics_port = free_port()
+            cmd = [
+                str(VENV_BIN / "recorder"),
+                "proxy",
+                "--mode",
+                f"reverse:{upstream}",
+                "--listen-port",
+                str(port),
+                "--db",
+                f"sqlite:///{workdir / 'recorder.db'}",
+                "--spool-dir",
+                str(workdir / "spool"),
+                "--metrics-port",
+                str(metrics_port),
+            ]
+        else:
+            raise ValueError(kind)
+        log = (workdir / "proxy.log").open("wb")
+        proc = subprocess.Popen(
+            [*pin(cpu), *cmd, *extra],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=workdir,
+        )
+        log.close()
+        try:
+            wait_listening(port, proc)
+            if metrics_port is not None:
+                wait_listening(metrics_port, proc)
+        except RuntimeError as e:
+            proc.kill()
+            raise RuntimeError(f"{kind}: {e}; log: {(workdir / 'proxy.log').read_text()}") from e
+        return cls(kind, proc, port, workdir, metrics_port)
+
+    @property
+    def db_url(self) -> str:
+        return f"sqlite:///{self.workdir / 'recorder.db'}"
+
+    def cpu_seconds(self) -> float:
+        """User + system time of every thread alive now (ns resolution)."""
+        total = 0
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                total += int((task / "schedstat").read_text().split()[0])
+        return total / 1e9
+
+    def cpu_seconds_stat(self) -> float:
+        """User + system time of the whole process, dead threads included (10 ms ticks)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def rss_mib(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def metrics(self) -> dict[str, float]:
+        """``/metrics``, as ``{"name{labels}": value}`` (recorder only)."""
+        assert self.metrics_port is not None
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            text = r.read().decode()
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                out[name] = float(value)
+        return out
+
+    def metric_sum(self, name: str) -> float:
+        return sum(v for k, v in self.metrics().items() if k.split("{", 1)[0] == name)
+
+    def stop(self, timeout: float = 60.0) -> int:
+        """SIGTERM (the recorder drains its records), then wait."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+# -- the client -----------------------------------------------------------------------
+
+ENDPOINTS = ("/v1/chat/completions", "/v1/responses", "/v1/messages")
+MODELS = {
+    "/v1/chat/completions": "gpt-4o",
+    "/v1/responses": "gpt-4.1",
+    "/v1/messages": "claude-sonnet-4-5",
+}
+
+
+def request_body(endpoint: str, model: str) -> bytes:
+    if endpoint == "/v1/chat/completions":
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": [{"role": "user", "content": "Hi"}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    elif endpoint == "/v1/responses":
+        body = {"model": model, "input": "Hi", "stream": True}
+    else:
+        body = {
+            "model": model,
+            "max_tokens": 10_000_000,
+            "messages": [{"role": "user", "content": "Hi"}],
+            "stream": True,
+        }
+    return json.dumps(body).encode()
+
+
+@dataclass
+class Stream:
+    """What the client saw of one stream."""
+
+    sim_id: str
+    endpoint: str
+    start: float
+    end: float = 0.0
+    status: int = 0
+    arrivals: list[float] = field(default_factory=list)
+    chunks: int = 0
+    body_bytes: int = 0
+    complete: bool = False  # the chunked body ended with its last chunk
+    error: str | None = None
+
+
+async def fetch(
+    port: int, endpoint: str, model: str, sim_id: str, *, leave_after: int | None = None
+) -> Stream:
+    """POST a streaming request; note the arrival time of every SSE block.
+
+    ``leave_after``: the client resets its connection after that many blocks.
+    """
+    body = request_body(endpoint, model)
+    key = (
+        "x-api-key: sk-ant-bench\r\nanthropic-version: 2023-06-01"
+        if "messages" in endpoint
+        else ("Authorization: Bearer sk-bench")
+    )
+    head = (
+        f"POST {endpoint} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        f"{key}\r\nx-sim-id: {sim_id}\r\nConnection: close\r\n\r\n"
+    ).encode()
+    out = Stream(sim_id, endpoint, time.monotonic())
+    writer = None
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 22)
+        writer.write(head + body)
+        headers = await reader.readuntil(b"\r\n\r\n")
+        out.status = int(headers.split(b" ", 2)[1])
+        if out.status != 200 or b"chunked" not in headers.lower():
+            out.error = f"unexpected response: {headers[:200]!r}"
+            return out
+        arrivals = out.arrivals
+        last = b""
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).split(b";", 1)[0], 16)
+            if size == 0:
+                out.complete = True
+                break
+            data = await reader.readexactly(size + 2)
+            now = time.monotonic()
+            out.chunks += 1
+            out.body_bytes += size
+            data = last + data[:-2]
+            n = data.count(b"\n\n")
+            if n:
+                arrivals.extend([now] * n)
+            last = data[-1:]
+            if leave_after is not None and len(arrivals) >= leave_after:
+                sock = writer.get_extra_info("socket")
+                sock.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+                )
+                writer.transport.abort()
+                writer = None
+                out.error = "left"
+                break
+    except (OSError, asyncio.IncompleteReadError, ValueError) as e:
+        out.error = f"{type(e).__name__}: {e}"
+    finally:
+        out.end = time.monotonic()
+        if writer is not None:
+            writer.close()
+    return out
+
+
+# -- figures ------------------------------------------------------------------------
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
+
+
+def median_spread(values: Sequence[float]) -> tuple[float, float, float]:
+    """(median, min, max)."""
+    return statistics.median(values), min(values), max(values)
+
+
+def set_affinity(cpu: int | None) -> None:
+    """Pin this process (the client) to one CPU, when asked and possible."""
+    if cpu is not None and (os.cpu_count() or 1) > cpu and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {cpu})

@@ -1,0 +1,40 @@
+"""Smoke runs of the proxy benchmarks: they run, and their correctness checks hold.
+
+Each script checks, whatever its size, that every request through the recorder is
+recorded exactly once, that its counters equal the rows, and (load, long streams)
+that outcomes and records are right; it exits non-zero otherwise. Speed figures
+are printed, never asserted (ARCHITECTURE.md): the full runs and their results are
+in docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bench_overhead.py", "--quick", "--no-pin"],
+        ["bench_load.py", "--quick", "--no-pin"],
+        ["bench_load.py", "--long", "--quick", "--no-pin"],
+    ],
+    ids=["overhead", "load", "long"],
+)
+def test_bench_runs_and_its_checks_hold(argv: list[str]) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / argv[0]), *argv[1:]],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=BENCH.parent,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "FAILED" not in proc.stdout
+    assert "|" in proc.stdout or "record:" in proc.stdout  # it reported figures
