@@ -377,6 +377,7 @@ def run(args: argparse.Namespace) -> int:
         spool_depth=stat("spool_files"),
         records_written=stat("written"),
         records_spooled=stat("spooled"),
+        records_replayed=stat("replayed"),
         records_dropped=stat("dropped"),
         records_failed=stat("failed"),
     )

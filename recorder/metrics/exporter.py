@@ -39,7 +39,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -129,6 +129,11 @@ HEALTH_METRICS: dict[str, tuple[str, str, str]] = {
         "llm_recorder_records_spooled",
         "counter",
         "Records written to the local spool because the database was unreachable.",
+    ),
+    "records_replayed": (
+        "llm_recorder_records_replayed",
+        "counter",
+        "Spooled records committed to the database once it answered again.",
     ),
     "records_dropped": (
         "llm_recorder_records_dropped",
@@ -220,17 +225,24 @@ class IntervalHistogram(Collector):
 
     def observe_many(self, labels: tuple[str, ...], values: Iterable[float]) -> None:
         """Add every value in ``values`` (seconds) to the series of ``labels``."""
-        bounds = self.bounds
-        find = bisect.bisect_left
-        counts = [0] * (len(bounds) + 1)
-        total = 0.0
-        for v in values:
-            counts[find(bounds, v)] += 1
-            total += v
+        # Sorted once (in C), then one bisection per bucket bound: a long stream's
+        # thousands of intervals cost no Python loop per value.
+        ordered = sorted(values)
+        if not ordered:
+            return
+        find = bisect.bisect_right  # bucket `le` holds values <= its bound
+        counts: list[int] = []
+        below = 0
+        for bound in self.bounds:
+            upto = find(ordered, bound)
+            counts.append(upto - below)
+            below = upto
+        counts.append(len(ordered) - below)
+        total = sum(ordered)
         with self._lock:
             series = self._series.get(labels)
             if series is None:
-                series = ([0] * (len(bounds) + 1), [0.0])
+                series = ([0] * (len(self.bounds) + 1), [0.0])
                 self._series[labels] = series
             into, acc = series
             for i, n in enumerate(counts):
@@ -392,18 +404,32 @@ class Metrics:
             registry=registry,
         )
         self.health = HealthCollector(registry)
+        # labelled children by metric and label values: `labels()` takes a lock and
+        # checks its arguments on every call, a dozen times per record otherwise.
+        # Bounded: models fold into 'other' past max_model_labels.
+        self._children: dict[object, dict[tuple[str, ...], Any]] = {}
         for endpoint, provider in PROVIDERS.items():
             self.in_flight.labels(endpoint, provider).set(0)
+
+    def _child(self, metric: Counter | Gauge | Histogram, *values: str) -> Any:
+        """``metric.labels(*values)``, remembered."""
+        kids = self._children.get(metric)
+        if kids is None:
+            kids = self._children[metric] = {}
+        child = kids.get(values)
+        if child is None:
+            child = kids[values] = metric.labels(*values)
+        return child
 
     # -- the addon's hooks -------------------------------------------------------
 
     def stream_started(self, endpoint: str | None, provider: str | None) -> None:
         """A tapped request arrived."""
-        self.in_flight.labels(_label(endpoint), _label(provider)).inc()
+        self._child(self.in_flight, _label(endpoint), _label(provider)).inc()
 
     def stream_ended(self, endpoint: str | None, provider: str | None) -> None:
         """A tapped request's record was finished."""
-        self.in_flight.labels(_label(endpoint), _label(provider)).dec()
+        self._child(self.in_flight, _label(endpoint), _label(provider)).dec()
 
     def observe(self, record: StreamRecord, meter: StreamMeter | None = None) -> None:
         """Count one finished record (the addon's ``on_record``)."""
@@ -413,15 +439,15 @@ class Metrics:
         base = (_label(record.endpoint), _label(record.provider), model)
         outcome = _label(record.outcome)
 
-        self.streams.labels(*base, outcome).inc()
+        self._child(self.streams, *base, outcome).inc()
         if record.duration_ms is not None:
-            self.duration.labels(*base, outcome).observe(record.duration_ms / 1000.0)
+            self._child(self.duration, *base, outcome).observe(record.duration_ms / 1000.0)
         if record.streamed and record.ttft_ms is not None:
-            self.ttft.labels(*base).observe(record.ttft_ms / 1000.0)
+            self._child(self.ttft, *base).observe(record.ttft_ms / 1000.0)
         if record.max_output_gap_ms is not None:
-            self.max_output_gap.labels(*base).observe(record.max_output_gap_ms / 1000.0)
-        self.stalls.labels(*base).inc(record.stalls or 0)
-        self.keepalives.labels(*base).inc(record.keepalives or 0)
+            self._child(self.max_output_gap, *base).observe(record.max_output_gap_ms / 1000.0)
+        self._child(self.stalls, *base).inc(record.stalls or 0)
+        self._child(self.keepalives, *base).inc(record.keepalives or 0)
         if meter is not None:
             if meter.output_intervals:
                 self.chunk_gap.observe_many(base, meter.output_intervals)
@@ -432,7 +458,7 @@ class Metrics:
         cost = _decimal(record.cost_usd)
         if cost is not None:
             source = "reported" if record.usage_source == "reported" else "estimated"
-            self.cost.labels(*base, source).inc(float(cost))
+            self._child(self.cost, *base, source).inc(float(cost))
 
     def _tokens(self, record: StreamRecord, base: tuple[str, str, str]) -> None:
         input_source = record.input_source
@@ -447,11 +473,11 @@ class Metrics:
         for token_type, value, source in figures:
             if value is None or source not in ("reported", "estimated"):
                 continue
-            self.tokens.labels(*base, token_type, source).inc(value)
+            self._child(self.tokens, *base, token_type, source).inc(value)
         if record.input_tokens is not None:
-            self.token_usage.labels(*base, "input").observe(record.input_tokens)
+            self._child(self.token_usage, *base, "input").observe(record.input_tokens)
         if record.output_tokens is not None:
-            self.token_usage.labels(*base, "output").observe(record.output_tokens)
+            self._child(self.token_usage, *base, "output").observe(record.output_tokens)
 
     # -- the recorder's health ---------------------------------------------------
 
@@ -460,7 +486,7 @@ class Metrics:
 
         Names are the keys of ``HEALTH_METRICS``: ``write_queue_depth``,
         ``spool_depth``, ``records_submitted``, ``records_written``,
-        ``records_spooled``, ``records_dropped``, ``records_failed``,
+        ``records_spooled``, ``records_replayed``, ``records_dropped``, ``records_failed``,
         ``parse_issues``, ``internal_errors``, ``decode_errors``.
         A metric without a source is not exported.
         """

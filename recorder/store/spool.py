@@ -12,9 +12,14 @@ processes never replay the same file.
 A file is written as a sequence of ``os.write`` calls on a descriptor opened
 once with ``O_APPEND``: no buffering in user space, so a record is in the
 kernel's page cache when ``append`` returns and survives the death of the
-process (kill -9 included); only a power cut can lose it. A write that fails
-half-way retires the file (``sealed``) so the next record starts a new one; the
-broken tail is skipped, and counted, when the file is read back.
+process (kill -9 included); only a power cut can lose it. An append is all or
+nothing: a write that fails part-way (a disk that fills up: ENOSPC) is cut back
+to the lines before it, so the records of the failed append are exactly the
+ones counted as dropped, and the file stays the current one (a disk that stays
+full costs no new file, nor descriptor, per attempt). The error raised names
+the file. Only if the file cannot be cut back is it retired (``sealed``) and the
+next record starts a new one; its broken tail is skipped, and counted, when the
+file is read back (as is the torn last line a kill -9 mid-write leaves).
 
 Replaying a file inserts its records with ``ON CONFLICT DO NOTHING`` on the
 record id, so a file replayed twice (a crash between the commit and the
@@ -128,6 +133,25 @@ class Segment:
             os.close(self.fd)
 
 
+def _cut_back(seg: Segment) -> bool:
+    """After a failed write: bring the file back to the whole lines appended
+    before it; False if it cannot be."""
+    try:
+        if os.fstat(seg.fd).st_size != seg.size:
+            os.ftruncate(seg.fd, seg.size)
+        return os.fstat(seg.fd).st_size == seg.size
+    except OSError:
+        return False
+
+
+def os_error_text(e: OSError) -> str:
+    """An OSError for a log line: what, the errno's name, and the path if known
+    (``No space left on device (ENOSPC) on /spool/recorder-spool-….jsonl``)."""
+    name = errno.errorcode.get(e.errno or 0, f"errno {e.errno}")
+    text = f"{e.strerror or e} ({name})"
+    return f"{text} on {e.filename}" if e.filename else text
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -158,9 +182,16 @@ class Spool:
             seg = self._open()
         try:
             _write_all(seg.fd, data)
-        except OSError:
-            seg.dirty = True  # may end in a partial line: read back, it is skipped
-            self._seal_locked()
+        except OSError as e:
+            # All or nothing: what part of it reached the file (a disk that filled
+            # up half-way) is cut off again, and the file stays the current one. If
+            # even that fails it may end in a partial line (read back, it is
+            # skipped): retire it.
+            if not _cut_back(seg):
+                seg.dirty = True
+                self._seal_locked()
+            if e.filename is None:  # say which file: os.write does not
+                raise OSError(e.errno, e.strerror, str(seg.path)) from e
             raise
         seg.records += records
         seg.size += len(data)

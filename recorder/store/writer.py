@@ -85,6 +85,7 @@ from recorder.store.spool import (
     Segment,
     Spool,
     append_rejected,
+    os_error_text,
     read_records,
     record_line,
 )
@@ -237,7 +238,9 @@ class SqlSink:
                 seg = self._spool.append_locked(line, 1, seq)
             except OSError as e:
                 seg, seq = None, 0
-                log.error("recorder: cannot write spool in %s: %s", self.spool_dir, e)
+                log.error(
+                    "recorder: cannot write spool in %s: %s", self.spool_dir, os_error_text(e)
+                )
             if self._closed:
                 if seg is None:
                     self._loop_dropped += 1
@@ -268,7 +271,7 @@ class SqlSink:
             self._spool.append(data, n)
         except OSError as e:
             self._loop_dropped += n
-            self._log_drop(n, f"spool unwritable: {e}", records[0].id)
+            self._log_drop(n, f"queue full and spool unwritable: {os_error_text(e)}", records[0].id)
             return
         self._loop_spooled += n
 
@@ -481,7 +484,7 @@ class SqlSink:
             self._spool.append(data, n)
         except OSError as e:
             self._dropped += n
-            reason = f"database unavailable and spool unwritable: {e}"
+            reason = f"database unavailable and spool unwritable: {os_error_text(e)}"
             self._log_drop(n, reason, records[0].id)
             return
         self._spooled += n
