@@ -465,11 +465,7 @@ class Recorder:
             if state is None:
                 return
             msg = flow.error.msg if flow.error is not None else "unknown error"
-            ending = (
-                "client_disconnect"
-                if "client disconnected" in msg.lower()
-                else "upstream_disconnect"
-            )
+            ending = _ending(flow, msg)
             self._finish(state, self._close_meter(state, self._clock(), ending, msg))
         except Exception:
             self._internal_error("error")
@@ -531,6 +527,23 @@ def _apply_facts(state: FlowState, facts: RequestFacts, counts: InputCounts | No
     rec.model = facts.model
     rec.include_usage = facts.include_usage
     rec.max_output_tokens = facts.max_output_tokens
+
+
+def _ending(flow: http.HTTPFlow, msg: str) -> str:
+    """Whose side broke. mitmproxy's HTTP/2 layer words it alike for either side
+    ("stream reset by client (CANCEL)", "peer closed connection"): it is the
+    client's when only the client's connection speaks HTTP/2 (the upstream's HTTP/1
+    layer says "peer closed connection" with more after it). When both sides speak
+    HTTP/2 the message cannot tell, and the upstream is blamed, as before."""
+    low = msg.lower()
+    if "client disconnected" in low:
+        return "client_disconnect"
+    h2_words = low.startswith(("stream reset by client", "http/2 connection closed")) or (
+        low == "peer closed connection"
+    )
+    if h2_words and flow.client_conn.alpn == b"h2" and flow.server_conn.alpn != b"h2":
+        return "client_disconnect"
+    return "upstream_disconnect"
 
 
 def _header_text(value: str | None) -> str | None:

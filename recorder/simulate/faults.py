@@ -34,6 +34,7 @@ header_delay=S    pause S s before the status line
 rst=K             after K events: TCP reset (SO_LINGER 0, then close)
 fin=K             after K events: close (FIN) without ending the body framing
 midevent          with rst/fin: also send the first half of the next event
+split=S[@K]       write event K in two halves, S s apart (default: the first output delta)
 drop[=rst]        close (or reset) the connection without any response
 eof | length | chunked   body framing (default: chunked for streams, length for JSON)
 error=K           after K events: the protocol's error event (Anthropic: overloaded_error)
@@ -79,6 +80,8 @@ class Faults:
     cut: str | None = None  # "rst" | "fin"
     cut_after: int = 0
     midevent: bool = False
+    split: float | None = None  # pause inside one event (written in two halves)
+    split_at: int | None = None
     drop: str | None = None  # "fin" | "rst"
     framing: str | None = None
     error_after: int | None = None
@@ -172,6 +175,14 @@ def apply_item(f: Faults, item: str) -> None:
             else:
                 f.stall = _seconds(name, value)
                 f.stall_at = None
+        case "split":
+            if value is not None and "@" in value:
+                secs, _, at = value.partition("@")
+                f.split = _seconds(name, secs)
+                f.split_at = _count(name, at)
+            else:
+                f.split = _seconds(name, value)
+                f.split_at = None
         case "delay" | "ttft" | "body_delay" | "header_delay":
             setattr(f, name, _seconds(name, value))
         case "rst" | "fin":

@@ -54,7 +54,7 @@ POLL_S = 0.05  # how often a wait looks for a vanished client
 RST_FLUSH_S = 1.0  # how long a reset waits for the kernel to send what was written
 ENDPOINTS = ("chat.completions", "responses", "messages")
 REASONS = {529: "Site Overloaded"}
-_PRIVATE = frozenset({"done", "t0"})
+_PRIVATE = frozenset({"done", "t0", "body"})
 
 
 class ClientGone(Exception):
@@ -121,6 +121,9 @@ class SentRecord:
     duration_ms: float | None = None
     finished: bool = False
     t0: float = 0.0
+    # with Simulator(keep_bodies=True): the body bytes written, as on the wire but
+    # without the chunked framing (compressed if compressed); not in to_dict
+    body: bytearray | None = field(default=None, repr=False)
     done: threading.Event = field(default_factory=threading.Event, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -139,6 +142,7 @@ class Step:
     raw: bytes
     kind: str  # event | keepalive | end
     event: SimEvent | None = None
+    pause: float = 0.0  # split: the seconds between the two halves of the event
 
 
 @dataclass(slots=True)
@@ -340,6 +344,7 @@ class Simulator:
         default_faults: str = "",
         max_sent: int = 10_000,
         log: Callable[[SentRecord], None] | None = None,
+        keep_bodies: bool = False,
     ) -> None:
         parse_faults(default_faults)  # fail now, not on the first request
         self.host = host
@@ -348,6 +353,7 @@ class Simulator:
         self.default_faults = default_faults
         self.max_sent = max_sent
         self.log = log
+        self.keep_bodies = keep_bodies
         self.sent: OrderedDict[str, SentRecord] = OrderedDict()
         self.requests = 0
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -516,6 +522,8 @@ class Simulator:
         self.requests += 1
         rid = req.headers.get("x-sim-id") or f"req_sim{self.requests:06d}"
         rec = SentRecord(rid, endpoint, req.method, path, t0=time.monotonic())
+        if self.keep_bodies:
+            rec.body = bytearray()
         self._register(rec)
         try:
             return await self._simulate(conn, req, rec)
@@ -700,9 +708,14 @@ class Simulator:
         head_bytes = conn.written
         encoder = wire.Encoder(coding)
 
+        kept = rec.body
+
         async def body(data: bytes) -> None:
             if not data:
                 return
+            if kept is not None:
+                # before the write: a client may have read it before send() returns
+                kept.extend(data)
             if framing != "chunked":
                 await conn.send(data)
             elif conn.bytewise is None:
@@ -730,7 +743,13 @@ class Simulator:
                 return False
             if step.kind == "end":
                 break
-            await body(encoder.piece(step.raw))
+            if step.pause:
+                half = len(step.raw) // 2
+                await body(encoder.piece(step.raw[:half]))
+                await conn.sleep(step.pause)
+                await body(encoder.piece(step.raw[half:]))
+            else:
+                await body(encoder.piece(step.raw))
             self._account(rec, step)
         await body(encoder.finish())
         if framing == "chunked":
@@ -768,6 +787,9 @@ class Simulator:
         stall_at = faults.stall_at
         if stall_at is None and faults.stall:
             stall_at = first_output + 1 if first_output is not None else 1
+        split_at = faults.split_at
+        if split_at is None and faults.split is not None:
+            split_at = first_output if first_output is not None else 0
         event_steps: list[int] = []
         for i, ev in enumerate(events):
             wait = faults.body_delay if i == 0 else faults.delay
@@ -777,6 +799,9 @@ class Simulator:
                 wait += faults.stall
             wait_then(wait, Step(0.0, ev.encode(line_end), "event", ev))
             event_steps.append(len(steps) - 1)
+            if i == split_at and faults.split:
+                steps[-1].pause = faults.split
+                clock += faults.split  # inside the event: no keepalive falls there
         tail = faults.stall if stall_at is not None and stall_at >= len(events) else 0.0
         wait_then(tail, Step(0.0, b"", "end"))
         cut_index: int | None = None
@@ -860,6 +885,8 @@ class Simulator:
         rec.content_encoding = coding
         rec.framing = "length"
         rec.error_type, rec.error_code, rec.error_message = error_fields
+        if rec.body is not None:
+            rec.body.extend(payload)
         await conn.send(payload)
         rec.body_bytes = len(payload)
         rec.transport = "complete"

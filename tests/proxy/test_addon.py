@@ -521,7 +521,7 @@ async def test_metering_in_batches_changes_no_figure(size: int, cut: float | Non
     if cut is not None:
         pieces = pieces[: max(1, int(len(pieces) * cut))]
     # the sizes cross both bounds: many small pieces, and pieces over BATCH_BYTES
-    assert len(pieces_of(body, 1)) > BATCH_PIECES and 70_000 > BATCH_BYTES
+    assert len(pieces_of(body, 1)) > BATCH_PIECES and BATCH_BYTES < 70_000
     addon, sink, clock = make()
     ref = StreamMeter("chat.completions", start=clock.now, stall_after=0.05)
     addon.config.stall_after = 0.05
