@@ -14,9 +14,11 @@ Both proxies are pinned to CPU 0, the simulator and the client to CPU 1 (``--no-
 to let the scheduler choose), so a proxy's CPU time is its own and its latency is not
 the client's. Two kinds of traffic:
 
-- **paced** (the headline): ``--streams`` concurrent streams, mixed endpoints (Chat
+- **paced** (the headline): ``--streams`` streams, mixed endpoints (Chat
   Completions, Responses, Messages in turn), each sending an event every
-  ``--interval`` seconds as a model does, their starts spread over one interval.
+  ``--interval`` seconds as a model does; as in real traffic they neither start nor
+  end together (lengths from half to 1.5 times ``--deltas``, starts spread over
+  half a mean stream's duration: ``paced_plan``).
   The direct path (client to simulator, no proxy) runs too, so each proxy's added
   latency is its figure less direct's.
 - **flood**: ``--flood-streams`` streams of ``--flood-deltas`` deltas with no pause,
@@ -86,11 +88,25 @@ class Round:
         return 1e3 * pct(self.lat, q)
 
 
+def paced_plan(i: int, streams: int, deltas: int, interval: float) -> tuple[float, int]:
+    """Stream ``i``'s start (seconds into the round) and its number of deltas.
+
+    As in real traffic, streams neither start nor end together: lengths run from
+    half to one and a half times ``deltas`` (a fixed permutation, the same every
+    round and path), and starts are spread over half a mean stream's duration, so
+    the per-request work at each end of a stream is spread too.
+    """
+    share = (i * 37 % streams) / streams  # 37 is prime to any --streams under 37^2
+    length = max(1, round(deltas * (0.5 + share)))
+    return i / streams * deltas * interval / 2, length
+
+
 async def paced(port: int, prefix: str, streams: int, deltas: int, interval: float) -> list[Stream]:
     async def one(i: int) -> Stream:
-        await asyncio.sleep(interval * i / streams)  # starts spread over one interval
+        start, length = paced_plan(i, streams, deltas, interval)
+        await asyncio.sleep(start)
         endpoint = ENDPOINTS[i % len(ENDPOINTS)]
-        model = f"{MODELS[endpoint]}+deltas={deltas}+delay={interval}"
+        model = f"{MODELS[endpoint]}+deltas={length}+delay={interval}"
         return await fetch(port, endpoint, model, f"{prefix}-{i}")
 
     return await asyncio.gather(*(one(i) for i in range(streams)))
@@ -115,7 +131,7 @@ def main() -> int:
     parser.add_argument("--child-sim", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--streams", type=int, default=100, help="concurrent paced streams")
+    parser.add_argument("--streams", type=int, default=100, help="paced streams per round")
     parser.add_argument("--deltas", type=int, default=200, help="text deltas per paced stream")
     parser.add_argument("--interval", type=float, default=0.02, help="seconds between events")
     parser.add_argument("--flood-streams", type=int, default=8)
@@ -227,8 +243,8 @@ def main() -> int:
     # -- report
     per_s = args.streams / args.interval
     print(
-        f"# paced: {args.streams} concurrent streams x {args.deltas} deltas, one event every"
-        f" {args.interval * 1e3:.0f} ms each (~{per_s:,.0f} events/s in all);"
+        f"# paced: {args.streams} streams x {args.deltas} deltas (0.5-1.5x), an event every"
+        f" {args.interval * 1e3:.0f} ms each (up to ~{per_s:,.0f} events/s in all);"
         f" flood: {args.flood_streams} x {args.flood_deltas} deltas;"
         f" {args.rounds} rounds; {elapsed:.0f} s in all"
     )

@@ -50,8 +50,9 @@ states it.
 
 from __future__ import annotations
 
+import bisect
+import functools
 import re
-import statistics
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -112,6 +113,7 @@ _REGION = re.compile(r"^(?:[a-z]{2,4}\.)?(?:anthropic|openai)\.")  # Bedrock "us
 _SNAPSHOT = re.compile(r"(?:-(?:\d{4}-\d{2}-\d{2}|\d{8}|latest))?(?:-v\d+(?::\d+)?)?$")
 
 
+@functools.lru_cache(maxsize=1024)  # three regex passes, several times per record
 def model_base(model: str) -> str:
     """A model name without provider prefix, snapshot date or ``-latest``.
 
@@ -435,7 +437,15 @@ class Calibration:
     Not thread-safe: feed it from one thread.
     """
 
-    __slots__ = ("_medians", "max_ratio", "min_ratio", "min_samples", "ratios", "window")
+    __slots__ = (
+        "_medians",
+        "_sorted",
+        "max_ratio",
+        "min_ratio",
+        "min_samples",
+        "ratios",
+        "window",
+    )
 
     def __init__(self, *, min_samples: int = 20, window: int = 256) -> None:
         self.min_samples = min_samples
@@ -444,6 +454,9 @@ class Calibration:
         self.max_ratio = 12.0
         self.ratios: dict[tuple[str, str, str], deque[float]] = {}
         self._medians: dict[tuple[str, str, str], float] = {}
+        # each key's window kept sorted as well, so that a new median after every
+        # record costs a bisection, not a sort of the whole window
+        self._sorted: dict[tuple[str, str, str], list[float]] = {}
 
     def add(self, scope: str, direction: str, kind: str, chars: float, tokens: float) -> None:
         """Learn that ``chars`` of ``kind`` made ``tokens`` (one record's worth)."""
@@ -453,7 +466,13 @@ class Calibration:
         values = self.ratios.get(key)
         if values is None:
             values = self.ratios[key] = deque(maxlen=self.window)
-        values.append(min(self.max_ratio, max(self.min_ratio, chars / tokens)))
+        ratio = min(self.max_ratio, max(self.min_ratio, chars / tokens))
+        order = self._sorted.get(key)
+        if order is not None:
+            if len(values) == values.maxlen:  # the oldest leaves the window
+                del order[bisect.bisect_left(order, values[0])]
+            bisect.insort(order, ratio)
+        values.append(ratio)
         self._medians.pop(key, None)
 
     def ratio(self, scope: str, direction: str, kind: str) -> float | None:
@@ -464,7 +483,13 @@ class Calibration:
             return None
         median = self._medians.get(key)
         if median is None:
-            median = self._medians[key] = float(statistics.median(values))
+            order = self._sorted.get(key)
+            if order is None or len(order) != len(values):
+                order = self._sorted[key] = sorted(values)
+            n = len(order)
+            mid = n // 2
+            median = order[mid] if n % 2 else (order[mid - 1] + order[mid]) / 2
+            median = self._medians[key] = float(median)
         return median
 
     def samples(self, scope: str, direction: str, kind: str) -> int:

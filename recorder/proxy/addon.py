@@ -260,8 +260,11 @@ class Recorder:
             if endpoint is None:
                 return
             t0 = self._clock()
-            headers = req.headers
-            key = _header_text(extract_key(headers, req.query))
+            headers = _pick_headers(req.headers, _REQUEST_HEADERS)
+            found = extract_key(headers)
+            if found is None and "?" in req.path:  # some gateways take it in the query
+                found = extract_key({}, req.query)
+            key = _header_text(found)
             rec = (CapturedRecord if self.config.capture_bodies else StreamRecord)(
                 id=new_record_id(),
                 started_at=datetime.now(UTC)
@@ -288,7 +291,7 @@ class Recorder:
             if self._on_start is not None:
                 self._on_start(rec)  # after the meter, which sets endpoint and provider
             if self.config.strip_accept_encoding and "accept-encoding" in headers:
-                del headers["accept-encoding"]
+                del req.headers["accept-encoding"]
         except Exception:
             self._internal_error("requestheaders")
 
@@ -324,25 +327,24 @@ class Recorder:
             now = self._clock()
             state.meter.headers(now, resp.status_code)
             rec = state.record
-            rec.request_id = _header_text(
-                resp.headers.get("x-request-id") or resp.headers.get("request-id")
-            )
-            ctype = resp.headers.get("content-type", "").lower()
+            headers = _pick_headers(resp.headers, _RESPONSE_HEADERS)
+            rec.request_id = _header_text(headers.get("x-request-id") or headers.get("request-id"))
+            ctype = headers.get("content-type", "").lower()
             if "text/event-stream" not in ctype:
                 rec.streamed = False
                 return  # a JSON body: mitmproxy buffers it, `response` reads it
             state.streaming = True
             try:
-                state.decoder = decoder_for(resp.headers.get("content-encoding"))
+                state.decoder = decoder_for(headers.get("content-encoding"))
             except ValueError:
                 state.broken = True
                 state.unmetered = (
-                    f"content-encoding {resp.headers.get('content-encoding')!r} cannot be decoded"
+                    f"content-encoding {headers.get('content-encoding')!r} cannot be decoded"
                 )
                 self.health.decode_errors += 1
                 log.warning(
                     "recorder: cannot decode %r; %s will be recorded without its events",
-                    resp.headers.get("content-encoding"),
+                    headers.get("content-encoding"),
                     rec.id,
                 )
             if resp.stream:
@@ -527,6 +529,37 @@ def _apply_facts(state: FlowState, facts: RequestFacts, counts: InputCounts | No
     rec.model = facts.model
     rec.include_usage = facts.include_usage
     rec.max_output_tokens = facts.max_output_tokens
+
+
+_REQUEST_HEADERS = frozenset(
+    {
+        b"authorization",
+        b"x-api-key",
+        b"api-key",
+        b"openai-project",
+        b"anthropic-workspace",
+        b"openai-organization",
+        b"accept-encoding",
+    }
+)
+_RESPONSE_HEADERS = frozenset(
+    {b"x-request-id", b"request-id", b"content-type", b"content-encoding"}
+)
+
+
+def _pick_headers(headers: http.Headers, wanted: frozenset[bytes]) -> dict[str, str]:
+    """The ``wanted`` headers (lower-case names) of ``headers``, read as
+    ``headers.get`` reads them (repeated ones folded with ", ", values decoded as
+    UTF-8 with surrogateescape), in one pass over the raw fields: a flow needs a
+    dozen lookups, and each ``get`` walks and converts every field again."""
+    out: dict[str, str] = {}
+    for name, value in headers.fields:
+        low = name.lower()
+        if low in wanted:
+            key = low.decode("ascii")
+            text = value.decode("utf-8", "surrogateescape")
+            out[key] = f"{out[key]}, {text}" if key in out else text
+    return out
 
 
 def _ending(flow: http.HTTPFlow, msg: str) -> str:

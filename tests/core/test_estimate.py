@@ -476,3 +476,26 @@ def test_server_side_context_is_uncounted_input(extra: dict[str, object]) -> Non
         json.dumps({"model": "gpt-5", "input": "and then?"}).encode(), "responses"
     )
     assert plain is not None and plain.files == 0
+
+
+def test_calibration_median_follows_its_window_exactly() -> None:
+    """The median is kept from a sorted copy of the window: it must equal the
+    median of the window's values after every record, as the window slides."""
+    import random
+    import statistics
+
+    from recorder.core.estimate import Calibration
+
+    rng = random.Random(7)
+    cal = Calibration(min_samples=1, window=16)
+    for i in range(400):
+        # repeats, ties and clamped values (ratios outside 0.3..12) included
+        chars = rng.choice([1, 2, 3, 4, 4, 7, 50, 1000])
+        cal.add("gpt-4o", "output", "latin", chars, rng.choice([1, 2, 3, 4, 80]))
+        if i % 3:  # read now and then only, so several adds happen between reads
+            window = list(cal.ratios[("gpt-4o", "output", "latin")])
+            assert cal.ratio("gpt-4o", "output", "latin") == statistics.median(window)
+    restored = Calibration.from_dict(cal.to_dict(), min_samples=1, window=16)
+    restored.add("gpt-4o", "output", "latin", 5, 1)
+    window = list(restored.ratios[("gpt-4o", "output", "latin")])
+    assert restored.ratio("gpt-4o", "output", "latin") == statistics.median(window)

@@ -553,3 +553,23 @@ async def test_metering_in_batches_changes_no_figure(size: int, cut: float | Non
     }
     assert got.gaps == want.gaps
     assert got.events
+
+
+def test_picked_headers_read_as_mitmproxy_reads_them() -> None:
+    from recorder.proxy.addon import _pick_headers
+
+    headers = http.Headers(
+        [
+            (b"Content-Type", b"text/event-stream"),
+            (b"X-Request-Id", b"req_\xc3\xa9"),  # UTF-8
+            (b"x-request-id", b"second"),  # repeated: folded
+            (b"Request-Id", b"\xff\xfe"),  # not UTF-8: surrogateescape, as mitmproxy
+            (b"other", b"x"),
+        ]
+    )
+    wanted = frozenset({b"content-type", b"x-request-id", b"request-id", b"absent"})
+    picked = _pick_headers(headers, wanted)
+    assert picked == {
+        name: headers[name] for name in ("content-type", "x-request-id", "request-id")
+    }
+    assert picked["x-request-id"] == "req_é, second"
