@@ -116,14 +116,7 @@ async def load_round(port: int, prefix: str, n: int, deltas: int, interval: floa
 
 
 def wait_written(proxy: Proxy, want: int, timeout: float = 60.0) -> float:
-    end = time.monotonic() + timeout
-    written = -1.0
-    while time.monotonic() < end:
-        written = proxy.metric_sum("llm_recorder_records_written_total")
-        if written >= want:
-            return written
-        time.sleep(0.1)
-    return written
+    return proxy.wait_metric("llm_recorder_records_written_total", want, timeout)
 
 
 def run_load(args: argparse.Namespace, failures: list[str]) -> None:

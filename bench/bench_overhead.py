@@ -221,7 +221,7 @@ def main() -> int:
             for path in ("mitmproxy", "recorder")[:: 1 if r % 2 == 0 else -1]:
                 flood_rounds[path].append(run(path, "flood"))
         rss = {k: p.rss_mib() for k, p in proxies.items()}
-        streams_total = proxies["recorder"].metric_sum("llm_streams_total")
+        streams_total = proxies["recorder"].wait_metric("llm_streams_total", sent_to_recorder)
     finally:
         codes = {k: p.stop() for k, p in proxies.items()}
         sim.stop()

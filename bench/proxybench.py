@@ -3,13 +3,14 @@
 Everything runs on loopback, each party in its own process (no two share a GIL):
 
 - the simulator (``recorder.simulate``), in a child of the bench that also notes,
-  per request with an ``x-sim-id``, the ``time.monotonic()`` at which it wrote each
-  SSE block (an event or a keepalive comment). ``CLOCK_MONOTONIC`` is one clock for
-  every process of the machine, so the client's arrival times can be set against it;
+  per request with an ``x-sim-id``, the ``time.time()`` at which it wrote each SSE
+  block (an event or a keepalive comment);
 - the proxies, started as a user would start them: ``mitmdump -s`` with a
   passthrough addon (the anchor), and ``recorder proxy`` (SQLite, metrics on);
 - the client, this process: asyncio, raw HTTP/1.1, reading the chunked body and
-  noting when the last byte of each SSE block arrives.
+  noting when the last byte of each SSE block arrived: the kernel's receive stamp
+  (``SO_TIMESTAMPNS``, on the ``time.time()`` scale, one clock for every process),
+  so that the client's own scheduling is not in the figure.
 
 Proxies can be pinned to a CPU (``taskset``) so that their CPU time is theirs alone;
 their CPU time is read from ``/proc/<pid>/task/*/schedstat`` (nanoseconds, every
@@ -25,6 +26,7 @@ import os
 import shutil
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -73,7 +75,7 @@ def child_sim() -> None:
         if sid is not None:
             n = data.count(b"\n\n")
             if n:
-                now = time.monotonic()
+                now = time.time()  # the kernel's receive stamps are on this scale
                 with lock:
                     log.setdefault(sid, []).extend([now] * n)
         await orig_send(self, data)
@@ -279,6 +281,16 @@ class Proxy:
     def metric_sum(self, name: str) -> float:
         return sum(v for k, v in self.metrics().items() if k.split("{", 1)[0] == name)
 
+    def wait_metric(self, name: str, want: float, timeout: float = 30.0) -> float:
+        """``metric_sum(name)`` once it reaches ``want`` (or at the timeout): a record
+        reaches the metrics a moment after its stream ends."""
+        end = time.monotonic() + timeout
+        while True:
+            value = self.metric_sum(name)
+            if value >= want or time.monotonic() > end:
+                return value
+            time.sleep(0.1)
+
     def stop(self, timeout: float = 60.0) -> int:
         """SIGTERM (the recorder drains its records), then wait."""
         if self.proc.poll() is None:
@@ -340,12 +352,45 @@ class Stream:
     error: str | None = None
 
 
+# Linux: the kernel stamps each packet as it reaches the socket (CLOCK_REALTIME); a
+# read returns the stamp with its data. An arrival time taken so is free of the
+# client's own scheduling, which on a 2-CPU machine shares a CPU with the simulator.
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+async def _recv(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> tuple[bytes, float]:
+    """One read, and the kernel's arrival time of its data (``time.time()`` scale)."""
+    while True:
+        try:
+            data, ancdata, _flags, _addr = sock.recvmsg(1 << 18, 256)
+            break
+        except BlockingIOError:
+            fut: asyncio.Future[None] = loop.create_future()
+            loop.add_reader(sock.fileno(), _wake, fut)
+            try:
+                await fut
+            finally:
+                loop.remove_reader(sock.fileno())
+    for level, kind, cdata in ancdata:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(cdata) >= 16:
+            sec, nsec = struct.unpack("qq", cdata[:16])
+            return data, sec + nsec * 1e-9
+    return data, time.time()
+
+
 async def fetch(
     port: int, endpoint: str, model: str, sim_id: str, *, leave_after: int | None = None
 ) -> Stream:
     """POST a streaming request; note the arrival time of every SSE block.
 
-    ``leave_after``: the client resets its connection after that many blocks.
+    Arrival times are the kernel's receive stamps (``time.time()`` scale), of the read
+    that completed the block's HTTP chunk. ``leave_after``: the client resets its
+    connection after that many blocks.
     """
     body = request_body(endpoint, model)
     key = (
@@ -359,46 +404,65 @@ async def fetch(
         f"{key}\r\nx-sim-id: {sim_id}\r\nConnection: close\r\n\r\n"
     ).encode()
     out = Stream(sim_id, endpoint, time.monotonic())
-    writer = None
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    buf = bytearray()
+    arrivals = out.arrivals
     try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 22)
-        writer.write(head + body)
-        headers = await reader.readuntil(b"\r\n\r\n")
+        await loop.sock_connect(sock, ("127.0.0.1", port))
+        await loop.sock_sendall(sock, head + body)
+        while (end_of_head := buf.find(b"\r\n\r\n")) < 0:
+            data, _ = await _recv(loop, sock)
+            if not data:
+                raise ConnectionError("closed before the response headers")
+            buf += data
+        headers = bytes(buf[:end_of_head])
+        del buf[: end_of_head + 4]
         out.status = int(headers.split(b" ", 2)[1])
         if out.status != 200 or b"chunked" not in headers.lower():
             out.error = f"unexpected response: {headers[:200]!r}"
             return out
-        arrivals = out.arrivals
         last = b""
-        while True:
-            size = int((await reader.readuntil(b"\r\n")).split(b";", 1)[0], 16)
-            if size == 0:
-                out.complete = True
+        stamp = time.time()
+        while not out.complete:
+            # every whole chunk in the buffer: its blocks arrived with the last read
+            while True:
+                eol = buf.find(b"\r\n")
+                if eol < 0:
+                    break
+                size = int(bytes(buf[:eol]).split(b";", 1)[0], 16)
+                if size == 0:
+                    out.complete = True
+                    break
+                if len(buf) < eol + 2 + size + 2:
+                    break
+                chunk = last + bytes(buf[eol + 2 : eol + 2 + size])
+                del buf[: eol + 2 + size + 2]
+                out.chunks += 1
+                out.body_bytes += size
+                n = chunk.count(b"\n\n")
+                if n:
+                    arrivals.extend([stamp] * n)
+                last = chunk[-1:]
+            if out.complete:
                 break
-            data = await reader.readexactly(size + 2)
-            now = time.monotonic()
-            out.chunks += 1
-            out.body_bytes += size
-            data = last + data[:-2]
-            n = data.count(b"\n\n")
-            if n:
-                arrivals.extend([now] * n)
-            last = data[-1:]
             if leave_after is not None and len(arrivals) >= leave_after:
-                sock = writer.get_extra_info("socket")
                 sock.setsockopt(
                     socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
                 )
-                writer.transport.abort()
-                writer = None
                 out.error = "left"
                 break
-    except (OSError, asyncio.IncompleteReadError, ValueError) as e:
+            data, stamp = await _recv(loop, sock)
+            if not data:
+                raise ConnectionError("closed before the last chunk")
+            buf += data
+    except (OSError, ValueError) as e:
         out.error = f"{type(e).__name__}: {e}"
     finally:
         out.end = time.monotonic()
-        if writer is not None:
-            writer.close()
+        sock.close()
     return out
 
 

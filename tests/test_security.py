@@ -432,7 +432,19 @@ def record_run(
                     break
                 time.sleep(0.1)
             _read_files(run, "running")
-        run.metrics = scrape(metrics_port)
+        # records reach the metrics a moment after their streams end (the proxy
+        # completes them in batches): wait until every one is counted
+        deadline = time.monotonic() + 15
+        while True:
+            run.metrics = scrape(metrics_port)
+            counted = sum(
+                float(line.rsplit(" ", 1)[1])
+                for line in run.metrics.splitlines()
+                if line.startswith("llm_streams_total{")
+            )
+            if counted >= n or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
     run.output = "".join(out)
     run.raw["proxy output"] = run.output.encode()
     run.raw["/metrics"] = run.metrics.encode()

@@ -83,6 +83,11 @@ class RecorderConfig:
     # --id`; never request bodies. Pieces past the cap are counted, not kept.
     capture_bodies: bool = False
     capture_max_bytes: int = DEFAULT_CAPTURE_MAX_BYTES
+    # Seconds a finished stream waits before its usage, cost, metrics and record are
+    # completed, together with the others that ended meanwhile (0: at once). In a
+    # batch that work runs hot, and it is done in slices between the loop's other
+    # callbacks instead of as one block in mitmproxy's `response` hook.
+    finish_delay: float = 0.0
 
 
 class FlowState:
@@ -150,6 +155,9 @@ class Recorder:
         self._deferred: dict[int, tuple[FlowState, StreamRecord]] = {}
         self._readers: ThreadPoolExecutor | None = None
         self._closed = False
+        # with finish_delay: ended streams waiting to be completed, in order
+        self._finishing: list[tuple[FlowState, StreamRecord]] = []
+        self._finish_timer: asyncio.TimerHandle | None = None
         # Learns characters per token from streams whose usage was reported; used
         # and fed on the event loop only.
         self.estimator = Estimator()
@@ -223,6 +231,51 @@ class Recorder:
         rec.error_message = scrub_key(rec.error_message, state.key or "")
         rec.transport_error = scrub_key(rec.transport_error, state.key or "")
         state.key = None
+        self.health.in_flight -= 1
+        delay = self.config.finish_delay
+        if delay > 0 and not self._closed:
+            try:
+                running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is not None:
+                self._finishing.append((state, rec))
+                if self._finish_timer is None:
+                    self._finish_timer = running.call_later(delay, self._complete_some)
+                return
+        self._complete(state, rec)
+
+    # Records completed per loop callback: each slice is one short block, the loop
+    # serves the connections between two slices.
+    FINISH_SLICE = 4
+
+    def _complete_some(self) -> None:
+        """Complete the oldest waiting records; come back for the rest."""
+        self._finish_timer = None
+        batch = self._finishing[: self.FINISH_SLICE]
+        del self._finishing[: self.FINISH_SLICE]
+        for state, rec in batch:
+            self._complete(state, rec)
+        if self._finishing:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self._complete_all()
+                return
+            self._finish_timer = loop.call_later(0, self._complete_some)
+
+    def _complete_all(self) -> None:
+        """Complete every waiting record now (shutdown)."""
+        if self._finish_timer is not None:
+            with contextlib.suppress(Exception):  # the loop may be gone already
+                self._finish_timer.cancel()
+            self._finish_timer = None
+        while self._finishing:
+            state, rec = self._finishing.pop(0)
+            self._complete(state, rec)
+
+    def _complete(self, state: FlowState, rec: StreamRecord) -> None:
+        """Usage, cost, health, metrics; then the record goes to the sink."""
         try:
             complete_usage(
                 rec,
@@ -233,7 +286,6 @@ class Recorder:
             )
         except Exception:
             self._internal_error("completing usage")
-        self.health.in_flight -= 1
         self.health.records += 1
         self.health.parse_issues += rec.parse_issues
         if state.capture is not None and isinstance(rec, CapturedRecord):
@@ -488,6 +540,7 @@ class Recorder:
                     if not state.reading.done():
                         state.reading = None  # finish without its facts rather than lose it
                 self._finish(state, rec)
+            self._complete_all()
         except Exception:
             self._internal_error("done")
         self.close()
@@ -497,6 +550,10 @@ class Recorder:
         if self._closed:
             return
         self._closed = True
+        try:
+            self._complete_all()
+        except Exception:
+            self._internal_error("close")
         if self._readers is not None:
             self._readers.shutdown(wait=False, cancel_futures=True)
         try:

@@ -9,6 +9,7 @@ finishes open flows and the sink flushes every record before the process exits.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import threading
@@ -95,6 +96,12 @@ async def serve(
     """Run the proxy until SIGINT/SIGTERM (or until the master shuts down)."""
     master = build_master(recorder, settings, on_started)
     loop = asyncio.get_running_loop()
+    # Everything alive now (mitmproxy, SQLAlchemy, the price table: some 150,000
+    # objects) lives as long as the process. Frozen, it is no longer scanned by the
+    # collector's full passes, which otherwise stop the event loop for tens of
+    # milliseconds every so often under load (docs/performance.md).
+    gc.collect()
+    gc.freeze()
     if handle_signals:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, master.shutdown)

@@ -448,7 +448,7 @@ def test_database_outage_during_traffic(tmp_path: Path, sim: Simulator, store: S
 @pytest.fixture
 def tiny_disk(tmp_path: Path) -> Iterator[Path]:
     """A 64 KiB tmpfs (root only: skipped where it cannot be mounted; the in-process
-    test in tests/store/test_faults.py fakes ENOSPC instead)."""
+    test in tests/store/test_spool_faults.py fakes ENOSPC instead)."""
     mnt = tmp_path / "tinyfs"
     mnt.mkdir()
     if os.geteuid() != 0 or not shutil.which("mount"):

@@ -573,3 +573,49 @@ def test_picked_headers_read_as_mitmproxy_reads_them() -> None:
         name: headers[name] for name in ("content-type", "x-request-id", "request-id")
     }
     assert picked["x-request-id"] == "req_é, second"
+
+
+async def _run_one(addon: Recorder, clock: Clock) -> http.HTTPFlow:
+    flow = make_flow(headers=[(b"authorization", b"Bearer sk-test-abcdef1234")])
+    await start(addon, flow, clock)
+    flow.response = sse_response()
+    addon.responseheaders(flow)
+    stream_through(flow, pieces_of(CHAT_SSE, 97), clock)
+    addon.response(flow)
+    return flow
+
+
+async def test_finish_delay_completes_records_later_and_unchanged() -> None:
+    at_once, sink_now, clock_now = make()
+    later, sink_later, clock_later = make(finish_delay=0.05)
+    with taddons.context(at_once):
+        await _run_one(at_once, clock_now)
+    with taddons.context(later):
+        flows = [await _run_one(later, clock_later) for _ in range(20)]
+        # the streams have ended; their records wait (the loop has not turned yet)
+        assert later.health.in_flight == 0 and later.open_flows == 0
+        assert sink_later.records == [] and later.health.records == 0
+        await asyncio.sleep(0.15)
+    assert len(sink_later.records) == 20 == later.health.records
+    # in the order the streams ended, completed as they would be at once
+    assert [r.id for r in sink_later.records] == sorted(r.id for r in sink_later.records)
+    want = {k: getattr(sink_now.records[0], k) for k in (*RECORD_FIGURES, "cost_usd")}
+    for rec in sink_later.records:
+        assert {k: getattr(rec, k) for k in (*RECORD_FIGURES, "cost_usd")} == want
+        assert rec.input_tokens == 19 and rec.api_key_id == sink_now.records[0].api_key_id
+    assert len(flows) == 20
+
+
+async def test_finish_delay_shutdown_completes_what_waits() -> None:
+    addon, sink, clock = make(finish_delay=60.0)
+    with taddons.context(addon):
+        for _ in range(3):
+            await _run_one(addon, clock)
+        assert sink.records == []
+        addon.done()  # shutdown: no waiting a minute, nothing lost
+        assert len(sink.records) == 3 and addon.health.records == 3
+    addon2, sink2, clock2 = make(finish_delay=60.0)
+    with taddons.context(addon2):
+        await _run_one(addon2, clock2)
+    addon2.close()  # closed without done (the runner's last resort)
+    assert len(sink2.records) == 1
