@@ -11,8 +11,10 @@ request waits for it; the record does).
 
 Per-flow state lives in ``self._flows`` from ``requestheaders`` until
 ``response`` or ``error`` (which exclude each other), then, only if its request
-body is still being read, in ``self._deferred`` until it is; ``done`` finishes
-whatever is left, so neither map can grow with the number of requests served.
+body is still being read, in ``self._deferred`` until it is, then, with
+``finish_delay``, in ``self._finishing`` for that long at most; ``done`` (and
+``close``) finishes whatever is left, so none of them can grow with the number of
+requests served.
 
 Accept-Encoding is removed from tapped requests: the upstream then sends plain
 SSE, which the tap reads without decompressing. An upstream that compresses
@@ -21,7 +23,8 @@ client.
 
 With ``capture_bodies`` the tap also keeps every decoded piece and its arrival
 time (``recorder.proxy.capture``: two appends per piece; compression happens on
-the writer's thread). Without it the tap is the plain one, with no added work.
+the writer's thread) and meters each piece as it comes. Without it the tap notes
+pieces and meters them in batches (``BATCH_PIECES``).
 """
 
 from __future__ import annotations
