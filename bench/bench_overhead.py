@@ -1,7 +1,7 @@
 """What the recorder costs on top of mitmproxy itself, per event, in one run.
 
-Run: ``.venv/bin/python bench/bench_overhead.py`` (about 2 minutes; ``--quick`` for a
-smoke run of a few seconds).
+Run: ``.venv/bin/python bench/bench_overhead.py`` (about 2 minutes; 4 with
+``--rounds 9``, as docs/performance.md; ``--quick`` for a smoke run of a few seconds).
 
 Two proxies carry the same traffic from the simulator to this process's client:
 
@@ -27,9 +27,10 @@ the client's. Two kinds of traffic:
 Every round runs the paths in a rotating order, so noise falls on all of them; a
 figure is the median of ``--rounds`` rounds, with its spread (min-max). Per round:
 the proxy's CPU seconds (every thread, ``/proc/<pid>/task/*/schedstat``) per 10,000
-events delivered, and per event its latency: the client's arrival time of the
-event's last byte less the time the simulator's process wrote it (both
-``time.monotonic()``, one clock for every process), p50 and p99.
+events delivered, and per event its latency: the kernel's receive stamp of the
+packet that completed the event at the client (``SO_TIMESTAMPNS``) less the time
+the simulator's process wrote it (``time.time()``, one clock for every process),
+p50 and p99.
 
 At the end the recorder is stopped with SIGTERM and its database must hold one row
 per request sent through it, and ``llm_streams_total`` must have counted as many:
