@@ -71,6 +71,7 @@ from proxybench import (
     SimChild,
     Stream,
     child_sim,
+    exit_status,
     fetch,
     pct,
     pin,
@@ -476,13 +477,7 @@ def main() -> int:
     else:
         run_load(args, failures)
     print(f"# {time.monotonic() - t0:.0f} s in all")
-    if failures:
-        print()
-        print("FAILED:")
-        for f in failures[:30]:
-            print(f"  {f}")
-        return 1
-    return 0
+    return exit_status(failures)
 
 
 if __name__ == "__main__":

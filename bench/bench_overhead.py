@@ -61,6 +61,7 @@ from proxybench import (
     SimChild,
     Stream,
     child_sim,
+    exit_status,
     fetch,
     median_spread,
     pct,
@@ -318,13 +319,7 @@ def main() -> int:
     if gain_ratio:
         print(f"- paced, p99 latency gained over direct, b/a: {fmt(gain_ratio)}")
     print(f"- flood, CPU b/a: {fmt(flood_cpu)}; events/s b/a: {fmt(flood_eps)}")
-    if failures:
-        print()
-        print("FAILED:")
-        for f in failures[:20]:
-            print(f"  {f}")
-        return 1
-    return 0
+    return exit_status(failures)
 
 
 if __name__ == "__main__":

@@ -479,6 +479,17 @@ def median_spread(values: Sequence[float]) -> tuple[float, float, float]:
     return statistics.median(values), min(values), max(values)
 
 
+def exit_status(failures: Sequence[str], limit: int = 30) -> int:
+    """Print what failed (if anything) and return the script's exit status."""
+    if not failures:
+        return 0
+    print()
+    print("FAILED:")
+    for f in failures[:limit]:
+        print(f"  {f}")
+    return 1
+
+
 def set_affinity(cpu: int | None) -> None:
     """Pin this process (the client) to one CPU, when asked and possible."""
     if cpu is not None and (os.cpu_count() or 1) > cpu and hasattr(os, "sched_setaffinity"):
