@@ -182,7 +182,16 @@ class Proxy:
     metrics_port: int | None = None
 
     @classmethod
-    def start(cls, kind: str, upstream: str, cpu: int | None, extra: Sequence[str] = ()) -> Proxy:
+    def start(
+        cls,
+        kind: str,
+        upstream: str,
+        cpu: int | None,
+        extra: Sequence[str] = (),
+        command: Sequence[str] | None = None,
+    ) -> Proxy:
+        """``kind``: ``mitmproxy`` or ``recorder``; ``command`` replaces the
+        ``recorder`` executable (a wrapper that runs the same CLI)."""
         workdir = Path(tempfile.mkdtemp(prefix=f"bench-{kind}-"))
         port = free_port()
         env = {**os.environ, "HOME": str(workdir)}  # mitmproxy's CA in ~/.mitmproxy
@@ -208,7 +217,7 @@ class Proxy:
         elif kind == "recorder":
             metrics_port = free_port()
             cmd = [
-                str(VENV_BIN / "recorder"),
+                *(command or [str(VENV_BIN / "recorder")]),
                 "proxy",
                 "--mode",
                 f"reverse:{upstream}",

@@ -24,8 +24,9 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ["bench_overhead.py", "--quick", "--no-pin"],
         ["bench_load.py", "--quick", "--no-pin"],
         ["bench_load.py", "--long", "--quick", "--no-pin"],
+        ["bench_in_situ.py", "--quick"],
     ],
-    ids=["overhead", "load", "long"],
+    ids=["overhead", "load", "long", "in-situ"],
 )
 def test_bench_runs_and_its_checks_hold(argv: list[str]) -> None:
     proc = subprocess.run(
