@@ -30,8 +30,10 @@ lower thresholds than the proxy's, see CAL_SAMPLES).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import json
+import random
 import statistics
 import sys
 from dataclasses import replace
@@ -44,8 +46,15 @@ ROOT = Path(__file__).resolve().parents[1]
 CAL_SAMPLES = 5
 sys.path.insert(0, str(ROOT))
 
+from recorder import tokenizers  # noqa: E402
 from recorder.core.billing import absorb, fill_usage  # noqa: E402
-from recorder.core.estimate import Calibration, Estimator, hides_reasoning  # noqa: E402
+from recorder.core.estimate import (  # noqa: E402
+    PROFILES,
+    Calibration,
+    Estimator,
+    family_for,
+    hides_reasoning,
+)
 from recorder.core.meter import StreamMeter  # noqa: E402
 from recorder.core.record import StreamRecord  # noqa: E402
 
@@ -112,7 +121,71 @@ def forget_output(record: StreamRecord) -> StreamRecord:
     )
 
 
-def measure(fixtures: Path) -> dict[str, Any]:
+# -- the text a stream delivered (for the exact tokenizers) ---------------------
+
+
+def delivered_text(endpoint: str, body: bytes) -> str:
+    """The billed output text of complete events in ``body``: text, full reasoning,
+    tool arguments (never reasoning summaries), concatenated in arrival order."""
+    parts: list[str] = []
+    for line in body.split(b"\n"):
+        if not line.startswith(b"data:"):
+            continue
+        try:
+            obj = json.loads(line[5:])
+        except ValueError:
+            continue
+        if not isinstance(obj, dict):
+            continue
+        if endpoint == "chat.completions":
+            for choice in obj.get("choices") or []:
+                delta = choice.get("delta") or {}
+                for key in ("content", "reasoning_content", "reasoning", "refusal"):
+                    if isinstance(delta.get(key), str):
+                        parts.append(delta[key])
+                for call in delta.get("tool_calls") or []:
+                    args = (call.get("function") or {}).get("arguments")
+                    if isinstance(args, str):
+                        parts.append(args)
+        elif endpoint == "messages":
+            if obj.get("type") == "content_block_delta":
+                delta = obj.get("delta") or {}
+                for key in ("text", "thinking", "partial_json"):
+                    if isinstance(delta.get(key), str):
+                        parts.append(delta[key])
+        else:
+            kind = str(obj.get("type", ""))
+            if (
+                kind.endswith(".delta")
+                and "summary" not in kind
+                and isinstance(obj.get("delta"), str)
+            ):
+                parts.append(obj["delta"])
+    return "".join(parts)
+
+
+# provider families of the report: the estimator's families, OpenAI's merged
+_GROUPS = {
+    "openai-o200k": "openai",
+    "openai-reasoning": "openai",
+    "openai-cl100k": "openai",
+    "anthropic": "anthropic",
+    "anthropic-new": "anthropic-new",
+    "default": "other",
+}
+
+
+def group_of(model: str | None, endpoint: str) -> str:
+    """The provider family a response is reported under."""
+    return _GROUPS[family_for(model, endpoint)]
+
+
+def half_of(capture: str) -> int:
+    """0 or 1: the half of the captures this one belongs to (a fixed hash of its name)."""
+    return hashlib.sha256(capture.encode()).digest()[0] & 1
+
+
+def measure(fixtures: Path, cuts: int = 5, seed: int = 15) -> dict[str, Any]:
     """Every response's estimate and error, and the summary figures."""
     framing = _framing(fixtures)
     samples = []
@@ -125,57 +198,114 @@ def measure(fixtures: Path) -> dict[str, Any]:
             reasoning = record.reasoning_tokens or 0
             hidden = hides_reasoning(model, endpoint) and reasoning > 0
             visible = record.output_tokens - (reasoning if hidden else 0)
+            capture = name.split("#")[0]
             samples.append(
                 {
                     "name": name,
-                    "capture": name.split("#")[0],
+                    "capture": capture,
+                    "half": half_of(capture),
                     "endpoint": endpoint,
                     "model": model,
+                    "group": group_of(model, endpoint),
                     "reported": record.output_tokens,
                     "visible": visible,
                     "record": record,
+                    "body": body,
                 }
             )
+    # two-fold: each half is estimated by an estimator taught by the other half only
+    teachers = []
+    for half in (0, 1):
+        teacher = Estimator(Calibration(min_samples=CAL_SAMPLES))
+        for other in samples:
+            if other["half"] != half:
+                teacher.observe(other["record"])
+        teachers.append(teacher)
     for sample in samples:
         est = forget_output(sample["record"])
         fill_usage(est, Estimator())
         sample["estimate"] = est.output_tokens
         sample["method"] = est.estimate_method
-        # leave-one-capture-out: taught by every other capture
-        teacher = Estimator(Calibration(min_samples=CAL_SAMPLES))
-        for other in samples:
-            if other["capture"] != sample["capture"]:
-                teacher.observe(other["record"])
         cal = forget_output(sample["record"])
-        fill_usage(cal, teacher)
+        fill_usage(cal, teachers[sample["half"]])
         sample["calibrated"] = cal.output_tokens
     rows = []
     for s in samples:
-        row = {k: s[k] for k in ("name", "endpoint", "model", "reported", "visible")}
-        row["estimate"] = s["estimate"]
-        row["calibrated"] = s["calibrated"]
+        row = {k: s[k] for k in ("name", "endpoint", "model", "group", "half", "reported")}
+        row.update(visible=s["visible"], estimate=s["estimate"], calibrated=s["calibrated"])
         row["method"] = s["method"]
         row["error_visible"] = _err(s["estimate"], s["visible"])
         row["error_billed"] = _err(s["estimate"], s["reported"])
         row["error_calibrated"] = _err(s["calibrated"], s["visible"])
         rows.append(row)
-    endpoints = sorted({r["endpoint"] for r in rows})
+    groups = sorted({r["group"] for r in rows})
 
-    def of(endpoint: str) -> list[dict[str, Any]]:
-        return [r for r in rows if r["endpoint"] == endpoint]
+    def of(group: str) -> list[dict[str, Any]]:
+        return [r for r in rows if r["group"] == group]
 
     summary = {
         "visible": _summary(rows, "error_visible", "visible", "estimate"),
         "billed": _summary(rows, "error_billed", "reported", "estimate"),
         "calibrated_visible": _summary(rows, "error_calibrated", "visible", "calibrated"),
-        "by_endpoint": {
-            ep: _summary(of(ep), "error_visible", "visible", "estimate") for ep in endpoints
-        },
-        "calibrated_by_endpoint": {
-            ep: _summary(of(ep), "error_calibrated", "visible", "calibrated") for ep in endpoints
+        "by_family": {g: _summary(of(g), "error_visible", "visible", "estimate") for g in groups},
+        "calibrated_by_family": {
+            g: _summary(of(g), "error_calibrated", "visible", "calibrated") for g in groups
         },
     }
-    return {"rows": rows, "summary": summary}
+    return {
+        "rows": rows,
+        "summary": summary,
+        "cuts": measure_cuts(samples, teachers, cuts, seed),
+    }
+
+
+def measure_cuts(
+    samples: list[dict[str, Any]], teachers: list[Estimator], cuts: int, seed: int
+) -> dict[str, Any]:
+    """Cut each response at ``cuts`` random byte offsets; compare the estimate of the
+    delivered prefix with the exact tokenizer's count of its text (where one exists),
+    plus the same framing the estimator adds (a model, not a count: see the docs)."""
+    rng = random.Random(seed)
+    rows = []
+    for sample in samples:
+        found = tokenizers.counter_for(sample["model"], sample["endpoint"])
+        if found is None:
+            continue
+        encoding, count = found
+        body: bytes = sample["body"]
+        for _ in range(cuts):
+            at = rng.randrange(1, len(body))
+            prefix = body[:at]
+            record = meter(sample["endpoint"], prefix)
+            text = delivered_text(sample["endpoint"], prefix)
+            if not text:
+                continue
+            cut = forget_output(record)
+            fill_usage(cut, teachers[sample["half"]])
+            profile = PROFILES[family_for(sample["model"], sample["endpoint"])]
+            framing = record.tool_calls * profile.call_tokens + profile.response_tokens
+            exact = count(text) + framing
+            rows.append(
+                {
+                    "name": sample["name"],
+                    "group": sample["group"],
+                    "encoding": encoding,
+                    "estimate": cut.output_tokens,
+                    "exact": exact,
+                    "error": _err(cut.output_tokens, exact),
+                }
+            )
+    groups = sorted({r["group"] for r in rows})
+    return {
+        "n": len(rows),
+        "by_family": {
+            g: {
+                "encoding": sorted({r["encoding"] for r in rows if r["group"] == g}),
+                **_summary([r for r in rows if r["group"] == g], "error", "exact", "estimate"),
+            }
+            for g in groups
+        },
+    }
 
 
 def _err(estimate: int | None, target: int) -> float | None:
@@ -189,16 +319,24 @@ def _summary(rows: list[dict[str, Any]], key: str, target: str, estimate: str) -
     if not errors:
         return {"n": 0}
     pairs = [(r[estimate], r[target]) for r in rows if r[key] is not None]
+    total = sum(t for _, t in pairs)
     return {
         "n": len(errors),
         "median": round(statistics.median(errors), 4),
         "p90": round(errors[min(len(errors) - 1, int(0.9 * len(errors)))], 4),
         "within_10pct": sum(1 for e in errors if e <= 0.10),
-        # what a bill would see: the error of the totals
-        "total_error": round(
-            abs(sum(e for e, _ in pairs) - sum(t for _, t in pairs)) / sum(t for _, t in pairs), 4
-        ),
+        # what a bill would see: the signed error of the totals (negative: under)
+        "bias": round((sum(e for e, _ in pairs) - total) / total, 4),
     }
+
+
+def _line(label: str, f: dict[str, Any]) -> str:
+    if not f.get("n"):
+        return f"{label}: N=0"
+    return (
+        f"{label}: N={f['n']} median={f['median']:.1%} p90={f['p90']:.1%} "
+        f"within 10%: {f['within_10pct']}/{f['n']} bias of the total: {f['bias']:+.1%}"
+    )
 
 
 def main() -> None:
@@ -206,39 +344,35 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--fixtures", type=Path, default=ROOT / "tests" / "fixtures")
+    parser.add_argument("--cuts", type=int, default=5, help="random cuts per response")
+    parser.add_argument("--seed", type=int, default=15)
     args = parser.parse_args()
-    result = measure(args.fixtures)
+    result = measure(args.fixtures, args.cuts, args.seed)
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"{'response':<72} {'rep':>6} {'vis':>6} {'est':>6} {'err':>6} {'cal':>6}  method")
+    print(f"{'response':<64} {'family':<13} {'rep':>6} {'vis':>6} {'est':>6} {'cal':>6}  method")
     for r in result["rows"]:
-        ev = "-" if r["error_visible"] is None else f"{r['error_visible']:.1%}"
         print(
-            f"{r['name'][:72]:<72} {r['reported']:>6} {r['visible']:>6} {r['estimate']:>6} "
-            f"{ev:>6} {r['calibrated']:>6}  {r['method']}"
+            f"{r['name'][:64]:<64} {r['group']:<13} {r['reported']:>6} {r['visible']:>6} "
+            f"{r['estimate']:>6} {r['calibrated']:>6}  {r['method']}"
         )
     s = result["summary"]
     print()
-    for label, key in (
-        ("visible output, built-in defaults", "visible"),
-        ("billed output (hidden reasoning included), built-in defaults", "billed"),
-        (
-            f"visible output, leave-one-capture-out calibration (>= {CAL_SAMPLES} records)",
-            "calibrated_visible",
-        ),
-    ):
-        f = s[key]
-        print(
-            f"{label}: N={f['n']} median={f['median']:.1%} p90={f['p90']:.1%} "
-            f"within 10%: {f['within_10pct']}/{f['n']} error of the total: {f['total_error']:.1%}"
+    print(_line("visible output, built-in defaults", s["visible"]))
+    print(_line("billed output (hidden reasoning included), built-in defaults", s["billed"]))
+    print(
+        _line(
+            f"visible output, held-out half calibration (>= {CAL_SAMPLES})", s["calibrated_visible"]
         )
-    for ep, f in s["by_endpoint"].items():
-        c = s["calibrated_by_endpoint"][ep]
-        print(
-            f"  {ep}: N={f['n']} median={f['median']:.1%} p90={f['p90']:.1%}"
-            f" (calibrated: median={c['median']:.1%} p90={c['p90']:.1%})"
-        )
+    )
+    for g, f in s["by_family"].items():
+        print(_line(f"  {g}, defaults", f))
+        print(_line(f"  {g}, held-out calibrated", s["calibrated_by_family"][g]))
+    c = result["cuts"]
+    print(f"\nrandom cuts ({args.cuts} per response, seed {args.seed}) vs the exact tokenizer:")
+    for g, f in c["by_family"].items():
+        print(_line(f"  {g} ({', '.join(f['encoding'])})", f))
 
 
 if __name__ == "__main__":

@@ -129,7 +129,7 @@ def test_cut_anthropic_stream_keeps_exact_input_and_estimates_output() -> None:
     assert rec.usage_source == "mixed"
     expected_output = round(100 + PROFILES["anthropic"].response_tokens)
     assert rec.output_tokens == expected_output  # not the provisional 1
-    assert rec.estimate_method == "e1;output:chars/default"
+    assert rec.estimate_method == "e2;output:chars/default"
     assert rec.service_tier == "standard"
     cost = (
         100 * Decimal(3) + 1000 * Decimal("0.3") + 300 * Decimal("3.75") + 200 * Decimal(6)
@@ -196,7 +196,7 @@ def test_chat_without_include_usage_is_estimated_and_billed() -> None:
     assert rec.output_tokens == 4  # one token per delta
     p = PROFILES["openai-o200k"]
     assert rec.input_tokens == round(100 + p.message_tokens + p.request_tokens)
-    assert rec.estimate_method == "e1;input:chars/default;output:deltas"
+    assert rec.estimate_method == "e2;input:chars/default;output:deltas"
     assert rec.input_breakdown is not None and rec.input_breakdown["latin"] == 400
     assert rec.cost_usd == f"{(rec.input_tokens * Decimal('2.5') + 4 * 10) / M:.12f}"
     assert rec.price_version == "test:gpt-4o@2026-11-30"
@@ -243,7 +243,7 @@ def test_responses_web_search_and_hidden_reasoning() -> None:
     profile = PROFILES["openai-reasoning"]
     # three deltas, the message's framing, and the search call's (a tool call)
     assert rec.output_tokens == 3 + profile.response_tokens + profile.call_tokens
-    assert rec.estimate_method == "e1;output:deltas+hidden-reasoning"
+    assert rec.estimate_method == "e2;output:deltas+hidden-reasoning"
     assert rec.input_source == "none" and rec.usage_source == "mixed"
     assert rec.output_breakdown is not None and rec.output_breakdown["summary"] == len("Searching…")
     cost = rec.output_tokens * Decimal(2) / M + Decimal("0.01")
@@ -318,7 +318,7 @@ def test_completed_records_teach_the_estimator() -> None:
     cut = run(
         "messages", sse([ANTHROPIC_START, text_delta("z" * 100)], named=True), estimator=estimator
     )
-    assert cut.estimate_method == "e1;output:chars/calibrated"
+    assert cut.estimate_method == "e2;output:chars/calibrated"
     assert cut.output_tokens == 50 + PROFILES["anthropic"].response_tokens
 
 
@@ -348,7 +348,7 @@ def test_real_capture_estimate_matches_its_reported_usage() -> None:
     reported.output_source = "none"
     complete_usage(reported, meter.interpreter.obs, None, PRICES, None)
     assert reported.output_tokens == 177
-    assert reported.estimate_method == "e1;output:deltas"
+    assert reported.estimate_method == "e2;output:deltas"
 
 
 @pytest.mark.parametrize("endpoint", ["chat.completions", "responses", "messages"])
