@@ -357,3 +357,89 @@ def test_empty_stream_estimates_zero_output(endpoint: str) -> None:
     assert rec.output_tokens == 0 and rec.output_source == "estimated"
     assert isinstance(rec.input_breakdown, dict)
     assert InputCounts.from_breakdown(rec.input_breakdown).messages == 0
+
+
+# -- hidden reasoning, from the time the model spent before visible output -----
+
+RESPONSE_CREATED = {"type": "response.created", "response": {"id": "r", "model": "gpt-5-mini"}}
+
+
+def timed_responses(
+    estimator: Estimator, *, thinking_s: float, reasoning_tokens: int | None
+) -> StreamRecord:
+    """A Responses stream of gpt-5-mini: created at t=0.5 s, its first text
+    ``thinking_s`` later; completed with usage when ``reasoning_tokens`` is given,
+    else cut after the text."""
+    meter = StreamMeter("responses", record=StreamRecord(model="gpt-5-mini"), start=0.0)
+    meter.headers(0.4, 200)
+    meter.feed(sse([RESPONSE_CREATED], named=True), 0.5)
+    text = [{"type": "response.output_text.delta", "delta": w} for w in ("The", " answer", ".")]
+    meter.feed(sse(text, named=True), 0.5 + thinking_s)
+    ending = "client_disconnect"
+    if reasoning_tokens is not None:
+        usage = {
+            "input_tokens": 10,
+            "output_tokens": reasoning_tokens + 3,
+            "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+        }
+        done = {"type": "response.completed", "response": {"id": "r", "usage": usage}}
+        meter.feed(sse([done], named=True), 0.6 + thinking_s)
+        ending = "eof"
+    rec = meter.finish(0.7 + thinking_s, ending=ending)
+    complete_usage(rec, meter.interpreter.obs, None, PRICES, estimator)
+    return rec
+
+
+def test_hidden_reasoning_of_a_cut_stream_is_estimated_from_thinking_time() -> None:
+    estimator = Estimator(Calibration(min_samples=3))
+    # completed streams of the model: 200 reasoning tokens per second of thinking
+    for seconds in (2.0, 4.0, 8.0):
+        done = timed_responses(estimator, thinking_s=seconds, reasoning_tokens=int(200 * seconds))
+        assert done.output_source == "reported"
+    cut = timed_responses(estimator, thinking_s=5.0, reasoning_tokens=None)
+    profile = PROFILES["openai-reasoning"]
+    assert cut.output_source == "estimated"
+    assert cut.estimate_method == "e2;output:deltas+reasoning-from-time"
+    assert cut.reasoning_tokens == 1000
+    assert cut.output_tokens == 3 + profile.response_tokens + 1000
+
+
+def test_without_a_learned_rate_hidden_reasoning_stays_a_lower_bound() -> None:
+    estimator = Estimator(Calibration(min_samples=3))
+    # two completed streams are not enough to learn from; a replay has no timings
+    for seconds in (2.0, 4.0):
+        timed_responses(estimator, thinking_s=seconds, reasoning_tokens=int(200 * seconds))
+    cut = timed_responses(estimator, thinking_s=5.0, reasoning_tokens=None)
+    assert cut.estimate_method == "e2;output:deltas+hidden-reasoning"
+    assert cut.reasoning_tokens is None
+    timed_responses(estimator, thinking_s=8.0, reasoning_tokens=1600)
+    replay = run(
+        "responses",
+        sse([RESPONSE_CREATED], named=True),
+        ending="truncated",
+        model="gpt-5-mini",
+        estimator=estimator,
+    )
+    assert replay.estimate_method == "e2;output:chars/default+hidden-reasoning"
+
+
+def test_a_newer_claude_counts_its_own_tokens() -> None:
+    # the same text: Claude Opus 4.7's tokenizer makes about 1.3 times the tokens
+    start = {
+        **ANTHROPIC_START,
+        "message": {**ANTHROPIC_START["message"], "model": "claude-opus-4-7"},
+    }
+    old = run("messages", sse([ANTHROPIC_START, text_delta("word " * 200)], named=True))
+    new = run("messages", sse([start, text_delta("word " * 200)], named=True))
+    assert old.output_tokens is not None and new.output_tokens is not None
+    assert new.output_tokens >= 1.3 * old.output_tokens
+    # and they are calibrated apart
+    estimator = Estimator(Calibration(min_samples=1))
+    done = [
+        text_delta("y" * 1000),
+        {"type": "message_delta", "delta": {}, "usage": {"output_tokens": 403}},
+        {"type": "message_stop"},
+    ]
+    run("messages", sse([start, *done], named=True), estimator=estimator)
+    assert estimator.calibration.ratio("anthropic-new", "output", "latin") == 2.5
+    assert estimator.calibration.samples("anthropic", "output", "latin") == 0
