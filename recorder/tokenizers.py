@@ -8,11 +8,16 @@ is fetched, ever; the tests run them with the network cut):
   vocabularies, ids identical to tiktoken's: exact for OpenAI models.
 - ``anthropic_tokenizer`` (PyPI ``anthropic-tokenizer``): the Claude BPE
   vocabulary Anthropic published (65,000 tokens, the Claude 1 and 2
-  generation). Claude 3 and later count with a tokenizer that is not public, so
-  for them it is an approximation (``docs/billing.md`` measures how close);
-  Claude Opus 4.7 and later (family ``anthropic-new``) use yet another one that
-  makes about 30 % more tokens, and get no counter here. Only its local
+  generation). Claude 3 and later count with tokenizers that are not public:
+  for them it is a reference only (measured in ``docs/billing.md``: Claude 3 to
+  4.6 make about 5 % more tokens, Claude Opus 4.7 and later over 1.6 times as
+  many), and it is slow (about 1 MB/s, holding the GIL). So the proxy never
+  uses it (:func:`counter_for` is exact tokenizers only); the estimator's
+  benchmark does (:func:`reference_counter_for`). Only its local
   ``count_tokens`` is used, never its API client.
+
+The vocabularies load on first use (about a second for toktok's):
+:func:`preload` does that at start-up, before any request waits for it.
 
 Plain ``tiktoken`` downloads its vocabulary on first use, which fails (or
 hangs) on a machine without internet: it is used only when the vocabulary is
@@ -37,7 +42,9 @@ TokenCounter = Callable[[str], int]
 
 _ENCODINGS = {"openai-o200k": "o200k_base", "openai-reasoning": "o200k_base"}
 _ENCODINGS["openai-cl100k"] = "cl100k_base"
-_ENCODINGS["anthropic"] = "claude-65k"
+_ENCODINGS["anthropic"] = _ENCODINGS["anthropic-new"] = "claude-65k"
+# vocabularies that are not the models' own (see the module's docstring)
+APPROXIMATE = frozenset({"claude-65k"})
 _BLOB = "https://openaipublic.blob.core.windows.net/encodings/{}.tiktoken"
 
 
@@ -47,12 +54,29 @@ def encoding_for(model: str | None, endpoint: str | None = None) -> str | None:
 
 
 def counter_for(model: str | None, endpoint: str | None = None) -> tuple[str, TokenCounter] | None:
-    """``(encoding, count)`` for ``model``, or None when no tokenizer is at hand offline."""
+    """``(encoding, count)`` of the model's own tokenizer, or None when no exact one
+    is at hand offline (the proxy counts request bodies with it)."""
+    encoding = encoding_for(model, endpoint)
+    if encoding is None or encoding in APPROXIMATE:
+        return None
+    count = _counter(encoding)
+    return None if count is None else (encoding, count)
+
+
+def reference_counter_for(
+    model: str | None, endpoint: str | None = None
+) -> tuple[str, TokenCounter] | None:
+    """Like :func:`counter_for`, approximate tokenizers included (``claude-65k``)."""
     encoding = encoding_for(model, endpoint)
     if encoding is None:
         return None
     count = _counter(encoding)
     return None if count is None else (encoding, count)
+
+
+def preload() -> list[str]:
+    """Load every exact vocabulary that is installed; return their names."""
+    return [name for name in ("o200k_base", "cl100k_base") if _counter(name) is not None]
 
 
 @cache

@@ -30,9 +30,9 @@ def test_encodings_of_models_with_a_public_tokenizer() -> None:
     assert tokenizers.encoding_for("gpt-4-turbo") == "cl100k_base"
     assert tokenizers.encoding_for("claude-sonnet-4-5") == "claude-65k"
     assert tokenizers.encoding_for(None, "messages") == "claude-65k"
-    # Claude Opus 4.7 and later count with a tokenizer nobody has published
-    assert tokenizers.encoding_for("claude-opus-4-7") is None
-    assert tokenizers.encoding_for("claude-sonnet-5") is None
+    # Claude Opus 4.7 and later: the same public vocabulary (a reference, no more)
+    assert tokenizers.encoding_for("claude-opus-4-7") == "claude-65k"
+    assert tokenizers.encoding_for("claude-sonnet-5") == "claude-65k"
     assert tokenizers.encoding_for(None, "chat.completions") is None
 
 
@@ -93,9 +93,11 @@ def test_the_claude_tokenizer_counts_locally_never_through_its_api(
     fake.ApiTokenizer = ApiTokenizer  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "anthropic_tokenizer", fake)
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
-    found = tokenizers.counter_for("claude-sonnet-4-5-20250929")
+    found = tokenizers.reference_counter_for("claude-sonnet-4-5-20250929")
     assert found is not None
     assert found[0] == "claude-65k" and found[1]("four words right here") == 4
+    # not the model's own tokenizer: the proxy does not count with it
+    assert tokenizers.counter_for("claude-sonnet-4-5-20250929") is None
 
 
 def test_a_broken_install_degrades_to_characters(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -114,8 +116,9 @@ def test_a_broken_install_degrades_to_characters(monkeypatch: pytest.MonkeyPatch
 
     old.batch_count = batch_count  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "toktok", old)
-    assert tokenizers.counter_for("claude-sonnet-4-5") is None
+    assert tokenizers.reference_counter_for("claude-sonnet-4-5") is None
     assert tokenizers.counter_for("gpt-4o") is None
+    assert tokenizers.preload() == []
 
 
 _OFFLINE = textwrap.dedent(
@@ -131,8 +134,9 @@ _OFFLINE = textwrap.dedent(
     socket.create_connection = refuse
     from recorder import tokenizers
 
+    print(tokenizers.preload())
     for model in ("gpt-4o", "gpt-4-turbo", "claude-sonnet-4-5"):
-        encoding, count = tokenizers.counter_for(model)
+        encoding, count = tokenizers.reference_counter_for(model)
         print(encoding, count("Hello, world!"), count("日本語のテキストです"))
     """
 )
@@ -150,6 +154,7 @@ def test_the_extra_counts_exactly_with_the_network_cut() -> None:
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.split("\n")
+    assert lines.pop(0) == "['o200k_base', 'cl100k_base']"
     # the counts tiktoken gives for these vocabularies
     assert lines[0].split()[:2] == ["o200k_base", "4"]
     assert lines[1].split()[:2] == ["cl100k_base", "4"]

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from recorder import tokenizers
 from recorder.proxy.addon import Recorder, RecorderConfig
 from recorder.sinks import FanoutSink, JsonlSink, Sink
 from recorder.store import SqlSink, StoreError, StoreUnavailable, key_secret, upgrade
@@ -379,6 +380,7 @@ def run(args: argparse.Namespace) -> int:
     # the estimator's calibration is kept by the stored streams: relearn it
     if warm_from(settings.db, recorder.estimator) is None:
         print("recorder proxy: estimator not warmed (database unreadable)", file=sys.stderr)
+    tokenizers.preload()  # a second or so, now rather than in the first request
 
     def stat(name: str) -> Callable[[], float]:
         return lambda: float(store.stats()[name])
