@@ -25,14 +25,23 @@ Output tokens, two methods (``Estimate.method`` names the one used):
 Both add a fixed number of tokens per tool call (the call's name and framing,
 never streamed as argument characters). Reasoning a provider does not stream
 (OpenAI's reasoning models stream at most a summary, which is not billed as
-output) cannot be estimated from what was received: the figure is then a lower
-bound, and the method says ``hidden-reasoning``.
+output) is not in what was received; what the stream does show is how long the
+model thought before its first output (:func:`thinking_ms`). Completed streams
+of the model teach its rate (reasoning tokens per second of that time); a cut
+stream's hidden reasoning is its thinking time at that rate
+(``+reasoning-from-time``). Without a learned rate the figure is a lower bound,
+and the method says ``+hidden-reasoning``.
+
+Claude Opus 4.7 and later count with a newer tokenizer that makes more tokens of
+the same text: they are a family of their own (``anthropic-new``), with their
+own ratios and calibration.
 
 Input tokens: the request's text characters by the same kinds, tool and schema
 definitions as ``tool`` characters, plus framing per message and per request,
 Anthropic's tool-use system prompt when tools are defined, and a default per
-image (dimensions are not read). A tokenizer, when one is available without a
-download (``recorder.tokenizers``), counts the text exactly instead.
+image (dimensions are not read). The model's own tokenizer, when one is
+installed that needs no download (``recorder.tokenizers``: OpenAI's), counts
+the text exactly instead.
 
 Calibration (:class:`Calibration`): the built-in ratios (:data:`PROFILES`)
 are a fallback. Every completed record whose usage was reported teaches the
@@ -43,9 +52,11 @@ its family, the built-in default. The built-in OpenAI ratios were measured with
 the o200k_base and cl100k_base vocabularies on sample texts in ten languages;
 the Anthropic ASCII and tool ratios and the overheads were fitted to the real
 captured streams in ``tests/fixtures``; Anthropic's non-Latin ratios are
-unmeasured guesses (no Claude tokenizer is public) until calibration replaces
-them. ``bench/measure_estimator.py`` measures the error; ``docs/billing.md``
-states it.
+unmeasured guesses (no current Claude tokenizer is public) until calibration
+replaces them. The calibration is not saved apart: the store's completed
+streams hold what it learns from, and a proxy relearns it from them at start-up
+(``recorder.store.calibration``). ``bench/measure_estimator.py`` measures the
+error; ``docs/billing.md`` states it.
 """
 
 from __future__ import annotations
