@@ -115,9 +115,10 @@ PROFILES: dict[str, Profile] = {
     # cjk are guesses close to cl100k's until calibrated; 346 tokens is the
     # tool-use system prompt Anthropic documents for tool_choice auto.
     "anthropic": Profile(3.6, 2.0, 1.0, 3.0, 40, 3, False, 4, 8, 346, 1600),
-    # Claude Opus 4.7 and later (Claude 5, ...): a new tokenizer that makes about
-    # 1.3 times as many tokens of the same text; the ratios are Claude's divided by
-    # that factor until calibration replaces them (fitted on the captured streams).
+    # Claude Opus 4.7 and later (Claude 5, ...): a new tokenizer that makes more
+    # tokens of the same text. ASCII fitted on the one large captured stream (2.41
+    # characters a token, 1.47 times Claude 4.5's); the others are Claude's divided
+    # by about 1.3 (what Anthropic states) until calibration replaces them.
     "anthropic-new": Profile(2.45, 1.55, 0.8, 2.3, 50, 3, False, 5, 10, 450, 2100),
     # Anything else (DeepSeek, xAI, open models behind an OpenAI-style server).
     "default": Profile(4.0, 2.5, 1.2, 3.0, 10, 0, True, 4, 3, 0, 765),
