@@ -45,7 +45,7 @@ WARM_LIMIT = 5000
 
 def warm_estimator(engine: Engine, estimator: Estimator, *, limit: int = WARM_LIMIT) -> int:
     """Teach ``estimator`` the newest ``limit`` stored streams whose usage was
-    reported, oldest first; return how many were read."""
+    reported, oldest first; return how many were read (a malformed row is skipped)."""
     stmt = (
         select(*(STREAMS.c[name] for name in _COLUMNS))
         .where(STREAMS.c.usage_source.in_(("reported", "mixed")))
@@ -54,11 +54,16 @@ def warm_estimator(engine: Engine, estimator: Estimator, *, limit: int = WARM_LI
     )
     with engine.connect() as conn:
         rows = conn.execute(stmt).all()
+    taught = 0
     for row in reversed(rows):
         values = dict(zip(_COLUMNS, row, strict=True))
         values["tool_calls"] = values["tool_calls"] or 0
-        estimator.observe(StreamRecord(**values))
-    return len(rows)
+        try:
+            estimator.observe(StreamRecord(**values))
+        except (TypeError, ValueError, AttributeError):
+            continue  # a row edited by hand into something else: it teaches nothing
+        taught += 1
+    return taught
 
 
 def warm_from(url: str | URL, estimator: Estimator, *, limit: int = WARM_LIMIT) -> int | None:

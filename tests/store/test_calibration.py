@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sqlalchemy import update
 from storedb import simple_record, unreachable_url
 
 from recorder.core.billing import fill_usage
-from recorder.core.estimate import PROFILES, Estimator
+from recorder.core.estimate import PROFILES, Calibration, Estimator
 from recorder.core.record import StreamRecord
 from recorder.store.calibration import warm_from
+from recorder.store.engine import make_engine
+from recorder.store.models import STREAMS, parse_started_at
 from recorder.store.writer import SqlSink
 
 
@@ -71,3 +74,21 @@ def test_the_newest_streams_teach_and_an_unreadable_store_does_not_stop_a_start(
     assert estimator.calibration.ratio("claude-sonnet-4-5", "output", "latin") == 2.0
     kind = "sqlite" if db_url.startswith("sqlite") else "postgresql"
     assert warm_from(unreachable_url(kind, tmp_path), Estimator()) is None
+
+
+def test_a_malformed_row_is_skipped_not_fatal(db_url: str, tmp_path: Path) -> None:
+    sink = SqlSink(db_url, str(tmp_path / "spool"))
+    for i in range(3):
+        sink.submit(claude_stream(i, 2.5))
+    sink.close()
+    engine = make_engine(db_url)
+    with engine.begin() as conn:  # someone edits a row by hand
+        conn.execute(
+            update(STREAMS)
+            .where(STREAMS.c.started_at == parse_started_at("2026-02-01T00:00:01.000Z"))
+            .values(output_breakdown=[1, 2])
+        )
+    engine.dispose()
+    estimator = Estimator(Calibration(min_samples=2))
+    assert warm_from(db_url, estimator) == 2
+    assert estimator.calibration.ratio("claude-sonnet-4-5", "output", "latin") == 2.5
