@@ -1,11 +1,28 @@
-"""A real tokenizer for input estimates, when one is there without a download.
+"""Real tokenizers for estimates, when they are there without a download.
+
+The optional extra ``pip install 'recorder[tokenizers]'`` brings two, both
+MIT-licensed and both counting with data compiled into their binaries (nothing
+is fetched, ever; the tests run them with the network cut):
+
+- ``toktok`` (PyPI ``toktok-rs``): OpenAI's o200k_base and cl100k_base
+  vocabularies, ids identical to tiktoken's: exact for OpenAI models.
+- ``anthropic_tokenizer`` (PyPI ``anthropic-tokenizer``): the Claude BPE
+  vocabulary Anthropic published (65,000 tokens, the Claude 1 and 2
+  generation). Claude 3 and later count with tokenizers that are not public:
+  for them it is a reference only (measured in ``docs/billing.md``: Claude 3 to
+  4.6 make about 5 % more tokens, Claude Opus 4.7 and later over 1.6 times as
+  many), and it is slow (about 1 MB/s, holding the GIL). So the proxy never
+  uses it (:func:`counter_for` is exact tokenizers only); the estimator's
+  benchmark does (:func:`reference_counter_for`). Only its local
+  ``count_tokens`` is used, never its API client.
+
+The vocabularies load on first use (about a second for toktok's):
+:func:`preload` does that at start-up, before any request waits for it.
 
 Plain ``tiktoken`` downloads its vocabulary on first use, which fails (or
 hangs) on a machine without internet: it is used only when the vocabulary is
-already in its cache. ``toktok`` (PyPI ``toktok-rs``) compiles the o200k_base
-and cl100k_base vocabularies into its binary and needs nothing else. Neither is
-a dependency: without them :mod:`recorder.core.estimate` uses its calibrated
-characters-per-token ratios. Only OpenAI models have a public tokenizer.
+already in its cache. None of these is a dependency: without them
+:mod:`recorder.core.estimate` uses its calibrated characters-per-token ratios.
 """
 
 from __future__ import annotations
@@ -25,16 +42,31 @@ TokenCounter = Callable[[str], int]
 
 _ENCODINGS = {"openai-o200k": "o200k_base", "openai-reasoning": "o200k_base"}
 _ENCODINGS["openai-cl100k"] = "cl100k_base"
+_ENCODINGS["anthropic"] = _ENCODINGS["anthropic-new"] = "claude-65k"
+# vocabularies that are not the models' own (see the module's docstring)
+APPROXIMATE = frozenset({"claude-65k"})
 _BLOB = "https://openaipublic.blob.core.windows.net/encodings/{}.tiktoken"
 
 
 def encoding_for(model: str | None, endpoint: str | None = None) -> str | None:
-    """The vocabulary of an OpenAI model (``o200k_base`` / ``cl100k_base``), else None."""
+    """The vocabulary of a model (``o200k_base``, ``cl100k_base``, ``claude-65k``), else None."""
     return _ENCODINGS.get(family_for(model, endpoint))
 
 
 def counter_for(model: str | None, endpoint: str | None = None) -> tuple[str, TokenCounter] | None:
-    """``(encoding, count)`` for ``model``, or None when no tokenizer is at hand offline."""
+    """``(encoding, count)`` of the model's own tokenizer, or None when no exact one
+    is at hand offline (the proxy counts request bodies with it)."""
+    encoding = encoding_for(model, endpoint)
+    if encoding is None or encoding in APPROXIMATE:
+        return None
+    count = _counter(encoding)
+    return None if count is None else (encoding, count)
+
+
+def reference_counter_for(
+    model: str | None, endpoint: str | None = None
+) -> tuple[str, TokenCounter] | None:
+    """Like :func:`counter_for`, approximate tokenizers included (``claude-65k``)."""
     encoding = encoding_for(model, endpoint)
     if encoding is None:
         return None
@@ -42,15 +74,37 @@ def counter_for(model: str | None, endpoint: str | None = None) -> tuple[str, To
     return None if count is None else (encoding, count)
 
 
+def preload() -> list[str]:
+    """Load every exact vocabulary that is installed; return their names."""
+    return [name for name in ("o200k_base", "cl100k_base") if _counter(name) is not None]
+
+
 @cache
 def _counter(encoding: str) -> TokenCounter | None:
+    if encoding == "claude-65k":
+        return _claude()
     return _toktok(encoding) or _cached_tiktoken(encoding)
+
+
+def _claude() -> TokenCounter | None:
+    try:
+        module: Any = importlib.import_module("anthropic_tokenizer")
+        local = module.count_tokens  # the embedded BPE; never ApiTokenizer
+        local("probe")
+    except Exception:  # absent, or a build for another platform
+        return None
+
+    def count(text: str) -> int:
+        return int(local(text))
+
+    return count
 
 
 def _toktok(encoding: str) -> TokenCounter | None:
     try:
         toktok: Any = importlib.import_module("toktok")
-    except ImportError:
+        toktok.batch_count(["probe"], encoding, threads=1)
+    except Exception:  # absent, or an older build without this encoding
         return None
 
     def count(text: str) -> int:

@@ -1,9 +1,13 @@
 """Unit tests of recorder/tokenizers.py: a tokenizer only when one needs no download."""
+# (the real packages of the ``tokenizers`` extra are run with the network cut at the end)
 
 from __future__ import annotations
 
+import subprocess
 import sys
+import textwrap
 import types
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -17,13 +21,18 @@ def fresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # an empty cache
     monkeypatch.setitem(sys.modules, "toktok", None)  # not installed
     monkeypatch.setitem(sys.modules, "tiktoken", None)
+    monkeypatch.setitem(sys.modules, "anthropic_tokenizer", None)
 
 
-def test_encodings_of_openai_models_only() -> None:
+def test_encodings_of_models_with_a_public_tokenizer() -> None:
     assert tokenizers.encoding_for("gpt-4o-2024-08-06") == "o200k_base"
     assert tokenizers.encoding_for("o3") == "o200k_base"
     assert tokenizers.encoding_for("gpt-4-turbo") == "cl100k_base"
-    assert tokenizers.encoding_for("claude-sonnet-4-5") is None
+    assert tokenizers.encoding_for("claude-sonnet-4-5") == "claude-65k"
+    assert tokenizers.encoding_for(None, "messages") == "claude-65k"
+    # Claude Opus 4.7 and later: the same public vocabulary (a reference, no more)
+    assert tokenizers.encoding_for("claude-opus-4-7") == "claude-65k"
+    assert tokenizers.encoding_for("claude-sonnet-5") == "claude-65k"
     assert tokenizers.encoding_for(None, "chat.completions") is None
 
 
@@ -69,3 +78,84 @@ def test_tiktoken_only_with_its_vocabulary_cached(
     found = tokenizers.counter_for("gpt-4o")
     assert found is not None and found[1]("abcd") == 4
     assert calls == ["o200k_base"]
+
+
+def test_the_claude_tokenizer_counts_locally_never_through_its_api(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = types.ModuleType("anthropic_tokenizer")
+    fake.count_tokens = lambda text: len(text.split())  # type: ignore[attr-defined]
+
+    class ApiTokenizer:  # the package's client of Anthropic's count_tokens API
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            raise AssertionError("the API client must not be used")
+
+    fake.ApiTokenizer = ApiTokenizer  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "anthropic_tokenizer", fake)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    found = tokenizers.reference_counter_for("claude-sonnet-4-5-20250929")
+    assert found is not None
+    assert found[0] == "claude-65k" and found[1]("four words right here") == 4
+    # not the model's own tokenizer: the proxy does not count with it
+    assert tokenizers.counter_for("claude-sonnet-4-5-20250929") is None
+
+
+def test_a_broken_install_degrades_to_characters(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a build whose native part fails on this machine, and a toktok without the encoding
+    broken = types.ModuleType("anthropic_tokenizer")
+
+    def fail(text: str) -> int:
+        raise OSError("cannot load the native library")
+
+    broken.count_tokens = fail  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "anthropic_tokenizer", broken)
+    old = types.ModuleType("toktok")
+
+    def batch_count(texts: list[str], encoding: str, threads: int = 0) -> list[int]:
+        raise KeyError(encoding)
+
+    old.batch_count = batch_count  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "toktok", old)
+    assert tokenizers.reference_counter_for("claude-sonnet-4-5") is None
+    assert tokenizers.counter_for("gpt-4o") is None
+    assert tokenizers.preload() == []
+
+
+_OFFLINE = textwrap.dedent(
+    """
+    import socket
+
+    def refuse(*args, **kwargs):
+        raise OSError("network blocked by the test")
+
+    socket.socket.connect = refuse
+    socket.socket.connect_ex = refuse
+    socket.getaddrinfo = refuse
+    socket.create_connection = refuse
+    from recorder import tokenizers
+
+    print(tokenizers.preload())
+    for model in ("gpt-4o", "gpt-4-turbo", "claude-sonnet-4-5"):
+        encoding, count = tokenizers.reference_counter_for(model)
+        print(encoding, count("Hello, world!"), count("日本語のテキストです"))
+    """
+)
+
+
+def test_the_extra_counts_exactly_with_the_network_cut() -> None:
+    for package in ("toktok-rs", "anthropic-tokenizer"):  # the extra, as the dev extra installs it
+        try:
+            metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pytest.skip(f"{package} is not installed (no wheel for this platform)")
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "TIKTOKEN_CACHE_DIR": "/nonexistent"}
+    done = subprocess.run(
+        [sys.executable, "-c", _OFFLINE], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.split("\n")
+    assert lines.pop(0) == "['o200k_base', 'cl100k_base']"
+    # the counts tiktoken gives for these vocabularies
+    assert lines[0].split()[:2] == ["o200k_base", "4"]
+    assert lines[1].split()[:2] == ["cl100k_base", "4"]
+    assert lines[2].split()[0] == "claude-65k" and int(lines[2].split()[1]) > 0

@@ -16,9 +16,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from recorder import tokenizers
 from recorder.proxy.addon import Recorder, RecorderConfig
 from recorder.sinks import FanoutSink, JsonlSink, Sink
 from recorder.store import SqlSink, StoreError, StoreUnavailable, key_secret, upgrade
+from recorder.store.calibration import warm_from
 from recorder.store.engine import display_url
 
 DEFAULT_DB = "sqlite:///recorder.db"
@@ -375,6 +377,10 @@ def run(args: argparse.Namespace) -> int:
         on_start=on_start,
     )
     metrics.watch_health(recorder.health)
+    # the estimator's calibration is kept by the stored streams: relearn it
+    if warm_from(settings.db, recorder.estimator) is None:
+        print("recorder proxy: estimator not warmed (database unreadable)", file=sys.stderr)
+    tokenizers.preload()  # a second or so, now rather than in the first request
 
     def stat(name: str) -> Callable[[], float]:
         return lambda: float(store.stats()[name])

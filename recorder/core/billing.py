@@ -26,7 +26,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from recorder.core.estimate import ESTIMATOR_VERSION, Estimator, InputCounts, OutputCounts
+from recorder.core.estimate import (
+    ESTIMATOR_VERSION,
+    Estimator,
+    InputCounts,
+    OutputCounts,
+    thinking_ms,
+)
 from recorder.core.pricing import PriceTable, price_record
 from recorder.core.protocols.base import Observations
 from recorder.core.record import StreamRecord, combine_sources
@@ -115,7 +121,7 @@ def fill_usage(record: StreamRecord, estimator: Estimator) -> None:
             out = OutputCounts.from_breakdown(record.output_breakdown, record.tool_calls)
         else:  # a record from before breakdowns were kept: all of it as ASCII text
             out = OutputCounts(latin=record.output_chars, tool_calls=record.tool_calls)
-        estimate = estimator.output(model, record.endpoint, out)
+        estimate = estimator.output(model, record.endpoint, out, thinking_ms=thinking_ms(record))
         record.output_tokens = max(estimate.tokens, _provisional_output(record))
         if record.reasoning_tokens is None:
             record.reasoning_tokens = estimate.reasoning_tokens

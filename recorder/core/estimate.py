@@ -25,14 +25,23 @@ Output tokens, two methods (``Estimate.method`` names the one used):
 Both add a fixed number of tokens per tool call (the call's name and framing,
 never streamed as argument characters). Reasoning a provider does not stream
 (OpenAI's reasoning models stream at most a summary, which is not billed as
-output) cannot be estimated from what was received: the figure is then a lower
-bound, and the method says ``hidden-reasoning``.
+output) is not in what was received; what the stream does show is how long the
+model thought before its first output (:func:`thinking_ms`). Completed streams
+of the model teach its rate (reasoning tokens per second of that time); a cut
+stream's hidden reasoning is its thinking time at that rate
+(``+reasoning-from-time``). Without a learned rate the figure is a lower bound,
+and the method says ``+hidden-reasoning``.
+
+Claude Opus 4.7 and later count with a newer tokenizer that makes more tokens of
+the same text: they are a family of their own (``anthropic-new``), with their
+own ratios and calibration.
 
 Input tokens: the request's text characters by the same kinds, tool and schema
 definitions as ``tool`` characters, plus framing per message and per request,
 Anthropic's tool-use system prompt when tools are defined, and a default per
-image (dimensions are not read). A tokenizer, when one is available without a
-download (``recorder.tokenizers``), counts the text exactly instead.
+image (dimensions are not read). The model's own tokenizer, when one is
+installed that needs no download (``recorder.tokenizers``: OpenAI's), counts
+the text exactly instead.
 
 Calibration (:class:`Calibration`): the built-in ratios (:data:`PROFILES`)
 are a fallback. Every completed record whose usage was reported teaches the
@@ -43,9 +52,11 @@ its family, the built-in default. The built-in OpenAI ratios were measured with
 the o200k_base and cl100k_base vocabularies on sample texts in ten languages;
 the Anthropic ASCII and tool ratios and the overheads were fitted to the real
 captured streams in ``tests/fixtures``; Anthropic's non-Latin ratios are
-unmeasured guesses (no Claude tokenizer is public) until calibration replaces
-them. ``bench/measure_estimator.py`` measures the error; ``docs/billing.md``
-states it.
+unmeasured guesses (no current Claude tokenizer is public) until calibration
+replaces them. The calibration is not saved apart: the store's completed
+streams hold what it learns from, and a proxy relearns it from them at start-up
+(``recorder.store.calibration``). ``bench/measure_estimator.py`` measures the
+error; ``docs/billing.md`` states it.
 """
 
 from __future__ import annotations
@@ -62,7 +73,7 @@ import orjson
 
 from recorder.core.record import StreamRecord
 
-ESTIMATOR_VERSION = "e1"
+ESTIMATOR_VERSION = "e2"
 KINDS = ("latin", "alphabetic", "cjk", "tool")
 # A model whose reasoning is never streamed in full: an estimate from what was
 # received misses it.
@@ -104,6 +115,11 @@ PROFILES: dict[str, Profile] = {
     # cjk are guesses close to cl100k's until calibrated; 346 tokens is the
     # tool-use system prompt Anthropic documents for tool_choice auto.
     "anthropic": Profile(3.6, 2.0, 1.0, 3.0, 40, 3, False, 4, 8, 346, 1600),
+    # Claude Opus 4.7 and later (Claude 5, ...): a new tokenizer that makes more
+    # tokens of the same text. ASCII fitted on the one large captured stream (2.41
+    # characters a token, 1.47 times Claude 4.5's); the others are Claude's divided
+    # by about 1.3 (what Anthropic states) until calibration replaces them.
+    "anthropic-new": Profile(2.45, 1.55, 0.8, 2.3, 50, 3, False, 5, 10, 450, 2100),
     # Anything else (DeepSeek, xAI, open models behind an OpenAI-style server).
     "default": Profile(4.0, 2.5, 1.2, 3.0, 10, 0, True, 4, 3, 0, 765),
 }
@@ -125,12 +141,26 @@ def model_base(model: str) -> str:
     return _SNAPSHOT.sub("", name) or name
 
 
+# "claude-opus-4-7" -> (4, 7); "claude-3-5-sonnet" -> (3, 5); "claude-sonnet-5" -> (5, 0)
+_CLAUDE_VERSION = re.compile(r"claude-(?:[a-z]+-)?(\d{1,2})(?:[-.](\d{1,2})(?!\d))?")
+# the first Claude version counted by the new tokenizer
+NEW_CLAUDE_TOKENIZER = (4, 7)
+
+
+def _claude_family(name: str) -> str:
+    found = _CLAUDE_VERSION.search(name)
+    if found is None:
+        return "anthropic"
+    version = (int(found.group(1)), int(found.group(2) or 0))
+    return "anthropic-new" if version >= NEW_CLAUDE_TOKENIZER else "anthropic"
+
+
 def family_for(model: str | None, endpoint: str | None = None) -> str:
     """The :data:`PROFILES` key for a model (by name, else by the endpoint's provider)."""
     if model:
         name = model_base(model)
-        if name.startswith("claude") or "claude" in name:
-            return "anthropic"
+        if "claude" in name:
+            return _claude_family(name)
         if _HIDDEN_REASONING.match(name):
             return "openai-reasoning"
         if name.startswith(("gpt-4o", "gpt-4.1", "gpt-4.5", "chatgpt", "gpt-oss")):
@@ -416,6 +446,22 @@ class _Walker:
 
 # -- estimates ------------------------------------------------------------------
 
+# Shorter thinking times are mostly network and queueing: no rate is learned from them.
+_MIN_THINKING_MS = 200.0
+
+
+def thinking_ms(record: StreamRecord) -> float | None:
+    """The time a model spent before its first visible output, in milliseconds.
+
+    From the stream's first event to its first output delta; for a stream cut
+    before any output, to the end. None when the record was not timed (a replay).
+    """
+    start = record.first_event_ms
+    end = record.ttft_ms if record.ttft_ms is not None else record.duration_ms
+    if start is None or end is None or end <= start:
+        return None
+    return end - start
+
 
 @dataclass(frozen=True, slots=True)
 class Estimate:
@@ -462,11 +508,18 @@ class Calibration:
         """Learn that ``chars`` of ``kind`` made ``tokens`` (one record's worth)."""
         if chars <= 0 or tokens <= 0:
             return
+        self.add_value(
+            scope, direction, kind, min(self.max_ratio, max(self.min_ratio, chars / tokens))
+        )
+
+    def add_value(self, scope: str, direction: str, kind: str, ratio: float) -> None:
+        """Learn one record's value of ``(scope, direction, kind)`` as it is (not clamped)."""
+        if not ratio > 0:
+            return
         key = (scope, direction, kind)
         values = self.ratios.get(key)
         if values is None:
             values = self.ratios[key] = deque(maxlen=self.window)
-        ratio = min(self.max_ratio, max(self.min_ratio, chars / tokens))
         order = self._sorted.get(key)
         if order is not None:
             if len(values) == values.maxlen:  # the oldest leaves the window
@@ -547,8 +600,28 @@ class Estimator:
             ratios[kind] = value
         return ratios, learned
 
-    def output(self, model: str | None, endpoint: str | None, counts: OutputCounts) -> Estimate:
-        """Output tokens of a stream whose output usage was not reported."""
+    def reasoning_rate(self, model: str | None, family: str) -> float | None:
+        """Hidden reasoning tokens per second of thinking time, learned; None if unknown."""
+        if model:
+            rate = self.calibration.ratio(model_base(model), "reasoning", "per_second")
+            if rate is not None:
+                return rate
+        return self.calibration.ratio(family, "reasoning", "per_second")
+
+    def output(
+        self,
+        model: str | None,
+        endpoint: str | None,
+        counts: OutputCounts,
+        *,
+        thinking_ms: float | None = None,
+    ) -> Estimate:
+        """Output tokens of a stream whose output usage was not reported.
+
+        ``thinking_ms`` (:func:`thinking_ms`) is the time the model spent before
+        its first visible output: for a model that hides its reasoning, that time
+        at the rate its completed streams showed estimates the hidden reasoning.
+        """
         family = family_for(model, endpoint)
         profile = PROFILES[family]
         ratios, learned = self._ratios(model, family, "output")
@@ -587,10 +660,17 @@ class Estimator:
         if counts.reasoning and counts.text:
             reasoning = min(tokens, round(text_part * counts.reasoning / counts.text))
         if hides_reasoning(model, endpoint):
-            method += "+hidden-reasoning"
+            rate = self.reasoning_rate(model, family) if thinking_ms else None
+            if rate is not None and thinking_ms:
+                hidden = round(rate * thinking_ms / 1000.0)
+                tokens += hidden
+                reasoning = (reasoning or 0) + hidden
+                method += "+reasoning-from-time"
+            else:
+                method += "+hidden-reasoning"
         elif (
             counts.reasoning
-            and family == "anthropic"
+            and family.startswith("anthropic")
             and not _FULL_THINKING.match(model_base(model or ""))
         ):
             method += "+summarised-thinking"  # billed for the full thinking, shown a summary
@@ -645,6 +725,16 @@ class Estimator:
                     "tool": counts.tool,
                 }
                 self._learn(scopes, family, "output", chars, record.output_tokens - overhead)
+        if (
+            record.output_source == "reported"
+            and (record.reasoning_tokens or 0) > 0
+            and hides_reasoning(model, record.endpoint)
+        ):
+            elapsed = thinking_ms(record)
+            if elapsed is not None and elapsed >= _MIN_THINKING_MS:
+                rate = (record.reasoning_tokens or 0) / (elapsed / 1000.0)
+                for scope in scopes:
+                    self.calibration.add_value(scope, "reasoning", "per_second", rate)
         inp = record.input_breakdown
         if (
             record.input_source == "reported"

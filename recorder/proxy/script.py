@@ -19,11 +19,13 @@ from typing import Any
 
 from mitmproxy import exceptions
 
+from recorder import tokenizers
 from recorder.core.pricing import PriceTableError
 from recorder.prices import load_price_file
 from recorder.proxy.addon import Recorder, RecorderConfig
 from recorder.sinks import MemorySink
 from recorder.store import SqlSink, StoreError, StoreUnavailable, key_secret, upgrade
+from recorder.store.calibration import warm_from
 
 
 class ScriptRecorder(Recorder):
@@ -76,4 +78,7 @@ class ScriptRecorder(Recorder):
             self.sink = SqlSink(db, spool, upgrade=not ready)
         except (PriceTableError, StoreError, OSError) as e:
             raise exceptions.OptionsError(f"recorder: {e}") from e
+        # as `recorder proxy` does: the stored streams' calibration, the vocabularies
+        warm_from(db, self.estimator)
+        tokenizers.preload()
         self._configured = True

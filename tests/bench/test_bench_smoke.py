@@ -9,6 +9,7 @@ in docs/performance.md.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -39,3 +40,19 @@ def test_bench_runs_and_its_checks_hold(argv: list[str]) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "FAILED" not in proc.stdout
     assert "|" in proc.stdout or "record:" in proc.stdout  # it reported figures
+
+
+def test_estimator_measurement_runs_on_every_capture() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "measure_estimator.py"), "--json", "--cuts", "1"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=BENCH.parent,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    # every capture's reported responses, each estimated once held out
+    assert result["summary"]["calibrated_visible"]["n"] == len(result["rows"]) >= 97
+    families = set(result["summary"]["calibrated_by_family"])
+    assert {"openai", "anthropic", "anthropic-new"} <= families

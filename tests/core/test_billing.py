@@ -129,7 +129,7 @@ def test_cut_anthropic_stream_keeps_exact_input_and_estimates_output() -> None:
     assert rec.usage_source == "mixed"
     expected_output = round(100 + PROFILES["anthropic"].response_tokens)
     assert rec.output_tokens == expected_output  # not the provisional 1
-    assert rec.estimate_method == "e1;output:chars/default"
+    assert rec.estimate_method == "e2;output:chars/default"
     assert rec.service_tier == "standard"
     cost = (
         100 * Decimal(3) + 1000 * Decimal("0.3") + 300 * Decimal("3.75") + 200 * Decimal(6)
@@ -196,7 +196,7 @@ def test_chat_without_include_usage_is_estimated_and_billed() -> None:
     assert rec.output_tokens == 4  # one token per delta
     p = PROFILES["openai-o200k"]
     assert rec.input_tokens == round(100 + p.message_tokens + p.request_tokens)
-    assert rec.estimate_method == "e1;input:chars/default;output:deltas"
+    assert rec.estimate_method == "e2;input:chars/default;output:deltas"
     assert rec.input_breakdown is not None and rec.input_breakdown["latin"] == 400
     assert rec.cost_usd == f"{(rec.input_tokens * Decimal('2.5') + 4 * 10) / M:.12f}"
     assert rec.price_version == "test:gpt-4o@2026-11-30"
@@ -243,7 +243,7 @@ def test_responses_web_search_and_hidden_reasoning() -> None:
     profile = PROFILES["openai-reasoning"]
     # three deltas, the message's framing, and the search call's (a tool call)
     assert rec.output_tokens == 3 + profile.response_tokens + profile.call_tokens
-    assert rec.estimate_method == "e1;output:deltas+hidden-reasoning"
+    assert rec.estimate_method == "e2;output:deltas+hidden-reasoning"
     assert rec.input_source == "none" and rec.usage_source == "mixed"
     assert rec.output_breakdown is not None and rec.output_breakdown["summary"] == len("Searching…")
     cost = rec.output_tokens * Decimal(2) / M + Decimal("0.01")
@@ -318,7 +318,7 @@ def test_completed_records_teach_the_estimator() -> None:
     cut = run(
         "messages", sse([ANTHROPIC_START, text_delta("z" * 100)], named=True), estimator=estimator
     )
-    assert cut.estimate_method == "e1;output:chars/calibrated"
+    assert cut.estimate_method == "e2;output:chars/calibrated"
     assert cut.output_tokens == 50 + PROFILES["anthropic"].response_tokens
 
 
@@ -348,7 +348,7 @@ def test_real_capture_estimate_matches_its_reported_usage() -> None:
     reported.output_source = "none"
     complete_usage(reported, meter.interpreter.obs, None, PRICES, None)
     assert reported.output_tokens == 177
-    assert reported.estimate_method == "e1;output:deltas"
+    assert reported.estimate_method == "e2;output:deltas"
 
 
 @pytest.mark.parametrize("endpoint", ["chat.completions", "responses", "messages"])
@@ -357,3 +357,89 @@ def test_empty_stream_estimates_zero_output(endpoint: str) -> None:
     assert rec.output_tokens == 0 and rec.output_source == "estimated"
     assert isinstance(rec.input_breakdown, dict)
     assert InputCounts.from_breakdown(rec.input_breakdown).messages == 0
+
+
+# -- hidden reasoning, from the time the model spent before visible output -----
+
+RESPONSE_CREATED = {"type": "response.created", "response": {"id": "r", "model": "gpt-5-mini"}}
+
+
+def timed_responses(
+    estimator: Estimator, *, thinking_s: float, reasoning_tokens: int | None
+) -> StreamRecord:
+    """A Responses stream of gpt-5-mini: created at t=0.5 s, its first text
+    ``thinking_s`` later; completed with usage when ``reasoning_tokens`` is given,
+    else cut after the text."""
+    meter = StreamMeter("responses", record=StreamRecord(model="gpt-5-mini"), start=0.0)
+    meter.headers(0.4, 200)
+    meter.feed(sse([RESPONSE_CREATED], named=True), 0.5)
+    text = [{"type": "response.output_text.delta", "delta": w} for w in ("The", " answer", ".")]
+    meter.feed(sse(text, named=True), 0.5 + thinking_s)
+    ending = "client_disconnect"
+    if reasoning_tokens is not None:
+        usage = {
+            "input_tokens": 10,
+            "output_tokens": reasoning_tokens + 3,
+            "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+        }
+        done = {"type": "response.completed", "response": {"id": "r", "usage": usage}}
+        meter.feed(sse([done], named=True), 0.6 + thinking_s)
+        ending = "eof"
+    rec = meter.finish(0.7 + thinking_s, ending=ending)
+    complete_usage(rec, meter.interpreter.obs, None, PRICES, estimator)
+    return rec
+
+
+def test_hidden_reasoning_of_a_cut_stream_is_estimated_from_thinking_time() -> None:
+    estimator = Estimator(Calibration(min_samples=3))
+    # completed streams of the model: 200 reasoning tokens per second of thinking
+    for seconds in (2.0, 4.0, 8.0):
+        done = timed_responses(estimator, thinking_s=seconds, reasoning_tokens=int(200 * seconds))
+        assert done.output_source == "reported"
+    cut = timed_responses(estimator, thinking_s=5.0, reasoning_tokens=None)
+    profile = PROFILES["openai-reasoning"]
+    assert cut.output_source == "estimated"
+    assert cut.estimate_method == "e2;output:deltas+reasoning-from-time"
+    assert cut.reasoning_tokens == 1000
+    assert cut.output_tokens == 3 + profile.response_tokens + 1000
+
+
+def test_without_a_learned_rate_hidden_reasoning_stays_a_lower_bound() -> None:
+    estimator = Estimator(Calibration(min_samples=3))
+    # two completed streams are not enough to learn from; a replay has no timings
+    for seconds in (2.0, 4.0):
+        timed_responses(estimator, thinking_s=seconds, reasoning_tokens=int(200 * seconds))
+    cut = timed_responses(estimator, thinking_s=5.0, reasoning_tokens=None)
+    assert cut.estimate_method == "e2;output:deltas+hidden-reasoning"
+    assert cut.reasoning_tokens is None
+    timed_responses(estimator, thinking_s=8.0, reasoning_tokens=1600)
+    replay = run(
+        "responses",
+        sse([RESPONSE_CREATED], named=True),
+        ending="truncated",
+        model="gpt-5-mini",
+        estimator=estimator,
+    )
+    assert replay.estimate_method == "e2;output:chars/default+hidden-reasoning"
+
+
+def test_a_newer_claude_counts_its_own_tokens() -> None:
+    # the same text: Claude Opus 4.7's tokenizer makes about 1.3 times the tokens
+    start = {
+        **ANTHROPIC_START,
+        "message": {**ANTHROPIC_START["message"], "model": "claude-opus-4-7"},
+    }
+    old = run("messages", sse([ANTHROPIC_START, text_delta("word " * 200)], named=True))
+    new = run("messages", sse([start, text_delta("word " * 200)], named=True))
+    assert old.output_tokens is not None and new.output_tokens is not None
+    assert new.output_tokens >= 1.3 * old.output_tokens
+    # and they are calibrated apart
+    estimator = Estimator(Calibration(min_samples=1))
+    done = [
+        text_delta("y" * 1000),
+        {"type": "message_delta", "delta": {}, "usage": {"output_tokens": 403}},
+        {"type": "message_stop"},
+    ]
+    run("messages", sse([start, *done], named=True), estimator=estimator)
+    assert estimator.calibration.ratio("anthropic-new", "output", "latin") == 2.5
+    assert estimator.calibration.samples("anthropic", "output", "latin") == 0

@@ -12,8 +12,10 @@ import sqlalchemy as sa
 from mitmproxy import exceptions
 from mitmproxy.test import taddons
 
+from recorder.core.record import StreamRecord
 from recorder.proxy.script import ScriptRecorder
 from recorder.simulate import run_in_thread
+from recorder.store import SqlSink, upgrade
 from tests.e2e.conftest import free_port
 
 ROOT = Path(__file__).parents[2]
@@ -80,3 +82,29 @@ def test_mitmdump_with_the_script_records_to_sqlite(tmp_path: Path) -> None:
     with sa.create_engine(f"sqlite:///{db}").connect() as conn:
         rows = conn.execute(sa.text("SELECT outcome, output_tokens FROM streams")).all()
     assert len(rows) == 1 and rows[0][0] == "completed" and rows[0][1] > 0
+
+
+def test_the_script_estimates_with_the_stored_calibration(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path}/x.db"
+    upgrade(db)
+    sink = SqlSink(db, str(tmp_path / "spool"))
+    for i in range(25):  # an earlier run's Claude streams: 2 characters a token
+        sink.submit(
+            StreamRecord(
+                id=f"00000000-0000-0000-0000-{i:012d}",
+                started_at=f"2026-11-30T00:00:{i:02d}.000Z",
+                endpoint="messages",
+                model="claude-sonnet-4-5",
+                outcome="completed",
+                output_tokens=1003,
+                output_source="reported",
+                usage_source="reported",
+                output_breakdown={"latin": 2000},
+            )
+        )
+    sink.close()
+    addon = ScriptRecorder()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, recorder_db=db, recorder_spool_dir=str(tmp_path))
+        assert addon.estimator.calibration.ratio("claude-sonnet-4-5", "output", "latin") == 2.0
+        addon.sink.close()
