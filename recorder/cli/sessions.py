@@ -12,30 +12,40 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from recorder.cli.db import CliError, add_db_option, add_filter_options, db_url, open_for_reading
-from recorder.cli.render import default_format, emit, vertical
+from recorder.cli.render import Fit, add_table_options, default_format, emit, table, vertical
 from recorder.core.record import FIELDS, StreamRecord
-from recorder.store.queries import QueryError, SessionFilter, get_stream, list_sessions, parse_when
+from recorder.store.queries import (
+    QueryError,
+    SessionFilter,
+    count_sessions,
+    get_stream,
+    list_sessions,
+    parse_when,
+)
 
 FORMATS = ("table", "json", "csv")
+# Most useful first: a narrow terminal keeps the first ones (render.table).
 TABLE_COLUMNS = (
     "id",
-    "started_at",
-    "endpoint",
     "model",
     "outcome",
     "ttft_ms",
-    "duration_ms",
-    "stalls",
-    "input",
     "output",
     "cost_usd",
+    "started_at",
+    "duration_ms",
+    "input",
+    "stalls",
+    "endpoint",
     "key",
 )
+LEGEND = "~ estimated: the provider did not report it, the recorder counted what was streamed"
 TIMELINE_WIDTH = 60
 # One lane per kind of gap, with the mark drawn over its extent.
 LANES = (("stall", "#"), ("keepalive", "~"), ("silence", "!"))
@@ -49,6 +59,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--limit", type=int, default=50, help="at most this many streams (default 50; 0: all)"
     )
     _common(p)
+    add_table_options(p)
     p.set_defaults(func=run)
 
     s = sub.add_parser("show", help="one stream in full, with its timeline of gaps and stalls")
@@ -103,16 +114,31 @@ def run_sessions(args: argparse.Namespace) -> int:
     )
     url = db_url(args)
     engine = open_for_reading(url)
+    fmt = default_format(args.format)
     try:
         records = list_sessions(engine, f)
+        matching = count_sessions(engine, f) if fmt == "table" and f.limit == len(records) else None
     except SQLAlchemyError as e:
         raise CliError(f"cannot read the store: {e.orig if hasattr(e, 'orig') else e}") from None
     finally:
         engine.dispose()
-    fmt = default_format(args.format)
     if fmt == "table":
-        emit([table_row(r) for r in records], fmt, columns=TABLE_COLUMNS)
-        if not records:
+        rows = [table_row(r) for r in records]
+        try:
+            text = table(rows, TABLE_COLUMNS, Fit.from_args(args))
+        except ValueError as e:
+            raise CliError(str(e), 2) from None
+        notes = []
+        if matching is not None and matching > len(records):
+            notes.append(
+                f"{len(records)} of {matching} matching streams shown, newest first"
+                f" (--limit N for more, --limit 0 for all)"
+            )
+        if any(str(row[c]).startswith("~") for row in rows for c in ("input", "output")):
+            notes.append(LEGEND)
+        if records:
+            sys.stdout.write("\n".join([text, *notes]) + "\n")
+        else:
             print("(no streams)", file=sys.stderr)
     else:
         emit([r.to_dict() for r in records], fmt, columns=FIELDS)
@@ -152,7 +178,8 @@ def table_row(r: StreamRecord) -> dict[str, Any]:
     """The compact row of `recorder sessions --format table`."""
     return {
         "id": r.id,
-        "started_at": (r.started_at or "").replace("T", " ")[:19],
+        # month-day and time: the year is rarely news (the full time is in JSON/CSV)
+        "started_at": (r.started_at or "").replace("T", " ")[5:19],
         "endpoint": r.endpoint,
         "model": r.model,
         "outcome": r.outcome,
@@ -161,9 +188,17 @@ def table_row(r: StreamRecord) -> dict[str, Any]:
         "stalls": r.stalls,
         "input": _tokens(r.input_tokens, r.input_source),
         "output": _tokens(r.output_tokens, r.output_source),
-        "cost_usd": r.cost_usd,
+        "cost_usd": None if r.cost_usd is None else _money(r.cost_usd),
         "key": r.api_key_id,
     }
+
+
+def _money(value: Decimal | str) -> str:
+    """A cost to the millionth of a dollar, more places only where they are not
+    zeros (the store keeps twelve: 0.000267000000 reads 0.000267)."""
+    exact = Decimal(value).normalize()
+    places = exact.as_tuple().exponent
+    return format(exact, "f") if isinstance(places, int) and places < -6 else f"{exact:.6f}"
 
 
 def _ms(value: float) -> str:
