@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from recorder.cli.render import Fit, add_table_options, command, emit
+from recorder.cli.render import add_table_options, command, emit
 
 COLUMNS = (
     "id",
@@ -104,11 +104,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return 130
     rows = [r.to_dict() for r in records]
-    try:
-        emit(rows, args.format, columns=COLUMNS, fit=Fit.from_args(args))
-    except ValueError as e:
-        print(f"recorder demo: {e}", file=sys.stderr)
-        return 2
+    emit(rows, args.format, columns=COLUMNS)
     if chatty:
         stats = sink.stats()
         db = "" if args.db == DEMO_DB else f" --db {args.db}"

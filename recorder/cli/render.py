@@ -105,6 +105,21 @@ class Fit:
         return None
 
 
+class ColumnsError(ValueError):
+    """``--columns`` names a column the table does not have."""
+
+
+# The fit of the command being run (main() sets it from --wide / --columns), so
+# that every table a command prints honours them without passing them down.
+_current = Fit()
+
+
+def use_fit(fit: Fit) -> None:
+    """Make ``fit`` the default of every table printed from now on."""
+    global _current
+    _current = fit
+
+
 def add_table_options(p: argparse.ArgumentParser) -> None:
     """``--wide`` and ``--columns`` for a command that prints tables."""
     p.add_argument(
@@ -148,18 +163,18 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], fit: Fit | Non
     shortened in the middle (``…``), then columns are left out from the end, and
     a last line names them. Numbers are right-aligned. Lines carry no colour
     unless standard output is a terminal."""
-    fit = fit or Fit()
+    fit = fit or _current
     if fit.columns is not None:
         unknown = [c for c in fit.columns if c not in columns]
         if unknown:
-            raise ValueError(
+            raise ColumnsError(
                 f"--columns: no column {', '.join(unknown)} (there are: {', '.join(columns)})"
             )
         columns = fit.columns
     cells = {c: [_cell(r.get(c)) for r in rows] for c in columns}
     natural = {c: max([cell_len(c), *(cell_len(v) for v in cells[c])]) for c in columns}
     limit = fit.terminal_width()
-    widths, shown = _fit(columns, natural, limit, keep_all=fit.columns is not None)
+    widths, shown = _widths(columns, natural, limit, keep_all=fit.columns is not None)
     hidden = [c for c in columns if c not in shown]
 
     console = Console(
@@ -194,7 +209,7 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], fit: Fit | Non
     return "\n".join(lines)
 
 
-def _fit(
+def _widths(
     columns: Sequence[str], natural: dict[str, int], limit: int | None, *, keep_all: bool
 ) -> tuple[dict[str, int], list[str]]:
     """Widths and the columns shown: as many columns as fit at their narrowest
@@ -237,7 +252,6 @@ def emit(
     *,
     single: bool = False,
     columns: Sequence[str] | None = None,
-    fit: Fit | None = None,
 ) -> None:
     """Print ``doc`` (an object when ``single``, else a list of objects)."""
     fmt = default_format(fmt)
@@ -255,7 +269,7 @@ def emit(
         out.write(vertical(doc) + "\n")
     else:
         rows = list(doc)
-        out.write(table(rows, list(columns or (rows[0].keys() if rows else [])), fit) + "\n")
+        out.write(table(rows, list(columns or (rows[0].keys() if rows else []))) + "\n")
 
 
 def _csv(value: Any) -> Any:

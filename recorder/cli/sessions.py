@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from recorder.cli.db import CliError, add_db_option, add_filter_options, db_url, open_for_reading
-from recorder.cli.render import Fit, add_table_options, default_format, emit, table, vertical
+from recorder.cli.render import add_table_options, default_format, emit, table, vertical
 from recorder.core.record import FIELDS, StreamRecord
 from recorder.store.queries import (
     QueryError,
@@ -124,10 +124,7 @@ def run_sessions(args: argparse.Namespace) -> int:
         engine.dispose()
     if fmt == "table":
         rows = [table_row(r) for r in records]
-        try:
-            text = table(rows, TABLE_COLUMNS, Fit.from_args(args))
-        except ValueError as e:
-            raise CliError(str(e), 2) from None
+        text = table(rows, TABLE_COLUMNS)
         notes = []
         if matching is not None and matching > len(records):
             notes.append(
