@@ -205,8 +205,16 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], fit: Fit | Non
             f"({len(hidden)} more column{'s' if len(hidden) > 1 else ''} left out to fit "
             f"{limit} characters: {', '.join(hidden)}; --wide or --columns to choose)"
         )
-        lines += textwrap.wrap(note, width=max(limit or 80, 20), break_on_hyphens=False)
+        lines.append(fold(note, fit))
     return "\n".join(lines)
+
+
+def fold(note: str, fit: Fit | None = None) -> str:
+    """A note under a table, folded to the width the table was fitted to."""
+    limit = (fit or _current).terminal_width()
+    if limit is None or len(note) <= limit:
+        return note
+    return "\n".join(textwrap.wrap(note, width=max(limit, 20), break_on_hyphens=False))
 
 
 def _widths(

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from recorder.cli.db import CliError, add_db_option, add_filter_options, db_url, open_for_reading
-from recorder.cli.render import add_table_options, default_format, emit, table, vertical
+from recorder.cli.render import add_table_options, default_format, emit, fold, table, vertical
 from recorder.core.record import FIELDS, StreamRecord
 from recorder.store.queries import (
     QueryError,
@@ -45,7 +45,7 @@ TABLE_COLUMNS = (
     "endpoint",
     "key",
 )
-LEGEND = "~ estimated: the provider did not report it, the recorder counted what was streamed"
+LEGEND = "~ estimated: not reported by the provider, counted from what was streamed"
 TIMELINE_WIDTH = 60
 # One lane per kind of gap, with the mark drawn over its extent.
 LANES = (("stall", "#"), ("keepalive", "~"), ("silence", "!"))
@@ -128,13 +128,13 @@ def run_sessions(args: argparse.Namespace) -> int:
         notes = []
         if matching is not None and matching > len(records):
             notes.append(
-                f"{len(records)} of {matching} matching streams shown, newest first"
-                f" (--limit N for more, --limit 0 for all)"
+                f"{len(records)} of {matching} streams shown, newest first"
+                f" (--limit N for more, 0 for all)"
             )
         if any(str(row[c]).startswith("~") for row in rows for c in ("input", "output")):
             notes.append(LEGEND)
         if records:
-            sys.stdout.write("\n".join([text, *notes]) + "\n")
+            sys.stdout.write("\n".join([text, *map(fold, notes)]) + "\n")
         else:
             print("(no streams)", file=sys.stderr)
     else:

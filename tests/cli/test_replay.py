@@ -264,9 +264,9 @@ def test_a_file_that_is_not_sse_is_one_line(
         assert main(["replay", str(path), *extra]) == 2
         out, err = capsys.readouterr()
         assert out == ""
-        assert (
-            err
-            == f"recorder replay: {path} is not an SSE body: no Server-Sent Events in it (no 'data:' or 'event:' line)\n"
+        assert err == (
+            f"recorder replay: {path} is not an SSE body: "
+            "no Server-Sent Events in it (no 'data:' or 'event:' line)\n"
         )
 
 
