@@ -272,8 +272,12 @@ def _banner(settings: Settings, confdir: str) -> object:
                     lines.append(f"    Anthropic SDK:  ANTHROPIC_BASE_URL={base}")
             else:
                 lines.append(f"  {lst.mode.split('@')[0]}  {base}")
-                lines.append(f"    any SDK:        HTTPS_PROXY={base} HTTP_PROXY={base} \\")
+                lines.append(f"    Python SDKs, curl, Go:  HTTPS_PROXY={base} \\")
                 lines.append(f"                    SSL_CERT_FILE={confdir}/mitmproxy-ca-cert.pem")
+                lines.append(
+                    "    Node's fetch ignores HTTPS_PROXY: NODE_USE_ENV_PROXY=1, or reverse mode"
+                    " (README)"
+                )
         lines.append(f"  records:  {display_url(settings.db)}  (spool: {settings.spool_dir})")
         if settings.jsonl:
             lines.append(f"            and {settings.jsonl} (JSON lines)")
