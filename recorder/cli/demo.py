@@ -13,24 +13,25 @@ import os
 import sys
 from pathlib import Path
 
-from recorder.cli.render import add_table_options, command, emit
+from recorder.cli.render import add_table_options, command, emit, fold
 
+# Most useful first: a narrow terminal keeps the first ones (render.table).
 COLUMNS = (
     "id",
-    "endpoint",
     "model",
     "outcome",
-    "finish_reason",
     "ttft_ms",
-    "duration_ms",
-    "events",
-    "keepalives",
     "stalls",
-    "output_chars",
-    "input_tokens",
+    "keepalives",
     "output_tokens",
     "usage_source",
     "cost_usd",
+    "endpoint",
+    "finish_reason",
+    "duration_ms",
+    "events",
+    "output_chars",
+    "input_tokens",
 )
 
 
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
 
     def say(line: str) -> None:
         if chatty:
-            print(line, file=sys.stderr, flush=True)
+            print(fold(line), file=sys.stderr, flush=True)
 
     if not args.keep:
         removed = _start_fresh(args.db, fingerprint(DEMO_KEY, secret))
@@ -107,20 +108,22 @@ def run(args: argparse.Namespace) -> int:
     emit(rows, args.format, columns=COLUMNS)
     if chatty:
         stats = sink.stats()
-        db = "" if args.db == DEMO_DB else f" --db {args.db}"
-        first = records[3].id if len(records) > 3 else "ID"
+        db = f" --db {args.db}"
+        # the end of an id is enough for `show` (ids of one millisecond share their start)
+        first = (records[3].id or "ID")[-12:] if len(records) > 3 else "ID"
+        hints = [
+            ("the same, from the database", command(f"sessions{db}")),
+            ("one stream and its timeline", command(f"show {first}{db}")),
+            ("your own traffic (README: pointing the SDKs at it)", command("proxy")),
+            ("metrics of the proxy", "curl -s 127.0.0.1:9464/metrics"),
+            ("what each field means", "docs/record.md"),
+        ]
         say(
             f"\n{len(records)} streams recorded ({stats['written']} written to {args.db},"
-            f" {stats['spooled']} spooled).\n"
-            "Where to look next:\n"
-            f"  the same, from the database:   {command('sessions')} --db {args.db}\n"
-            f"  one stream and its timeline:   {command('show')} {first}"
-            f"{db or ' --db ' + args.db}\n"
-            f"  your own traffic:              {command('proxy')}, then point your SDK at it"
-            " (README)\n"
-            f"  metrics of the proxy:          curl -s 127.0.0.1:9464/metrics\n"
-            "  what each field means:         docs/record.md"
+            f" {stats['spooled']} spooled).\nWhere to look next:"
         )
+        for label, line in hints:
+            say(f"  {label}\n    {line}")
     return 0
 
 

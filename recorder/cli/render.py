@@ -212,9 +212,22 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], fit: Fit | Non
 def fold(note: str, fit: Fit | None = None) -> str:
     """A note under a table, folded to the width the table was fitted to."""
     limit = (fit or _current).terminal_width()
-    if limit is None or len(note) <= limit:
+    if limit is None:
         return note
-    return "\n".join(textwrap.wrap(note, width=max(limit, 20), break_on_hyphens=False))
+    return "\n".join(
+        folded
+        for line in note.split("\n")
+        for folded in (
+            [line]
+            if cell_len(line) <= limit
+            else textwrap.wrap(
+                line,
+                width=max(limit, 20),
+                break_on_hyphens=False,
+                subsequent_indent=" " * min(len(line) - len(line.lstrip()) + 4, limit // 2),
+            )
+        )
+    )
 
 
 def _widths(

@@ -8,6 +8,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -235,3 +237,24 @@ def test_numbers_are_right_aligned() -> None:
         Fit(width=80),
     )
     assert text.splitlines() == ["name    n", "a       1", "bb    100", "c       -"]
+
+
+@pytest.mark.slow
+def test_hints_name_scripts_run_when_started_so(tmp_path: Path) -> None:
+    """`recorder` is not on PATH after the README's set-up: a hint printed under
+    `scripts/run` reads `scripts/run …`, so it runs as printed."""
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k != "RECORDER_PROG"}
+    env["RECORDER_VENV"] = str(Path(sys.executable).parent.parent)  # this suite's venv
+    missing = f"sqlite:///{tmp_path / 'missing.db'}"
+    done = subprocess.run(
+        ["scripts/run", "sessions", "--db", missing],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1
+    assert "(run `scripts/run proxy` or `scripts/run db upgrade`)" in done.stderr
+    assert not (tmp_path / "missing.db").exists()
