@@ -13,17 +13,21 @@ import argparse
 import math
 import sys
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
+from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from recorder.cli.db import CliError, add_db_option, add_filter_options, db_url, open_for_reading
 from recorder.cli.render import add_table_options, default_format, emit, fold, table, vertical
 from recorder.core.record import FIELDS, StreamRecord
+from recorder.proxy.capture import PackedBody
 from recorder.store.queries import (
     QueryError,
     SessionFilter,
     count_sessions,
+    get_body,
     get_stream,
     list_sessions,
     parse_when,
@@ -63,7 +67,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(func=run)
 
     s = sub.add_parser("show", help="one stream in full, with its timeline of gaps and stalls")
-    s.add_argument("id", help="the stream's id (or a unique prefix of it)")
+    s.add_argument("id", help="the stream's id (or a unique start or end of it)")
+    s.add_argument(
+        "--plot",
+        metavar="FILE",
+        type=Path,
+        help="draw the stream's timeline to FILE (.svg, .png or .pdf) instead of printing it",
+    )
     _common(s)
     s.set_defaults(func=run)
 
@@ -146,15 +156,20 @@ def run_show(args: argparse.Namespace) -> int:
     """`recorder show ID`: one stream with its gaps."""
     url = db_url(args)
     engine = open_for_reading(url)
+    body = None
     try:
         try:
             record = get_stream(engine, args.id)
+            if args.plot is not None and record.id is not None:
+                body = _body_if_any(engine, record.id)
         except QueryError as e:
             raise CliError(str(e)) from None
     except SQLAlchemyError as e:
         raise CliError(f"cannot read the store: {e}") from None
     finally:
         engine.dispose()
+    if args.plot is not None:
+        return _plot(record, body, args.plot)
     fmt = default_format(args.format)
     if fmt == "json":
         emit(record.to_dict(with_gaps=True), fmt, single=True)
@@ -162,6 +177,28 @@ def run_show(args: argparse.Namespace) -> int:
         emit(record.to_dict(with_gaps=True), fmt, single=True, columns=(*FIELDS, "gaps"))
     else:
         sys.stdout.write(vertical(record.to_dict()) + "\n\n" + timeline(record) + "\n")
+    return 0
+
+
+def _body_if_any(engine: Engine, ident: str) -> PackedBody | None:
+    try:
+        return get_body(engine, ident)[1]
+    except QueryError:  # no body captured: the picture shows phases and gaps only
+        return None
+
+
+def _plot(record: StreamRecord, body: PackedBody | None, path: Path) -> int:
+    from recorder.cli.plot import FORMATS, arrivals, draw
+
+    if path.suffix.lower() not in FORMATS:
+        raise CliError(f"--plot {path}: give a .svg, .png or .pdf file", 2)
+    seen = arrivals(body, record.endpoint) if body is not None and record.endpoint else None
+    try:
+        draw(record, path, seen)
+    except OSError as e:
+        raise CliError(f"--plot {path}: {e.strerror or e}") from None
+    what = "with its events" if seen is not None else "phases and gaps (no captured body)"
+    print(f"recorder show: {record.id} drawn to {path}, {what}", file=sys.stderr)
     return 0
 
 
