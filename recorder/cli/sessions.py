@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from recorder.cli.db import CliError, add_db_option, add_filter_options, db_url, open_for_reading
 from recorder.cli.render import add_table_options, default_format, emit, fold, table, vertical
+from recorder.core import money
 from recorder.core.record import FIELDS, StreamRecord
 from recorder.proxy.capture import PackedBody
 from recorder.store.queries import (
@@ -222,17 +222,9 @@ def table_row(r: StreamRecord) -> dict[str, Any]:
         "stalls": r.stalls,
         "input": _tokens(r.input_tokens, r.input_source),
         "output": _tokens(r.output_tokens, r.output_source),
-        "cost_usd": None if r.cost_usd is None else _money(r.cost_usd),
+        "cost_usd": None if r.cost_usd is None else money.display(r.cost_usd),
         "key": r.api_key_id,
     }
-
-
-def _money(value: Decimal | str) -> str:
-    """A cost to the millionth of a dollar, more places only where they are not
-    zeros (the store keeps twelve: 0.000267000000 reads 0.000267)."""
-    exact = Decimal(value).normalize()
-    places = exact.as_tuple().exponent
-    return format(exact, "f") if isinstance(places, int) and places < -6 else f"{exact:.6f}"
 
 
 def _ms(value: float) -> str:

@@ -69,14 +69,16 @@ def transcript(
             stamp = f"{at * 1000:>10.1f} {delta * 1000:>9.1f}  "
             if isinstance(item, Comment):
                 t.keepalives += 1
-                t.lines.append(f"{stamp}: {item.text}    [keepalive]")
+                t.lines.append(f"{stamp}:{item.text}    [keepalive]")
                 continue
             if isinstance(item, FramingIssue):
                 t.lines.append(f"{stamp}!! {item.kind.replace('_', ' ')} ({item.size} bytes)")
                 continue
             t.events += 1
-            line = stamp + _event_text(item)
             found = _output(item, endpoint)
+            # an output event shows its output (the rest of it is the same every
+            # time); any other shows its data
+            line = stamp + (_output_text(item, found) if found else _event_text(item))
             if found:
                 if last_output is not None and at - last_output >= stall_after:
                     t.stalls += 1
@@ -94,6 +96,14 @@ def _event_text(event: Event) -> str:
     if len(text) > EVENT_WIDTH:
         text = text[: EVENT_WIDTH - 1] + "…"
     return f"{name}{text}"
+
+
+def _output_text(event: Event, found: list[tuple[str, str]]) -> str:
+    name = f"{event.event} " if event.event != "message" else ""
+    shown = "  ".join(f"{kind}: {orjson.dumps(text).decode()}" for kind, text in found)
+    if len(shown) > EVENT_WIDTH:
+        shown = shown[: EVENT_WIDTH - 1] + "…"
+    return f"{name}{shown}"
 
 
 def _output(event: Event, endpoint: str) -> list[tuple[str, str]]:
@@ -141,6 +151,8 @@ def _output(event: Event, endpoint: str) -> list[tuple[str, str]]:
             _add(found, _TEXT, delta.get("text"))
             _add(found, _TOOL, delta.get("partial_json"))
             _add(found, _REASONING, delta.get("thinking"))
+            if delta.get("type") == "compaction_delta":  # a summary the model wrote
+                _add(found, _TEXT, delta.get("content"))
     return found
 
 
