@@ -84,7 +84,7 @@ def test_sessions_fit_the_terminal(
     rows = lines[1:51]
     assert len(rows) == 50 and all(not line.startswith("(") for line in rows)
     hidden = [c for c in sessions.TABLE_COLUMNS if c not in header]
-    text = " ".join(lines[51:])
+    text = " ".join(" ".join(lines[51:]).split())  # the notes, unfolded
     if hidden:
         assert f"left out to fit {width} characters: {', '.join(hidden)}" in text
         assert "--wide or --columns" in text
