@@ -2,14 +2,34 @@
 
 from __future__ import annotations
 
+import csv
+import fcntl
+import io
 import json
+import os
+import pty
+import re
+import select
+import shlex
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
 from pathlib import Path
 
 import pytest
+from rich.cells import cell_len
 
+from recorder.cli import demo as demo_cli
 from recorder.cli.main import main
 from recorder.demo import SCENARIOS, run_demo
 from recorder.sinks import MemorySink
+from recorder.store.writer import SqlSink
+from tests.store.storedb import simple_record
+
+CONSOLE_SCRIPT = Path(sys.executable).parent / "recorder"
 
 EXPECTED = [
     "completed",
@@ -54,3 +74,129 @@ def test_cli_prints_one_json_document(
     stored = json.loads(capsys.readouterr().out)
     assert sorted(r["id"] for r in stored) == sorted(r["id"] for r in rows)
     assert b"sk-demo" not in db.read_bytes()
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "RECORDER_PROG")}
+    env.update(HOME=str(home), RECORDER_KEY_SECRET="")
+    return env
+
+
+def _in_a_terminal(argv: list[str], cwd: Path, env: dict[str, str], width: int) -> str:
+    """Run ``argv`` with a pseudo-terminal of ``width`` columns as its stdout and
+    stderr, as a person's shell would; return what the screen received."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, width, 0, 0))
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=slave, stdout=slave, stderr=slave)
+    os.close(slave)
+    chunks = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.5)
+        if ready:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+        elif proc.poll() is not None:
+            break
+    os.close(master)
+    assert proc.wait(timeout=30) == 0
+    return re.sub(r"\x1b\[[0-9;]*m", "", b"".join(chunks).decode()).replace("\r\n", "\n")
+
+
+@pytest.mark.slow
+def test_demo_is_for_people_piped_or_in_a_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Piped, the demo prints its table and hints (not 900 lines of JSON); in an
+    80-column terminal no line is wider; every hint runs as printed; each run
+    starts fresh (other keys' records untouched), --keep appends; the CSV has ids."""
+    env = _env(tmp_path)
+    url = "sqlite:///recorder-demo.db"
+    # someone else's record in the demo's database is never removed
+    foreign = simple_record(1)
+    sink = SqlSink(f"sqlite:///{tmp_path / 'recorder-demo.db'}", tmp_path / "spool")
+    sink.submit(foreign)
+    sink.close()
+
+    piped = subprocess.run(
+        [str(CONSOLE_SCRIPT), "demo"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert piped.returncode == 0, piped.stderr
+    lines = piped.stdout.splitlines()
+    assert lines[0].split() == list(demo_cli.COLUMNS)  # a pipe gets every column
+    assert len(lines) == 1 + len(EXPECTED)
+    assert [line.split()[2] for line in lines[1:]] == EXPECTED
+    assert "Where to look next" in piped.stderr
+
+    # every hint runs as printed, from where the demo ran
+    monkeypatch.chdir(tmp_path)
+    after = piped.stderr.split("Where to look next:", 1)[1]
+    hints = [h.strip() for h in after.splitlines() if h.strip().startswith("recorder ")]
+    assert {h.split()[1] for h in hints} == {"sessions", "show", "proxy"}
+    for hint in hints:
+        if hint.split()[1] == "proxy":
+            continue  # a server: its own tests start it
+        argv = shlex.split(hint)[1:]
+        assert main([*argv, "--format", "json"]) == 0, hint
+        out = capsys.readouterr().out
+        doc = json.loads(out)
+        if argv[0] == "show":
+            assert doc["stalls"] == 1  # the demo points at its stall
+        else:
+            assert len(doc) == len(EXPECTED) + 1
+
+    screen = _in_a_terminal([str(CONSOLE_SCRIPT), "demo"], tmp_path, env, 80)
+    assert "starting fresh, 12 records of earlier demos removed" in screen
+    assert max(cell_len(line) for line in screen.splitlines()) <= 80
+    assert "left out to fit 80 characters" in screen and "Where to look next" in screen
+
+    assert main(["demo", "--db", url, "--keep", "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert next(iter(rows[0])) == "id" and all(r["id"] for r in rows)
+    assert main(["sessions", "--db", url, "--format", "json", "--limit", "0"]) == 0
+    stored = json.loads(capsys.readouterr().out)
+    assert len(stored) == 2 * len(EXPECTED) + 1  # this run and the terminal's, and the other
+    assert foreign.id in {s["id"] for s in stored}
+
+
+def test_demo_piped_as_json_is_one_document_without_hints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert main(["demo", "--format", "json", "--db", f"sqlite:///{tmp_path / 'd.db'}"]) == 0
+    out, err = capsys.readouterr()
+    assert [r["outcome"] for r in json.loads(out)] == EXPECTED
+    assert err == ""
+
+
+@pytest.mark.slow
+def test_an_interrupted_demo_says_so(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [str(CONSOLE_SCRIPT), "demo"],
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # a shell's background job ignores SIGINT; a person's Ctrl-C does not
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert proc.stderr is not None
+    line = ""
+    deadline = time.monotonic() + 60
+    while "[ 3/12]" not in line and time.monotonic() < deadline:
+        line = proc.stderr.readline()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert re.search(r"recorder demo: interrupted; \d+ records written to", err), err

@@ -20,7 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from recorder import audit
 from recorder.cli.db import CliError, add_db_option, add_filter_options, db_url, open_for_reading
-from recorder.cli.render import default_format, emit, table
+from recorder.cli.render import add_table_options, default_format, emit, table
 from recorder.store.queries import QueryError, SessionFilter, parse_when
 
 FORMATS = ("table", "json", "csv", "parquet")
@@ -71,6 +71,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--output", "-o", metavar="FILE", help="write to FILE instead of standard output"
     )
+    add_table_options(p)
     p.set_defaults(func=run)
 
 

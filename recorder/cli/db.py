@@ -19,6 +19,7 @@ from pathlib import Path
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from recorder.cli.render import command
 from recorder.store.engine import (
     StoreError,
     display_url,
@@ -89,7 +90,9 @@ def open_for_reading(url: str) -> Engine:
     try:
         path = sqlite_path(url)
         if path is not None and not Path(path).expanduser().is_file():
-            raise CliError(f"no database at {path} (run `recorder proxy` or `recorder db upgrade`)")
+            raise CliError(
+                f"no database at {path} (run `{command('proxy')}` or `{command('db upgrade')}`)"
+            )
         engine = make_engine(url)
     except StoreError as e:
         raise CliError(str(e), 2) from None
@@ -101,7 +104,9 @@ def open_for_reading(url: str) -> Engine:
         raise CliError(f"cannot read {display_url(url)}: {_first_line(e)}") from None
     if rev is None:
         engine.dispose()
-        raise CliError(f"{display_url(url)} holds no recorder tables (run `recorder db upgrade`)")
+        raise CliError(
+            f"{display_url(url)} holds no recorder tables (run `{command('db upgrade')}`)"
+        )
     return engine
 
 

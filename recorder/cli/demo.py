@@ -1,5 +1,10 @@
 """`recorder demo`: simulator + proxy on free ports + traffic through the official
-SDKs, then a summary of what was recorded and where to look next."""
+SDKs, then a summary of what was recorded and where to look next.
+
+The demo is for people: it prints its table and hints also when its output is
+piped (``--format json`` or ``csv`` for the records themselves). Each run starts
+fresh: the records an earlier demo sent with the demo's key are removed first
+(``--keep`` appends instead); nothing else in the database is touched."""
 
 from __future__ import annotations
 
@@ -8,23 +13,25 @@ import os
 import sys
 from pathlib import Path
 
-from recorder.cli.render import emit
+from recorder.cli.render import add_table_options, command, emit, fold
 
+# Most useful first: a narrow terminal keeps the first ones (render.table).
 COLUMNS = (
-    "endpoint",
+    "id",
     "model",
     "outcome",
-    "finish_reason",
     "ttft_ms",
-    "duration_ms",
-    "events",
-    "keepalives",
     "stalls",
-    "output_chars",
-    "input_tokens",
+    "keepalives",
     "output_tokens",
     "usage_source",
     "cost_usd",
+    "endpoint",
+    "finish_reason",
+    "duration_ms",
+    "events",
+    "output_chars",
+    "input_tokens",
 )
 
 
@@ -43,14 +50,26 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=DEMO_DB,
         help=f"where the demo's records go (default {DEMO_DB}, apart from your own)",
     )
-    p.add_argument("--format", choices=("table", "json", "csv"), default=None)
+    p.add_argument(
+        "--format",
+        choices=("table", "json", "csv"),
+        default="table",
+        help="table (default, also when piped) and hints; json or csv: the records alone",
+    )
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="append to the records of earlier demos (default: start fresh)",
+    )
+    add_table_options(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Execute `recorder demo`."""
     from recorder.cli.proxy import open_store
-    from recorder.demo import SCENARIOS, run_demo
+    from recorder.demo import DEMO_KEY, SCENARIOS, run_demo
+    from recorder.keys import fingerprint
 
     spool_dir = Path.cwd()
     if args.db.startswith("sqlite:///") and args.db[len("sqlite:///") :] not in ("", ":memory:"):
@@ -59,26 +78,67 @@ def run(args: argparse.Namespace) -> int:
     if opened is None:
         return 1
     secret, sink = opened
-    chatty = (args.format is None and sys.stdout.isatty()) or args.format == "table"
-    say = (lambda line: print(line, file=sys.stderr, flush=True)) if chatty else None
-    if say:
-        say(f"recorder demo: {len(SCENARIOS)} requests through the official SDKs, via the proxy")
+    chatty = args.format == "table"
+
+    def say(line: str) -> None:
+        if chatty:
+            print(fold(line), file=sys.stderr, flush=True)
+
+    if not args.keep:
+        removed = _start_fresh(args.db, fingerprint(DEMO_KEY, secret))
+        if removed:
+            say(
+                f"recorder demo: starting fresh, {removed} records of earlier demos removed"
+                " (--keep appends)"
+            )
+    say(f"recorder demo: {len(SCENARIOS)} requests through the official SDKs, via the proxy")
     confdir = os.path.expanduser("~/.mitmproxy")
-    records = run_demo(sink, secret, confdir=confdir, progress=say)
+    try:
+        records = run_demo(sink, secret, confdir=confdir, progress=say if chatty else None)
+    except KeyboardInterrupt:
+        sink.close()
+        stats = sink.stats()
+        print(
+            f"\nrecorder demo: interrupted; {stats['written']} records written to {args.db}"
+            f" ({stats['spooled']} spooled)",
+            file=sys.stderr,
+        )
+        return 130
     rows = [r.to_dict() for r in records]
     emit(rows, args.format, columns=COLUMNS)
-    if say:
+    if chatty:
         stats = sink.stats()
-        db = "" if args.db == DEMO_DB else f" --db {args.db}"
-        first = records[3].id if len(records) > 3 else "ID"
+        db = f" --db {args.db}"
+        # the end of an id is enough for `show` (ids of one millisecond share their start)
+        first = (records[3].id or "ID")[-12:] if len(records) > 3 else "ID"
+        hints = [
+            ("the same, from the database", command(f"sessions{db}")),
+            ("one stream and its timeline", command(f"show {first}{db}")),
+            ("your own traffic (README: pointing the SDKs at it)", command("proxy")),
+            ("metrics of the proxy", "curl -s 127.0.0.1:9464/metrics"),
+            ("what each field means", "docs/record.md"),
+        ]
         say(
             f"\n{len(records)} streams recorded ({stats['written']} written to {args.db},"
-            f" {stats['spooled']} spooled).\n"
-            "Where to look next:\n"
-            f"  the same, from the database:   recorder sessions --db {args.db}\n"
-            f"  one stream and its timeline:   recorder show {first}{db or ' --db ' + args.db}\n"
-            "  your own traffic:              scripts/run, then point your SDK at it (README)\n"
-            "  metrics of `recorder proxy`:   curl -s 127.0.0.1:9464/metrics\n"
-            "  what each field means:         docs/record.md"
+            f" {stats['spooled']} spooled).\nWhere to look next:"
         )
+        for label, line in hints:
+            say(f"  {label}\n    {line}")
     return 0
+
+
+def _start_fresh(url: str, demo_key_id: str) -> int:
+    """Remove the records earlier demos sent with the demo key; 0 when the store
+    cannot be reached (the run still goes on: its records are spooled)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from recorder.store.engine import make_engine
+    from recorder.store.queries import forget_key
+
+    engine = make_engine(url)
+    try:
+        return forget_key(engine, demo_key_id)
+    except SQLAlchemyError:
+        return 0
+    finally:
+        engine.dispose()

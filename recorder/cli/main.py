@@ -6,7 +6,18 @@ import argparse
 import sys
 
 from recorder import __version__
-from recorder.cli import audit, db, demo, proxy, reconcile, replay, reprice, sessions, simulate
+from recorder.cli import (
+    audit,
+    db,
+    demo,
+    proxy,
+    reconcile,
+    render,
+    replay,
+    reprice,
+    sessions,
+    simulate,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,8 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    render.use_fit(render.Fit.from_args(args))
     try:
         return int(args.func(args))
+    except render.ColumnsError as e:
+        print(f"recorder {args.command}: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -89,6 +89,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="with --capture-bodies: bytes kept per stream, beyond which a body is counted "
         "and marked truncated (default 8MiB; K, M, G suffixes are powers of 1024)",
     )
+    p.add_argument(
+        "--web",
+        action="store_true",
+        default=None,
+        help="mitmweb's interface instead of the console: every metered flow with the"
+        " record's summary, stalled and broken streams marked, an 'LLM stream' view",
+    )
+    p.add_argument("--web-port", help="with --web: port of the interface (default 8090)")
     p.set_defaults(func=run)
 
 
@@ -188,6 +196,10 @@ class Settings:
         )
         self.metrics_url = ""
         self.metrics_port_bound = self.metrics_port
+        web = args.web
+        if web is None:
+            web = (_env("web") or "").lower() in ("1", "true", "yes", "on")
+        self.web_port = _port(_pick(args, "web-port", "8090"), "--web-port") if web else None
 
     def _default_spool_dir(self) -> Path:
         prefix = "sqlite:///"
@@ -265,6 +277,9 @@ def _banner(settings: Settings, confdir: str) -> object:
         for lst in listeners:
             host = f"[{lst.host}]" if ":" in lst.host else lst.host
             base = f"http://{host}:{lst.port}"
+            if lst.mode == "web":
+                lines.append(f"  web UI   {lst.url}")
+                continue
             if lst.mode.startswith("reverse:"):
                 upstream = lst.mode.split(":", 1)[1].split("@", 1)[0]
                 lines.append(f"  reverse  {base}  ->  {upstream}")
@@ -274,8 +289,12 @@ def _banner(settings: Settings, confdir: str) -> object:
                     lines.append(f"    Anthropic SDK:  ANTHROPIC_BASE_URL={base}")
             else:
                 lines.append(f"  {lst.mode.split('@')[0]}  {base}")
-                lines.append(f"    any SDK:        HTTPS_PROXY={base} HTTP_PROXY={base} \\")
+                lines.append(f"    Python SDKs, curl, Go:  HTTPS_PROXY={base} \\")
                 lines.append(f"                    SSL_CERT_FILE={confdir}/mitmproxy-ca-cert.pem")
+                lines.append(
+                    "    Node's fetch ignores HTTPS_PROXY: NODE_USE_ENV_PROXY=1, or reverse mode"
+                    " (README)"
+                )
         lines.append(f"  records:  {display_url(settings.db)}  (spool: {settings.spool_dir})")
         if settings.jsonl:
             lines.append(f"            and {settings.jsonl} (JSON lines)")
@@ -286,7 +305,7 @@ def _banner(settings: Settings, confdir: str) -> object:
             )
         lines.append(f"  metrics:  {settings.metrics_url}")
         lines += exposure_warnings(
-            [(lst.mode, lst.host, lst.port) for lst in listeners],
+            [(lst.mode, lst.host, lst.port) for lst in listeners if lst.mode != "web"],
             (settings.metrics_host, settings.metrics_port_bound),
         )
         print("\n".join(lines), flush=True)
@@ -411,6 +430,7 @@ def run(args: argparse.Namespace) -> int:
         listen_host=settings.listen_host,
         listen_port=settings.listen_port,
         confdir=confdir,
+        web_port=settings.web_port,
     )
     try:
         asyncio.run(serve(recorder, proxy, _banner(settings, confdir)))  # type: ignore[arg-type]

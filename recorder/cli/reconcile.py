@@ -21,7 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from recorder import reconcile as rc
 from recorder.cli.db import CliError, add_db_option, db_url, open_for_reading
-from recorder.cli.render import default_format, table, to_json
+from recorder.cli.render import add_table_options, default_format, table, to_json
 from recorder.store.queries import QueryError, parse_when
 
 FORMATS = ("table", "json", "csv")
@@ -132,6 +132,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=None,
         help="output format (default: table on a terminal, json otherwise)",
     )
+    add_table_options(p)
     p.set_defaults(func=run)
 
 

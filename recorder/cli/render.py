@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
+import io
 import json
+import os
+import re
+import shutil
 import sys
+import textwrap
 from collections.abc import Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
+
+from rich.cells import cell_len, set_cell_size
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+
+def command(words: str) -> str:
+    """A command line to print as a hint, in the form the user started with:
+    ``scripts/run`` exports RECORDER_PROG so that hints read ``scripts/run
+    sessions …`` where a bare ``recorder`` would not be on PATH."""
+    return f"{os.environ.get('RECORDER_PROG') or 'recorder'} {words}"
 
 
 def default_format(requested: str | None) -> str:
@@ -46,19 +65,214 @@ def vertical(doc: dict[str, Any]) -> str:
     return "\n".join(f"{k.ljust(width)}  {_cell(v)}" for k, v in doc.items())
 
 
-def table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
-    """Rows as an aligned text table."""
-    cells = [[_cell(r.get(c)) for c in columns] for r in rows]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
-    lines += [
-        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells
-    ]
+ELLIPSIS = "…"
+# Columns wider than this are shortened in the middle before any column is left
+# out: the start and the end of an id, a model or a key are what tell them apart.
+SHORTEN_TO = 16
+GAP = 2  # spaces between two columns
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """How a table meets the terminal: its width (None: ``COLUMNS`` when set, else
+    the terminal's; a table written to a file or pipe keeps every column, as
+    ``wide`` does), or the columns a user chose (``--columns``)."""
+
+    width: int | None = None
+    wide: bool = False
+    columns: tuple[str, ...] | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Fit:
+        """The fit a command's ``--wide`` / ``--columns`` ask for."""
+        chosen = getattr(args, "columns", None)
+        return cls(
+            wide=bool(getattr(args, "wide", False)),
+            columns=tuple(c.strip() for c in chosen.split(",") if c.strip()) if chosen else None,
+        )
+
+    def terminal_width(self) -> int | None:
+        """The width to fit, None for no limit."""
+        if self.wide:
+            return None
+        if self.width:
+            return self.width
+        columns = os.environ.get("COLUMNS", "")
+        if columns.isdigit() and int(columns) > 0:
+            return int(columns)
+        if sys.stdout.isatty():
+            return shutil.get_terminal_size((80, 24)).columns
+        return None
+
+
+class ColumnsError(ValueError):
+    """``--columns`` names a column the table does not have."""
+
+
+# The fit of the command being run (main() sets it from --wide / --columns), so
+# that every table a command prints honours them without passing them down.
+_current = Fit()
+
+
+def use_fit(fit: Fit) -> None:
+    """Make ``fit`` the default of every table printed from now on."""
+    global _current
+    _current = fit
+
+
+def add_table_options(p: argparse.ArgumentParser) -> None:
+    """``--wide`` and ``--columns`` for a command that prints tables."""
+    p.add_argument(
+        "--wide",
+        action="store_true",
+        help="table: every column at full width, however wide the terminal",
+    )
+    p.add_argument(
+        "--columns",
+        metavar="A,B,…",
+        help="table: these columns, in this order (names as in the header, CSV and JSON)",
+    )
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` cut in the middle to ``width`` terminal cells, marked with ``…``."""
+    if cell_len(text) <= width:
+        return text
+    if width <= 1:
+        return ELLIPSIS[:width]
+    head = width // 2  # the start gets the odd cell: ids share their start less often
+    tail = width - 1 - head
+    left = set_cell_size(text, head)
+    right = "".join(reversed(set_cell_size("".join(reversed(text)), tail))) if tail else ""
+    return left.rstrip() + ELLIPSIS + right.lstrip() if tail else left + ELLIPSIS
+
+
+_NUMBER = re.compile(r"^~?[-+]?[\d,]*\.?\d+(?:e[-+]?\d+)?$")
+
+
+def _is_number(cells: Sequence[str]) -> bool:
+    """A column of numbers (estimates marked ``~`` included) is right-aligned."""
+    seen = [c for c in cells if c != "-"]
+    return bool(seen) and all(_NUMBER.match(c) for c in seen)
+
+
+def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], fit: Fit | None = None) -> str:
+    """Rows as a text table that fits the terminal.
+
+    ``columns`` come most useful first. When they do not fit, long values are
+    shortened in the middle (``…``), then columns are left out from the end, and
+    a last line names them. Numbers are right-aligned. Lines carry no colour
+    unless standard output is a terminal."""
+    fit = fit or _current
+    if fit.columns is not None:
+        unknown = [c for c in fit.columns if c not in columns]
+        if unknown:
+            raise ColumnsError(
+                f"--columns: no column {', '.join(unknown)} (there are: {', '.join(columns)})"
+            )
+        columns = fit.columns
+    cells = {c: [_cell(r.get(c)) for r in rows] for c in columns}
+    natural = {c: max([cell_len(c), *(cell_len(v) for v in cells[c])]) for c in columns}
+    limit = fit.terminal_width()
+    widths, shown = _widths(columns, natural, limit, keep_all=fit.columns is not None)
+    hidden = [c for c in columns if c not in shown]
+
+    console = Console(
+        file=io.StringIO(),
+        width=sum(widths[c] for c in shown) + GAP * len(shown) + 1,
+        force_terminal=sys.stdout.isatty(),
+        color_system="standard" if sys.stdout.isatty() else None,
+        highlight=False,
+        soft_wrap=False,
+    )
+    grid = Table(box=None, show_edge=False, pad_edge=False, padding=(0, GAP, 0, 0))
+    for c in shown:
+        numeric = _is_number(cells[c])
+        grid.add_column(
+            shorten(c, widths[c]),
+            justify="right" if numeric else "left",
+            no_wrap=True,
+            width=widths[c],
+            header_style="bold",
+        )
+    for i in range(len(rows)):
+        grid.add_row(*(Text(shorten(cells[c][i], widths[c])) for c in shown))
+    console.print(grid)
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    lines = [line.rstrip() for line in text.splitlines()]
+    if hidden:
+        note = (
+            f"({len(hidden)} more column{'s' if len(hidden) > 1 else ''} left out to fit "
+            f"{limit} characters: {', '.join(hidden)}; --wide or --columns to choose)"
+        )
+        lines.append(fold(note, fit))
     return "\n".join(lines)
 
 
+def fold(note: str, fit: Fit | None = None) -> str:
+    """A note under a table, folded to the width the table was fitted to."""
+    limit = (fit or _current).terminal_width()
+    if limit is None:
+        return note
+    return "\n".join(
+        folded
+        for line in note.split("\n")
+        for folded in (
+            [line]
+            if cell_len(line) <= limit
+            else textwrap.wrap(
+                line,
+                width=max(limit, 20),
+                break_on_hyphens=False,
+                subsequent_indent=" " * min(len(line) - len(line.lstrip()) + 4, limit // 2),
+            )
+        )
+    )
+
+
+def _widths(
+    columns: Sequence[str], natural: dict[str, int], limit: int | None, *, keep_all: bool
+) -> tuple[dict[str, int], list[str]]:
+    """Widths and the columns shown: as many columns as fit at their narrowest
+    (a long value shortened to SHORTEN_TO cells, never below its header), the
+    room left given back to the shortened ones, evenly."""
+    if limit is None or sum(natural.values()) + GAP * (len(columns) - 1) <= limit:
+        return dict(natural), list(columns)
+    narrow = {c: min(natural[c], max(cell_len(c), SHORTEN_TO)) for c in columns}
+    shown: list[str] = []
+    used = -GAP
+    for c in columns:
+        if used + GAP + narrow[c] > limit and shown and not keep_all:
+            break
+        shown.append(c)
+        used += GAP + narrow[c]
+    widths = {c: narrow[c] for c in shown}
+    room = limit - used
+    if room < 0:  # one column, or the user's own choice: narrower still
+        for c in sorted(shown, key=lambda c: -widths[c]):
+            cut = min(-room, widths[c] - 1)
+            widths[c] -= cut
+            room += cut
+            if room >= 0:
+                break
+    while room > 0:
+        wanting = [c for c in shown if widths[c] < natural[c]]
+        if not wanting:
+            break
+        share = max(1, room // len(wanting))
+        for c in wanting:
+            give = min(share, natural[c] - widths[c], room)
+            widths[c] += give
+            room -= give
+    return widths, shown
+
+
 def emit(
-    doc: Any, fmt: str | None, *, single: bool = False, columns: Sequence[str] | None = None
+    doc: Any,
+    fmt: str | None,
+    *,
+    single: bool = False,
+    columns: Sequence[str] | None = None,
 ) -> None:
     """Print ``doc`` (an object when ``single``, else a list of objects)."""
     fmt = default_format(fmt)

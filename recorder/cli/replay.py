@@ -1,4 +1,5 @@
-"""`recorder replay FILE --endpoint E`: meter a captured SSE body offline.
+"""`recorder replay FILE`: meter a captured SSE body offline (its protocol is told
+from its first events; ``--endpoint`` overrides).
 `recorder replay --id ID`: meter a body the proxy stored (``--capture-bodies``) again.
 
 A body alone cannot tell timings, stalls, the HTTP status or the key: with FILE
@@ -19,12 +20,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import BinaryIO
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from recorder.cli.db import CliError, add_db_option, db_url, open_for_reading
 from recorder.cli.render import emit
 from recorder.core.billing import complete_usage
+from recorder.core.detect import NotSSE, detect_endpoint
 from recorder.core.meter import StreamMeter
 from recorder.core.pricing import PriceTable, PriceTableError
 from recorder.core.protocols import ENDPOINTS
@@ -35,6 +38,9 @@ from recorder.store.engine import display_url
 from recorder.store.queries import QueryError, get_body
 
 READ_SIZE = 64 * 1024
+# Enough for the first events of any body (a Responses response.created event
+# echoes the request's instructions and tools, which can be long).
+DETECT_SIZE = 256 * 1024
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -46,7 +52,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("file", nargs="?", help="the captured response body ('-' for standard input)")
-    p.add_argument("--endpoint", choices=ENDPOINTS, help="protocol of the body (with FILE)")
+    p.add_argument(
+        "--endpoint",
+        choices=ENDPOINTS,
+        help="protocol of the body (with FILE; default: told from its first events)",
+    )
     p.add_argument(
         "--id",
         dest="stream_id",
@@ -71,7 +81,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def replay_stream(
-    stream: object, endpoint: str, *, prices: PriceTable | None = None
+    stream: object, endpoint: str, *, prices: PriceTable | None = None, head: bytes = b""
 ) -> StreamRecord:
     """Meter a readable binary stream as one SSE body (no timings).
 
@@ -81,6 +91,8 @@ def replay_stream(
     """
     meter = StreamMeter(endpoint, record=StreamRecord(http_status=None))
     read = stream.read  # type: ignore[attr-defined]
+    if head:
+        meter.feed(head)
     while chunk := read(READ_SIZE):
         meter.feed(chunk)
     record = meter.finish()
@@ -121,9 +133,7 @@ def run(args: argparse.Namespace) -> int:
     """Execute `recorder replay`."""
     usage_error = args.replay_parser.error  # prints the usage, exits 2
     if (args.file is None) == (args.stream_id is None):
-        usage_error("give either FILE (with --endpoint) or --id ID")
-    if args.file is not None and args.endpoint is None:
-        usage_error("FILE needs --endpoint (chat.completions, responses or messages)")
+        usage_error("give either FILE or --id ID")
     if args.stall_after is not None and not args.stall_after > 0:
         usage_error("--stall-after must be positive")
     try:
@@ -143,12 +153,36 @@ def run(args: argparse.Namespace) -> int:
         return 0
     try:
         if args.file == "-":
-            record = replay_stream(sys.stdin.buffer, args.endpoint, prices=prices)
+            record = _replay_file(sys.stdin.buffer, "standard input", args.endpoint, prices)
         else:
             with Path(args.file).open("rb") as fh:
-                record = replay_stream(fh, args.endpoint, prices=prices)
+                record = _replay_file(fh, args.file, args.endpoint, prices)
     except OSError as e:
         print(f"recorder replay: cannot read {args.file}: {e.strerror or e}", file=sys.stderr)
         return 2
+    except CliError as e:
+        print(f"recorder replay: {e}", file=sys.stderr)
+        return e.code
     emit(record.to_dict(), args.format, single=True)
     return 0
+
+
+def _replay_file(
+    fh: BinaryIO, name: str, endpoint: str | None, prices: PriceTable | None
+) -> StreamRecord:
+    """Meter an open body; its protocol told from its head unless given."""
+    head = fh.read(DETECT_SIZE)
+    try:
+        found = detect_endpoint(head)
+    except NotSSE as e:
+        raise CliError(f"{name} is not an SSE body: {e}", 2) from None
+    if endpoint is None:
+        if found is None:
+            raise CliError(
+                f"cannot tell the protocol of {name} from its first events: "
+                "give --endpoint (chat.completions, responses or messages)",
+                2,
+            )
+        endpoint = found
+        print(f"recorder replay: {name}: {endpoint} (told from its events)", file=sys.stderr)
+    return replay_stream(fh, endpoint, prices=prices, head=head)

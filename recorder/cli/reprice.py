@@ -16,7 +16,7 @@ import sys
 from sqlalchemy.exc import SQLAlchemyError
 
 from recorder.cli.db import CliError, add_db_option, db_url, open_for_reading
-from recorder.cli.render import default_format, emit, table, vertical
+from recorder.cli.render import add_table_options, default_format, emit, table, vertical
 from recorder.core.pricing import PriceTableError
 from recorder.prices import load_price_file
 from recorder.reprice import reprice
@@ -51,6 +51,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=None,
         help="output format (default: table on a terminal, json otherwise)",
     )
+    add_table_options(p)
     p.set_defaults(func=run)
 
 

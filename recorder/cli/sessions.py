@@ -12,30 +12,44 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from pathlib import Path
 from typing import Any
 
+from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from recorder.cli.db import CliError, add_db_option, add_filter_options, db_url, open_for_reading
-from recorder.cli.render import default_format, emit, vertical
+from recorder.cli.render import add_table_options, default_format, emit, fold, table, vertical
+from recorder.core import money
 from recorder.core.record import FIELDS, StreamRecord
-from recorder.store.queries import QueryError, SessionFilter, get_stream, list_sessions, parse_when
+from recorder.proxy.capture import PackedBody
+from recorder.store.queries import (
+    QueryError,
+    SessionFilter,
+    count_sessions,
+    get_body,
+    get_stream,
+    list_sessions,
+    parse_when,
+)
 
 FORMATS = ("table", "json", "csv")
+# Most useful first: a narrow terminal keeps the first ones (render.table).
 TABLE_COLUMNS = (
     "id",
-    "started_at",
-    "endpoint",
     "model",
     "outcome",
     "ttft_ms",
-    "duration_ms",
-    "stalls",
-    "input",
     "output",
     "cost_usd",
+    "started_at",
+    "duration_ms",
+    "input",
+    "stalls",
+    "endpoint",
     "key",
 )
+LEGEND = "~ estimated: not reported by the provider, counted from what was streamed"
 TIMELINE_WIDTH = 60
 # One lane per kind of gap, with the mark drawn over its extent.
 LANES = (("stall", "#"), ("keepalive", "~"), ("silence", "!"))
@@ -49,10 +63,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--limit", type=int, default=50, help="at most this many streams (default 50; 0: all)"
     )
     _common(p)
+    add_table_options(p)
     p.set_defaults(func=run)
 
     s = sub.add_parser("show", help="one stream in full, with its timeline of gaps and stalls")
-    s.add_argument("id", help="the stream's id (or a unique prefix of it)")
+    s.add_argument("id", help="the stream's id (or a unique start or end of it)")
+    s.add_argument(
+        "--plot",
+        metavar="FILE",
+        type=Path,
+        help="draw the stream's timeline to FILE (.svg, .png or .pdf) instead of printing it",
+    )
     _common(s)
     s.set_defaults(func=run)
 
@@ -103,16 +124,28 @@ def run_sessions(args: argparse.Namespace) -> int:
     )
     url = db_url(args)
     engine = open_for_reading(url)
+    fmt = default_format(args.format)
     try:
         records = list_sessions(engine, f)
+        matching = count_sessions(engine, f) if fmt == "table" and f.limit == len(records) else None
     except SQLAlchemyError as e:
         raise CliError(f"cannot read the store: {e.orig if hasattr(e, 'orig') else e}") from None
     finally:
         engine.dispose()
-    fmt = default_format(args.format)
     if fmt == "table":
-        emit([table_row(r) for r in records], fmt, columns=TABLE_COLUMNS)
-        if not records:
+        rows = [table_row(r) for r in records]
+        text = table(rows, TABLE_COLUMNS)
+        notes = []
+        if matching is not None and matching > len(records):
+            notes.append(
+                f"{len(records)} of {matching} streams shown, newest first"
+                f" (--limit N for more, 0 for all)"
+            )
+        if any(str(row[c]).startswith("~") for row in rows for c in ("input", "output")):
+            notes.append(LEGEND)
+        if records:
+            sys.stdout.write("\n".join([text, *map(fold, notes)]) + "\n")
+        else:
             print("(no streams)", file=sys.stderr)
     else:
         emit([r.to_dict() for r in records], fmt, columns=FIELDS)
@@ -123,15 +156,20 @@ def run_show(args: argparse.Namespace) -> int:
     """`recorder show ID`: one stream with its gaps."""
     url = db_url(args)
     engine = open_for_reading(url)
+    body = None
     try:
         try:
             record = get_stream(engine, args.id)
+            if args.plot is not None and record.id is not None:
+                body = _body_if_any(engine, record.id)
         except QueryError as e:
             raise CliError(str(e)) from None
     except SQLAlchemyError as e:
         raise CliError(f"cannot read the store: {e}") from None
     finally:
         engine.dispose()
+    if args.plot is not None:
+        return _plot(record, body, args.plot)
     fmt = default_format(args.format)
     if fmt == "json":
         emit(record.to_dict(with_gaps=True), fmt, single=True)
@@ -139,6 +177,28 @@ def run_show(args: argparse.Namespace) -> int:
         emit(record.to_dict(with_gaps=True), fmt, single=True, columns=(*FIELDS, "gaps"))
     else:
         sys.stdout.write(vertical(record.to_dict()) + "\n\n" + timeline(record) + "\n")
+    return 0
+
+
+def _body_if_any(engine: Engine, ident: str) -> PackedBody | None:
+    try:
+        return get_body(engine, ident)[1]
+    except QueryError:  # no body captured: the picture shows phases and gaps only
+        return None
+
+
+def _plot(record: StreamRecord, body: PackedBody | None, path: Path) -> int:
+    from recorder.cli.plot import FORMATS, arrivals, draw
+
+    if path.suffix.lower() not in FORMATS:
+        raise CliError(f"--plot {path}: give a .svg, .png or .pdf file", 2)
+    seen = arrivals(body, record.endpoint) if body is not None and record.endpoint else None
+    try:
+        draw(record, path, seen)
+    except OSError as e:
+        raise CliError(f"--plot {path}: {e.strerror or e}") from None
+    what = "with its events" if seen is not None else "phases and gaps (no captured body)"
+    print(f"recorder show: {record.id} drawn to {path}, {what}", file=sys.stderr)
     return 0
 
 
@@ -152,7 +212,8 @@ def table_row(r: StreamRecord) -> dict[str, Any]:
     """The compact row of `recorder sessions --format table`."""
     return {
         "id": r.id,
-        "started_at": (r.started_at or "").replace("T", " ")[:19],
+        # month-day and time: the year is rarely news (the full time is in JSON/CSV)
+        "started_at": (r.started_at or "").replace("T", " ")[5:19],
         "endpoint": r.endpoint,
         "model": r.model,
         "outcome": r.outcome,
@@ -161,7 +222,7 @@ def table_row(r: StreamRecord) -> dict[str, Any]:
         "stalls": r.stalls,
         "input": _tokens(r.input_tokens, r.input_source),
         "output": _tokens(r.output_tokens, r.output_source),
-        "cost_usd": r.cost_usd,
+        "cost_usd": None if r.cost_usd is None else money.display(r.cost_usd),
         "key": r.api_key_id,
     }
 

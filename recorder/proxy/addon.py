@@ -91,6 +91,9 @@ class RecorderConfig:
     # batch that work runs hot, and it is done in slices between the loop's other
     # callbacks instead of as one block in mitmproxy's `response` hook.
     finish_delay: float = 0.0
+    # Under mitmweb (recorder.proxy.webview): keep each tapped body with its arrival
+    # times, capped at capture_max_bytes, for the flow shown in the UI; not stored.
+    keep_for_ui: bool = False
 
 
 class FlowState:
@@ -102,6 +105,7 @@ class FlowState:
         "capture",
         "decoder",
         "ended_at",
+        "flow",
         "input_counts",
         "key",
         "meter",
@@ -132,6 +136,7 @@ class FlowState:
         self.pieces: list[bytes] = []
         self.stamps: list[float] = []
         self.buffered = 0  # bytes in self.pieces
+        self.flow: http.HTTPFlow | None = None  # kept only for the web UI (keep_for_ui)
 
 
 class Recorder:
@@ -153,6 +158,11 @@ class Recorder:
         self._clock = clock
         self._on_record = on_record
         self._on_start = on_start
+        # set by recorder.proxy.webview under mitmweb: the flow, its completed record
+        # and the body kept for the UI
+        self.on_flow_done: (
+            Callable[[http.HTTPFlow, StreamRecord, CapturedBody | None], None] | None
+        ) = None
         self._flows: dict[str, FlowState] = {}
         # finished flows whose request body is still being read: their record waits
         self._deferred: dict[int, tuple[FlowState, StreamRecord]] = {}
@@ -298,6 +308,12 @@ class Recorder:
                 self._on_record(rec, state.meter)
             except Exception:
                 self._internal_error("on_record")
+        if state.flow is not None and self.on_flow_done is not None:
+            try:  # before the sink: its writer may pack (and let go of) the body
+                self.on_flow_done(state.flow, rec, state.capture)
+            except Exception:
+                self._internal_error("on_flow_done")
+            state.flow = None
         self.sink.submit(rec)
 
     def _finish_deferred(self, key: int) -> None:
@@ -341,6 +357,8 @@ class Recorder:
             )
             state = FlowState(meter, rec, t0)
             state.key = key
+            if self.config.keep_for_ui:
+                state.flow = flow
             self._flows[flow.id] = state
             self.health.in_flight += 1
             if self._on_start is not None:
@@ -408,7 +426,7 @@ class Recorder:
                 state.broken = True
                 state.unmetered = "another addon streams this response"
                 return
-            if self.config.capture_bodies and not state.broken:
+            if (self.config.capture_bodies or self.config.keep_for_ui) and not state.broken:
                 state.capture = CapturedBody(
                     state.t0,
                     now,

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mitmproxy import options
+from mitmproxy.master import Master
 from mitmproxy.tools.dump import DumpMaster
 
 from recorder.proxy.addon import Recorder
@@ -26,11 +27,13 @@ from recorder.proxy.addon import Recorder
 
 @dataclass(slots=True)
 class Listener:
-    """One address the proxy listens on, and its mode."""
+    """One address the proxy listens on, and its mode (``web``: mitmweb's interface,
+    whose ``url`` carries its access token)."""
 
     mode: str
     host: str
     port: int
+    url: str | None = None
 
 
 @dataclass(slots=True)
@@ -42,6 +45,7 @@ class ProxySettings:
     listen_port: int = 8080
     confdir: str | None = None
     ssl_insecure: bool = False  # trust any upstream certificate (tests only)
+    web_port: int | None = None  # mitmweb's interface on this port instead of the console
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -61,6 +65,11 @@ class _Started:
                 listener = Listener(server.mode.full_spec, str(addr[0]), int(addr[1]))
                 if listener not in listeners:  # a server may report one address twice
                     listeners.append(listener)
+        web_url = getattr(ctx.master, "web_url", None)
+        if web_url is not None:
+            listeners.append(
+                Listener("web", ctx.options.web_host, ctx.options.web_port, url=web_url)
+            )
         self._callback(listeners)
 
 
@@ -68,8 +77,9 @@ def build_master(
     recorder: Recorder,
     settings: ProxySettings,
     on_started: Callable[[list[Listener]], None] | None = None,
-) -> DumpMaster:
-    """A DumpMaster with the recorder addon; call inside a running event loop."""
+) -> Master:
+    """A DumpMaster with the recorder addon (a WebMaster, mitmweb's, with
+    ``web_port``); call inside a running event loop."""
     opts = options.Options(
         mode=list(settings.modes),
         listen_host=settings.listen_host,
@@ -77,10 +87,21 @@ def build_master(
     )
     if settings.confdir:
         opts.update(confdir=settings.confdir)
-    master = DumpMaster(opts, with_termlog=True, with_dumper=False)
+    master: Master
+    if settings.web_port is not None:
+        from mitmproxy.tools.web.master import WebMaster
+
+        master = WebMaster(opts, with_termlog=True)
+        opts.update(web_port=settings.web_port, web_host="127.0.0.1", web_open_browser=False)
+    else:
+        master = DumpMaster(opts, with_termlog=True, with_dumper=False)
     # mitmproxy's own log: warnings and errors only (a bound port, a TLS failure)
     opts.update(termlog_verbosity="warn", ssl_insecure=settings.ssl_insecure, **settings.extra)
     master.addons.add(recorder)
+    if settings.web_port is not None:
+        from recorder.proxy.webview import WebView
+
+        master.addons.add(WebView(recorder))
     if on_started is not None:
         master.addons.add(_Started(on_started))
     return master

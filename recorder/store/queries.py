@@ -142,26 +142,57 @@ def list_sessions(
         return [record_from_row(row) for row in conn.execute(stmt)]
 
 
+def count_sessions(
+    engine: Engine, f: SessionFilter, *, environ: Mapping[str, str] | None = None
+) -> int:
+    """How many streams match ``f`` (its limit aside)."""
+    stmt = select(func.count()).select_from(STREAMS).where(*filter_conditions(engine, f, environ))
+    with engine.connect() as conn:
+        return int(conn.execute(stmt).scalar_one())
+
+
 def get_stream(engine: Engine, ident: str) -> StreamRecord:
-    """One stream with its gaps, by id or by a unique id prefix (at least 4
-    characters). Raises QueryError when there is none, or several."""
+    """One stream with its gaps, by id, by a unique part of it (at least 4
+    characters): its start, its end, or both as tables print a shortened id
+    (``01a2321e…6f250f2``, also with ``...``). Raises QueryError when there is
+    none, or several."""
     ident = ident.strip()
     with Session(engine) as session:
         stream = session.get(Stream, ident, options=[selectinload(Stream.gaps)])
-        if stream is None and len(ident) >= MIN_PREFIX:
-            pattern = ident.replace("%", r"\%").replace("_", r"\_") + "%"
-            found = session.scalars(
-                select(Stream)
-                .where(Stream.id.like(pattern, escape="\\"))
-                .options(selectinload(Stream.gaps))
-                .limit(2)
-            ).all()
-            if len(found) > 1:
-                raise QueryError(f"id prefix {ident!r} matches several streams; give more of it")
-            stream = found[0] if found else None
+        if stream is None and len(ident.replace("…", "").replace("...", "")) >= MIN_PREFIX:
+            stream = _by_pattern(session, ident)
         if stream is None:
             raise QueryError(f"no stream with id {ident!r}")
         return to_record(stream)
+
+
+def _like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", r"\%").replace("_", r"\_")
+
+
+def _by_pattern(session: Session, ident: str) -> Stream | None:
+    """The one stream whose id starts (or ends) as ``ident`` says."""
+    for sep in ("…", "..."):
+        if sep in ident:
+            head, _, tail = ident.partition(sep)
+            patterns = [_like(head) + "%" + _like(tail)]
+            break
+    else:
+        patterns = [_like(ident) + "%", "%" + _like(ident)]
+    for pattern in patterns:
+        found = session.scalars(
+            select(Stream)
+            .where(Stream.id.like(pattern, escape="\\"))
+            .options(selectinload(Stream.gaps))
+            .limit(2)
+        ).all()
+        if len(found) > 1:
+            raise QueryError(
+                f"id {ident!r} matches several streams; give more of it (or its last characters)"
+            )
+        if found:
+            return found[0]
+    return None
 
 
 def count_before(engine: Engine, before: datetime) -> int:
@@ -177,19 +208,24 @@ def prune(engine: Engine, before: datetime, *, chunk: int = 5000) -> int:
     """Delete the streams that started before ``before`` (and their gaps and
     bodies), a chunk per transaction so a large prune never holds the write lock
     for long. Returns how many were deleted."""
+    return _delete_streams(engine, STREAMS.c.started_at < before, chunk)
+
+
+def forget_key(engine: Engine, api_key_id: str, *, chunk: int = 5000) -> int:
+    """Delete the streams sent with the key whose id (fingerprint) is
+    ``api_key_id``, with their gaps and bodies (`recorder demo` starting fresh).
+    Returns how many were deleted."""
+    return _delete_streams(engine, STREAMS.c.api_key_id == api_key_id, chunk)
+
+
+def _delete_streams(engine: Engine, where: ColumnElement[bool], chunk: int) -> int:
     total = 0
     opts = {"sqlite_begin": "IMMEDIATE"} if engine.dialect.name == "sqlite" else {}
     while True:
         with engine.connect() as raw:
             conn = raw.execution_options(**opts) if opts else raw
             with conn.begin():
-                ids = (
-                    conn.execute(
-                        select(STREAMS.c.id).where(STREAMS.c.started_at < before).limit(chunk)
-                    )
-                    .scalars()
-                    .all()
-                )
+                ids = conn.execute(select(STREAMS.c.id).where(where).limit(chunk)).scalars().all()
                 if not ids:
                     return total
                 conn.execute(delete(STREAM_GAPS).where(STREAM_GAPS.c.stream_id.in_(ids)))

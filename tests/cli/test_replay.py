@@ -1,4 +1,4 @@
-"""`recorder replay FILE --endpoint E`: a captured body metered offline."""
+"""`recorder replay FILE [--endpoint E]`: a captured body metered offline."""
 
 from __future__ import annotations
 
@@ -14,6 +14,10 @@ import pytest
 from recorder.cli.main import main
 from recorder.core.record import FIELDS
 from tests.core.test_record import DOCUMENTED_FIELDS  # INTERFACES.md's "A recorded stream"
+
+EXPECTED: dict[str, dict[str, Any]] = json.loads(
+    (Path(__file__).resolve().parents[1] / "fixtures" / "expected.json").read_text()
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -228,11 +232,53 @@ def test_unknown_endpoint_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -
     assert "endpoint" in capsys.readouterr().err
 
 
-def test_endpoint_is_required(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exc:
-        main(["replay", str(CHAT_TEXT)])
-    assert exc.value.code == 2
-    capsys.readouterr()
+@pytest.mark.parametrize(
+    "body",
+    sorted(p for p in FIXTURES.rglob("*.sse")),
+    ids=lambda p: str(p.relative_to(FIXTURES)),
+)
+def test_endpoint_is_told_from_the_body(capsys: pytest.CaptureFixture[str], body: Path) -> None:
+    """Every captured fixture's protocol is told from its events, said on stderr,
+    and the record is the one --endpoint gives."""
+    endpoint = EXPECTED[str(body.relative_to(FIXTURES))]["endpoint"]
+    assert main(["replay", str(body), "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert err.strip() == f"recorder replay: {body}: {endpoint} (told from its events)"
+    assert json.loads(out) == replay_json(capsys, str(body), "--endpoint", endpoint)
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("usage.csv", b"date,model,input_tokens\n2026-01-01,gpt-4o,100\n"),
+        ("page.json", b'{"object": "page", "data": []}'),
+        ("binary.bin", bytes(range(256)) * 4),
+    ],
+)
+def test_a_file_that_is_not_sse_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, content: bytes
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    for extra in ([], ["--endpoint", "messages"]):
+        assert main(["replay", str(path), *extra]) == 2
+        out, err = capsys.readouterr()
+        assert out == ""
+        assert err == (
+            f"recorder replay: {path} is not an SSE body: "
+            "no Server-Sent Events in it (no 'data:' or 'event:' line)\n"
+        )
+
+
+def test_a_body_that_does_not_tell_asks_for_the_endpoint(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "keepalives.sse"
+    path.write_bytes(b": ping\n\n: ping\n\n")
+    assert main(["replay", str(path)]) == 2
+    assert "give --endpoint" in capsys.readouterr().err
+    doc = replay_json(capsys, str(path), "--endpoint", "messages")
+    assert doc["keepalives"] == 2 and doc["outcome"] == "truncated"
 
 
 def test_no_command_prints_help_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:

@@ -195,7 +195,6 @@ def test_usage_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Non
     for argv in (
         ["replay"],  # neither
         ["replay", "x.sse", "--endpoint", "messages", "--id", "abcd"],  # both
-        ["replay", "x.sse"],  # FILE without --endpoint
         ["replay", "--id", "abcd", "--stall-after", "0"],
     ):
         with pytest.raises(SystemExit) as exc:

@@ -110,9 +110,10 @@ def test_table(capsys: pytest.CaptureFixture[str], db_url: str, stored: list[Str
     assert code == 0
     lines = out.splitlines()
     assert lines[0].split() == list(sessions.TABLE_COLUMNS)
-    assert len(lines) == 4
+    assert len(lines) == 5  # header, three streams, the legend of "~"
     assert stored[2].id in lines[1] and "~890" in lines[1]  # estimated output tokens
-    assert "2026-01-12 00:00:00" in lines[1]
+    assert "01-12 00:00:00" in lines[1]  # month-day and time
+    assert lines[4] == sessions.LEGEND
 
 
 def test_empty_table_says_so(capsys: pytest.CaptureFixture[str], db_url: str) -> None:

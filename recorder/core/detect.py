@@ -1,0 +1,74 @@
+"""Which protocol a captured SSE body speaks, told from its first events.
+
+`recorder replay FILE` needs the endpoint to choose an interpreter; a body shows
+it: Anthropic Messages names its events ``message_start``/``content_block_*``
+(``event:`` lines and ``type`` fields alike), OpenAI Responses names them
+``response.*``, Chat Completions sends unnamed ``chat.completion.chunk``
+objects. A body with no SSE field line at all is not an SSE body.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from recorder.core.sse import Comment, Event, SSEFramer
+
+# Event types that only one protocol uses (its ``event:`` line or ``type`` field).
+_MESSAGES = frozenset(
+    {
+        "message_start",
+        "message_delta",
+        "message_stop",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+    }
+)
+_EVENTS_LOOKED_AT = 16
+
+
+class NotSSE(ValueError):
+    """The bytes hold no Server-Sent Events (no ``data:``/``event:`` line)."""
+
+
+def detect_endpoint(head: bytes) -> str | None:
+    """The endpoint whose protocol the body starting with ``head`` speaks
+    (``chat.completions``, ``responses`` or ``messages``), or None when its first
+    events do not tell (an empty body tells nothing, but is no error: a stream
+    can end before its first byte). Raises NotSSE when ``head`` holds bytes that
+    frame no event or comment."""
+    if not head.strip():
+        return None
+    framer = SSEFramer()
+    items = framer.feed(head) + framer.feed(b"")
+    events = [i for i in items if isinstance(i, Event)]
+    if not events and not any(isinstance(i, Comment) for i in items):
+        raise NotSSE("no Server-Sent Events in it (no 'data:' or 'event:' line)")
+    for event in events[:_EVENTS_LOOKED_AT]:
+        found = _from_name(event.event) or _from_data(event.data)
+        if found:
+            return found
+    return None
+
+
+def _from_name(name: str) -> str | None:
+    if name in _MESSAGES:
+        return "messages"
+    if name.startswith("response."):
+        return "responses"
+    return None
+
+
+def _from_data(data: bytes) -> str | None:
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    kind = doc.get("type")
+    if isinstance(kind, str) and (found := _from_name(kind)):
+        return found
+    if doc.get("object") == "chat.completion.chunk" or "choices" in doc:
+        return "chat.completions"
+    return None
