@@ -92,6 +92,7 @@ def record(
         usage_source="reported" if known else "none",
         cost_usd=None if cost is None else f"{cost:f}",
         price_version=None if cost is None else f"v1:{model}@2026-01-01",
+        unpriced_reason=f"no price for model {model!r}" if known and cost is None else None,
     )
     values.update(kw)
     return StreamRecord(**values)

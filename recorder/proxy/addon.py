@@ -589,6 +589,7 @@ def _apply_facts(state: FlowState, facts: RequestFacts, counts: InputCounts | No
     rec.model = facts.model
     rec.include_usage = facts.include_usage
     rec.max_output_tokens = facts.max_output_tokens
+    rec.requested_tier = facts.service_tier
 
 
 _REQUEST_HEADERS = frozenset(
