@@ -73,6 +73,14 @@ class Unpriced(ValueError):
     """A request the table cannot price; the message is the record's ``unpriced_reason``."""
 
 
+def unpriced_kind(reason: str | None) -> str | None:
+    """``model`` (no price for the model) or ``tier`` (none for its service tier)
+    of a record's ``unpriced_reason``; None when it has none."""
+    if not reason:
+        return None
+    return "model" if reason.startswith(("no price for model", "no model named")) else "tier"
+
+
 @dataclass(frozen=True, slots=True)
 class Rates:
     """USD per token; None where the table says nothing (then a fallback applies)."""
@@ -153,6 +161,13 @@ class PriceTable:
     source_format: str = FORMAT
     # LiteLLM only: cost fields this reader does not use -> how many entries had one
     unread: Mapping[str, int] = field(default_factory=dict)
+    # an overlay's: entry key -> version of the table the entry came from (the
+    # version a cost names); keys not here are the table's own version's
+    origins: Mapping[str, str] = field(default_factory=dict)
+
+    def origin(self, key: str) -> str:
+        """The version of the table entry ``key`` came from."""
+        return self.origins.get(key, self.version)
 
     def resolve(self, model: str | None) -> PriceEntry | None:
         """The entry pricing ``model``, or None (see the module docstring)."""
@@ -181,9 +196,10 @@ class Cost:
 def overlay(base: PriceTable, top: PriceTable) -> PriceTable:
     """``base`` with ``top``'s entries added or replacing base's, whole entry by entry.
 
-    The version names both (``<base>+<top>``), so a record says which overlay
-    priced it. An alias of ``top`` wins over the same alias in ``base``; a model
-    ``top`` adds hides a ``base`` alias of that name.
+    The overlay's version names both (``<base>+<top>``); a cost names the
+    version of the table its entry came from (``price_version``), so a record
+    priced from the overlay file says so. An alias of ``top`` wins over the same
+    alias in ``base``; a model ``top`` adds hides a ``base`` alias of that name.
     """
     entries = dict(base.entries)
     entries.update(top.entries)
@@ -191,9 +207,10 @@ def overlay(base: PriceTable, top: PriceTable) -> PriceTable:
     aliases.update(top.aliases)
     for key in top.entries:
         aliases.pop(key, None)
-    return PriceTable(
-        f"{base.version}+{top.version}", entries, aliases, base.source_format, top.unread
-    )
+    origins = {key: base.origin(key) for key in base.entries}
+    origins.update({key: top.origin(key) for key in top.entries})
+    version = f"{base.version}+{top.version}"
+    return PriceTable(version, entries, aliases, base.source_format, top.unread, origins)
 
 
 # -- loading --------------------------------------------------------------------
@@ -523,6 +540,68 @@ def _litellm_long(
     )
 
 
+# -- writing ----------------------------------------------------------------------
+
+
+def _dump_rates(rates: Rates) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        name: f"{value:f}" for name in _RATE_FIELDS if (value := getattr(rates, name)) is not None
+    }
+    if rates.cache_write_hours:
+        out["cache_write_hours"] = {str(h): f"{r:f}" for h, r in rates.cache_write_hours}
+    return out
+
+
+def _dump_long(long_context: tuple[LongContext, ...]) -> list[dict[str, Any]]:
+    return [
+        {"above_input_tokens": lc.above_input_tokens, **_dump_rates(lc.rates)}
+        for lc in long_context
+    ]
+
+
+def dump_entry(entry: PriceEntry) -> dict[str, Any]:
+    """One entry in the project's format (USD per token, decimal strings)."""
+    out: dict[str, Any] = {}
+    if entry.provider is not None:
+        out["provider"] = entry.provider
+    if entry.as_of is not None:
+        out["as_of"] = entry.as_of
+    if entry.source is not None:
+        out["source"] = entry.source
+    out.update(_dump_rates(entry.rates))
+    if entry.long_context:
+        out["long_context"] = _dump_long(entry.long_context)
+    tiers: dict[str, Any] = {}
+    for name, tier in sorted(entry.tiers.items()):
+        if tier.same_as is not None:
+            tiers[name] = {"same_as": tier.same_as}
+        elif tier.multiplier is not None:
+            tiers[name] = {"multiplier": f"{tier.multiplier:f}"}
+        else:
+            spec = _dump_rates(tier.rates)
+            if tier.long_context:
+                spec["long_context"] = _dump_long(tier.long_context)
+            tiers[name] = spec
+    if tiers:
+        out["service_tiers"] = tiers
+    if entry.server_tools:
+        out["server_tools"] = {k: f"{v:f}" for k, v in sorted(entry.server_tools.items())}
+    if entry.aliases:
+        out["aliases"] = list(entry.aliases)
+    return out
+
+
+def dump_prices(
+    entries: Mapping[str, PriceEntry], version: str, note: str | None = None
+) -> dict[str, Any]:
+    """A table in the project's format (``unit: token``), loadable by :func:`load_prices`."""
+    doc: dict[str, Any] = {"format": FORMAT, "version": version, "currency": "USD", "unit": "token"}
+    if note:
+        doc["note"] = note
+    doc["models"] = {key: dump_entry(entries[key]) for key in sorted(entries)}
+    return doc
+
+
 # -- costs ----------------------------------------------------------------------
 
 
@@ -636,7 +715,7 @@ def cost_or_reason(record: StreamRecord, table: PriceTable) -> Cost | None:
         raise Unpriced(f"no price for model {model!r}" if model else "no model named")
     return cost_of(
         entry,
-        table.version,
+        table.origin(entry.key),
         input_tokens=record.input_tokens,
         output_tokens=record.output_tokens,
         cache_read_tokens=record.cache_read_tokens,
