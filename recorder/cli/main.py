@@ -6,7 +6,18 @@ import argparse
 import sys
 
 from recorder import __version__
-from recorder.cli import audit, db, demo, proxy, reconcile, replay, reprice, sessions, simulate
+from recorder.cli import (
+    audit,
+    db,
+    demo,
+    prices,
+    proxy,
+    reconcile,
+    replay,
+    reprice,
+    sessions,
+    simulate,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_parser(sub)
     reconcile.add_parser(sub)
     reprice.add_parser(sub)
+    prices.add_parser(sub)
     demo.add_parser(sub)
     replay.add_parser(sub)
     simulate.add_parser(sub)
