@@ -39,6 +39,7 @@ from recorder.core.pricing import (
     unpriced_kind,
 )
 from recorder.prices import load_price_file
+from recorder.store.models import format_started_at
 from recorder.store.queries import QueryError, parse_when
 
 FORMATS = ("table", "json", "csv")
@@ -243,8 +244,8 @@ def _missing(args: argparse.Namespace, table: PriceTable) -> int:
             "service_tier": u.service_tier,
             "missing": unpriced_kind(u.reason) or "unknown",
             "streams": u.streams,
-            "first_seen": u.first_seen,
-            "last_seen": u.last_seen,
+            "first_seen": format_started_at(u.first_seen),
+            "last_seen": format_started_at(u.last_seen),
             "priced_now": _priced_now(table, u.model, u.service_tier),
             "reason": u.reason,
         }
