@@ -321,3 +321,28 @@ def test_litellm_reads_every_tier_and_cache_write_field() -> None:
     assert Decimal(fast.usd) == 2 * (100 * Decimal("0.000004") + 10 * Decimal("0.00002"))
     # what it does not read, it says
     assert t.unread == {"input_cost_per_audio_token": 1}
+
+
+# -- the shipped table --------------------------------------------------------------------
+
+
+def test_shipped_tiers() -> None:
+    from recorder.prices import shipped_prices
+
+    t = shipped_prices()
+    for entry in t.entries.values():
+        if entry.provider == "openai" and "priority" in entry.tiers:
+            fast = cost_of(entry, "t", input_tokens=1000, output_tokens=10, service_tier="fast")
+            prio = cost_of(entry, "t", input_tokens=1000, output_tokens=10, service_tier="priority")
+            assert fast.usd == prio.usd, entry.key
+    astra = t.resolve("gpt-6-astra")
+    assert astra is not None
+    ultra = cost_of(astra, "t", input_tokens=1000, output_tokens=10, service_tier="ultrafast")
+    std = cost_of(astra, "t", input_tokens=1000, output_tokens=10)
+    assert Decimal(ultra.usd) == 6 * Decimal(std.usd)
+    sol = t.resolve("gpt-6.1-sol")
+    assert sol is not None and "ultrafast" not in sol.tiers
+    with pytest.raises(Unpriced):
+        cost_of(sol, "t", input_tokens=1000, output_tokens=10, service_tier="ultrafast")
+    opus = t.resolve("claude-opus-5-5")
+    assert opus is not None and opus.tiers["fast"].multiplier == 2
