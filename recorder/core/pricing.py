@@ -471,15 +471,15 @@ def _load_litellm(doc: Mapping[str, Any], version: str) -> PriceTable:
             )
             for tier in names
         }
+        provider = spec.get("litellm_provider")
+        if provider in ("openai", "azure") and _OPENAI_FAST in tiers and "fast" not in tiers:
+            tiers["fast"] = Tier(Rates(), same_as=_OPENAI_FAST)
         extra = spec.get("provider_specific_entry")
         fast = extra.get("fast") if isinstance(extra, dict) else None
         if fast is not None and "fast" not in tiers:
             multiplier = _decimal(fast, f"{where}.provider_specific_entry.fast")
             if multiplier is not None:
                 tiers["fast"] = Tier(Rates(), multiplier=multiplier)
-        provider = spec.get("litellm_provider")
-        if provider in ("openai", "azure") and _OPENAI_FAST in tiers and "fast" not in tiers:
-            tiers["fast"] = Tier(Rates(), same_as=_OPENAI_FAST)
         tools: dict[str, Decimal] = {}
         search = spec.get("search_context_cost_per_query")
         if isinstance(search, dict):
@@ -621,6 +621,17 @@ def tier_rates(
     name = (service_tier or "").strip().lower()
     if not name or name in STANDARD_TIERS:
         return entry.rates, entry.long_context, None
+    base, plus, extra = name.partition("+")
+    if plus:  # "priority+fast": Anthropic's fast mode on top of another tier
+        speed = entry.tiers.get(extra)
+        if speed is None or speed.multiplier is None:
+            raise Unpriced(f"no {name!r} service-tier rate for {entry.key}")
+        rates, long_tiers, _ = tier_rates(entry, base, input_tokens)
+        scaled = tuple(
+            LongContext(lc.above_input_tokens, lc.rates.over(rates).times(speed.multiplier))
+            for lc in long_tiers
+        )
+        return rates.times(speed.multiplier), scaled, name
     tier = entry.tiers.get(name)
     if tier is not None and tier.same_as is not None:
         tier = entry.tiers.get(tier.same_as)

@@ -346,3 +346,31 @@ def test_shipped_tiers() -> None:
         cost_of(sol, "t", input_tokens=1000, output_tokens=10, service_tier="ultrafast")
     opus = t.resolve("claude-opus-5-5")
     assert opus is not None and opus.tiers["fast"].multiplier == 2
+
+
+def test_fast_mode_on_top_of_another_tier() -> None:
+    table = own(
+        {
+            "claude-opus-5-5": {
+                **OPUS,
+                "service_tiers": {
+                    "fast": {"multiplier": "2"},
+                    "priority": {"input": "6", "output": "30"},
+                },
+            }
+        }
+    )
+    rec = run(
+        "messages",
+        messages_body({"speed": "fast", "service_tier": "priority"}),
+        FAST_REQUEST,
+        table,
+    )
+    assert rec.service_tier == "priority+fast"
+    cost = (100 * 6 + 1000 * Decimal("0.4") + 300 * 5 + 200 * 8 + 40 * 30) * 2 / M
+    assert rec.cost_usd == f"{cost:.12f}"
+    unpriced = run(
+        "messages", messages_body({"speed": "fast", "service_tier": "batch"}), FAST_REQUEST, table
+    )
+    assert unpriced.cost_usd is None
+    assert unpriced.unpriced_reason == "no 'batch' service-tier rate for claude-opus-5-5"
