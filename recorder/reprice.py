@@ -90,6 +90,7 @@ class Change:
     id: str
     cost_usd: Decimal | None
     price_version: str | None
+    unpriced_reason: str | None = None
 
 
 @dataclass(slots=True)
@@ -143,13 +144,22 @@ def reprice_record(record: StreamRecord, table: PriceTable) -> tuple[Decimal | N
     return _money(copy.cost_usd), copy.price_version
 
 
+def _repriced(record: StreamRecord, table: PriceTable) -> StreamRecord:
+    copy = dataclasses.replace(record)
+    apply_prices(copy, table)
+    return copy
+
+
 def plan(records: Iterable[StreamRecord], table: PriceTable, report: Report) -> list[Change]:
     """Price ``records`` with ``table``; count them in ``report``; return the rows to update."""
     changes: list[Change] = []
     for rec in records:
         old_cost, old_version = _money(rec.cost_usd), rec.price_version
-        new_cost, new_version = reprice_record(rec, table)
+        new = _repriced(rec, table)
+        new_cost, new_version = _money(new.cost_usd), new.price_version
         changed = old_cost != new_cost or old_version != new_version
+        # a row from before unpriced_reason was kept gets one, without counting as a change
+        noted = new.unpriced_reason != rec.unpriced_reason
         report.total.add(old_cost, new_cost, changed)
         report.models.setdefault(rec.model, Tally()).add(old_cost, new_cost, changed)
         report.versions.setdefault((old_version, new_version), Tally()).add(
@@ -159,9 +169,9 @@ def plan(records: Iterable[StreamRecord], table: PriceTable, report: Report) -> 
             report.newly_priced += 1
         elif old_version is not None and new_version is None:
             report.now_unpriced += 1
-        if changed:
+        if changed or noted:
             assert rec.id is not None
-            changes.append(Change(rec.id, new_cost, new_version))
+            changes.append(Change(rec.id, new_cost, new_version, new.unpriced_reason))
     return changes
 
 
@@ -171,6 +181,7 @@ _UPDATE = (
     .values(
         cost_usd=bindparam("_cost", type_=STREAMS.c.cost_usd.type),
         price_version=bindparam("_version"),
+        unpriced_reason=bindparam("_reason"),
     )
 )
 
@@ -209,7 +220,12 @@ def reprice(
                     conn.execute(
                         _UPDATE,
                         [
-                            {"_id": ch.id, "_cost": ch.cost_usd, "_version": ch.price_version}
+                            {
+                                "_id": ch.id,
+                                "_cost": ch.cost_usd,
+                                "_version": ch.price_version,
+                                "_reason": ch.unpriced_reason,
+                            }
                             for ch in changes
                         ],
                     )

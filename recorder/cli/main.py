@@ -10,6 +10,7 @@ from recorder.cli import (
     audit,
     db,
     demo,
+    prices,
     proxy,
     reconcile,
     render,
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_parser(sub)
     reconcile.add_parser(sub)
     reprice.add_parser(sub)
+    prices.add_parser(sub)
     demo.add_parser(sub)
     replay.add_parser(sub)
     simulate.add_parser(sub)

@@ -67,7 +67,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="SECONDS",
         help="output silence that counts as a stall (default 30)",
     )
-    p.add_argument("--prices", metavar="FILE", help="price table (default: the shipped one)")
+    p.add_argument(
+        "--prices",
+        metavar="FILE",
+        help="prices to overlay on the shipped table (its models replace the shipped ones)",
+    )
     p.add_argument(
         "--spool-dir", metavar="DIR", help="where records wait while the database is unreachable"
     )

@@ -70,7 +70,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="SECONDS",
         help="with --id: the stall threshold (default: the one the proxy used)",
     )
-    p.add_argument("--prices", metavar="FILE", help="price table (default: the shipped one)")
+    p.add_argument(
+        "--prices",
+        metavar="FILE",
+        help="prices to overlay on the shipped table (its models replace the shipped ones)",
+    )
     p.add_argument(
         "--format",
         choices=("json", "table"),

@@ -42,7 +42,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--until", metavar="DATE", help="and before this")
     p.add_argument("--model", help="only this requested model ('*' matches anything)")
-    p.add_argument("--prices", metavar="FILE", help="price table (default: the shipped one)")
+    p.add_argument(
+        "--prices",
+        metavar="FILE",
+        help="prices to overlay on the shipped table (its models replace the shipped ones)",
+    )
     p.add_argument("--dry-run", action="store_true", help="report only; store nothing")
     add_db_option(p)
     p.add_argument(

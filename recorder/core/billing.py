@@ -16,7 +16,8 @@ module does the rest, in three steps that each work from the record alone, so
    An ``http_error`` generated nothing and is not billed: every source ``none``;
    the same for a request that got no response at all (no status, no event).
 3. :func:`apply_prices`: ``cost_usd`` and ``price_version`` (null when the
-   model has no price, or nothing is known of the usage).
+   model has no price, its service tier no rate, or nothing is known of the
+   usage), and ``unpriced_reason`` saying which when usage is known.
 
 ``estimate_method`` is ``<estimator version>;input:<method>;output:<method>``,
 naming only the figures that were estimated (``recorder.core.estimate``).
@@ -33,7 +34,7 @@ from recorder.core.estimate import (
     OutputCounts,
     thinking_ms,
 )
-from recorder.core.pricing import PriceTable, price_record
+from recorder.core.pricing import PriceTable, Unpriced, cost_or_reason
 from recorder.core.protocols.base import Observations
 from recorder.core.record import StreamRecord, combine_sources
 
@@ -68,7 +69,15 @@ def complete_usage(
 def absorb(record: StreamRecord, obs: Observations | None, request: InputCounts | None) -> None:
     """Copy onto the record what billing needs of the stream and of the request."""
     if obs is not None:
-        record.service_tier = obs.service_tier
+        # the response's word on the tier, unless it said nothing decisive ("auto"
+        # echoes the request until the final event): then what the request asked
+        reported = obs.service_tier
+        silent = reported is None or reported.lower() == "auto"
+        if record.requested_tier == "fast" and record.endpoint == "messages":
+            # Anthropic reports fast mode in usage.speed, apart from service_tier
+            raw = obs.raw_usage
+            silent = silent or not (isinstance(raw, dict) and "speed" in raw)
+        record.service_tier = (record.requested_tier or reported) if silent else reported
         usage = obs.usage
         if usage is not None:
             record.cache_write_5m_tokens = usage.cache_write_5m_tokens
@@ -132,11 +141,16 @@ def fill_usage(record: StreamRecord, estimator: Estimator) -> None:
 
 
 def apply_prices(record: StreamRecord, prices: PriceTable) -> None:
-    """Set ``cost_usd`` and ``price_version`` (both null when unpriced)."""
-    cost = None if record.usage_source == "none" else price_record(record, prices)
-    if cost is None:
-        record.cost_usd = None
-        record.price_version = None
-    else:
+    """Set ``cost_usd`` and ``price_version`` (both null when unpriced), and
+    ``unpriced_reason`` when there is usage but no price for it."""
+    record.cost_usd = record.price_version = record.unpriced_reason = None
+    if record.usage_source == "none":
+        return
+    try:
+        cost = cost_or_reason(record, prices)
+    except Unpriced as e:
+        record.unpriced_reason = str(e)
+        return
+    if cost is not None:
         record.cost_usd = cost.usd
         record.price_version = cost.price_version

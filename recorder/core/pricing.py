@@ -7,10 +7,13 @@ Two formats are read, told apart by the document itself:
   token (or per million tokens with ``"unit": "1M"``);
 - LiteLLM's ``model_prices_and_context_window.json``, as is: its
   ``*_cost_per_token`` fields, ``cache_read_input_token_cost``,
-  ``cache_creation_input_token_cost`` (and ``..._above_1hr``), the long-context
-  ``..._above_<N>k_tokens`` fields, the ``_priority`` / ``_flex`` / ``_batches``
-  service-tier fields and ``search_context_cost_per_query``. Its floats are read
-  as the decimals they are written as, never through a binary float.
+  ``cache_creation_input_token_cost`` and its ``..._above_<N>hr`` lifetimes, the
+  long-context ``..._above_<N>k_tokens`` fields, every service-tier suffix
+  (``_priority``, ``_flex``, ``_batches``, ``_ultrafast``, ``_fast``, any other),
+  ``provider_specific_entry.fast`` (the fast-mode multiplier of a Claude model)
+  and ``search_context_cost_per_query``. Its floats are read as the decimals they
+  are written as, never through a binary float. Cost fields it does not read
+  (audio, images, ...) are listed in ``PriceTable.unread`` so an import can say so.
 
 Parsing is pure (bytes in): the file is read by ``recorder.prices``.
 
@@ -25,9 +28,16 @@ The cost of a record: uncached input, cache reads, cache writes by lifetime
 unknown, ``cache_write_1h`` for one hour), output, reasoning where the entry
 prices it apart from output, and per-request provider-side tools (web search).
 When the input exceeds a long-context threshold the whole request is priced at
-that tier, as both providers bill it. A service tier (``priority``, ``flex``)
-the entry prices replaces the standard rates. The result is a decimal string
-with 12 fractional digits, and ``price_version`` is
+that tier, as both providers bill it.
+
+Service tiers: ``default``, ``standard``, ``auto`` (and no tier at all) are the
+standard rates. Any other tier (``priority``, ``fast``, ``ultrafast``, ``flex``,
+``batch``, ...) is priced only by a rate the entry has for it: its own rates
+over the standard ones, a ``multiplier`` of the standard rates (Claude's fast
+mode), or ``same_as`` another tier (OpenAI's ``fast`` is its ``priority``). A
+tier the entry has no rate for is never priced at the standard rate: the cost
+is unknown and :class:`Unpriced` says why. The result is a decimal string with
+12 fractional digits, and ``price_version`` is
 ``<table version>:<entry key>@<entry date>``.
 """
 
@@ -50,8 +60,25 @@ _MILLION = Decimal(1_000_000)
 _RATE_FIELDS = ("input", "output", "cache_read", "cache_write", "cache_write_1h", "reasoning")
 
 
+# the tiers that are the standard rates ("auto": the provider's default, which a
+# cut Responses stream still echoes from response.created)
+STANDARD_TIERS = frozenset({"default", "standard", "auto", "standard_only"})
+
+
 class PriceTableError(ValueError):
     """A price table that cannot be read; the message names the entry and field."""
+
+
+class Unpriced(ValueError):
+    """A request the table cannot price; the message is the record's ``unpriced_reason``."""
+
+
+def unpriced_kind(reason: str | None) -> str | None:
+    """``model`` (no price for the model) or ``tier`` (none for its service tier)
+    of a record's ``unpriced_reason``; None when it has none."""
+    if not reason:
+        return None
+    return "model" if reason.startswith(("no price for model", "no model named")) else "tier"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,15 +91,26 @@ class Rates:
     cache_write: Decimal | None = None  # the default lifetime (Anthropic: 5 minutes)
     cache_write_1h: Decimal | None = None
     reasoning: Decimal | None = None  # only where reasoning is priced apart from output
+    # cache writes of lifetimes beyond one hour, by hours (LiteLLM's ``_above_<N>hr``):
+    # kept and shown; a record has no counts for them yet (docs/billing.md)
+    cache_write_hours: tuple[tuple[int, Decimal], ...] = ()
 
     def over(self, base: Rates) -> Rates:
         """These rates, with ``base``'s wherever these say nothing."""
-        return Rates(
-            *(
-                getattr(self, name) if getattr(self, name) is not None else getattr(base, name)
-                for name in _RATE_FIELDS
-            )
-        )
+        values: dict[str, Decimal | None] = {
+            name: getattr(self, name) if getattr(self, name) is not None else getattr(base, name)
+            for name in _RATE_FIELDS
+        }
+        return Rates(**values, cache_write_hours=self.cache_write_hours or base.cache_write_hours)
+
+    def times(self, factor: Decimal) -> Rates:
+        """Every rate multiplied by ``factor``."""
+        values: dict[str, Decimal | None] = {
+            name: None if (v := getattr(self, name)) is None else v * factor
+            for name in _RATE_FIELDS
+        }
+        hours = tuple((h, r * factor) for h, r in self.cache_write_hours)
+        return Rates(**values, cache_write_hours=hours)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,10 +123,17 @@ class LongContext:
 
 @dataclass(frozen=True, slots=True)
 class Tier:
-    """A service tier's rates (``priority``, ``flex``, ``batch``)."""
+    """A service tier's rates (``priority``, ``flex``, ``batch``, ``ultrafast``, ...).
+
+    ``multiplier``: the tier costs the standard rates (long context included)
+    times this, and ``rates`` is empty. ``same_as``: the tier is another tier of
+    the same entry under a second name.
+    """
 
     rates: Rates
     long_context: tuple[LongContext, ...] = ()
+    multiplier: Decimal | None = None
+    same_as: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +159,15 @@ class PriceTable:
     entries: Mapping[str, PriceEntry]
     aliases: Mapping[str, str] = field(default_factory=dict)  # alias -> entry key
     source_format: str = FORMAT
+    # LiteLLM only: cost fields this reader does not use -> how many entries had one
+    unread: Mapping[str, int] = field(default_factory=dict)
+    # an overlay's: entry key -> version of the table the entry came from (the
+    # version a cost names); keys not here are the table's own version's
+    origins: Mapping[str, str] = field(default_factory=dict)
+
+    def origin(self, key: str) -> str:
+        """The version of the table entry ``key`` came from."""
+        return self.origins.get(key, self.version)
 
     def resolve(self, model: str | None) -> PriceEntry | None:
         """The entry pricing ``model``, or None (see the module docstring)."""
@@ -137,6 +191,26 @@ class Cost:
     price_version: str
     tier: str | None = None  # the service tier whose rates were used
     long_context: bool = False
+
+
+def overlay(base: PriceTable, top: PriceTable) -> PriceTable:
+    """``base`` with ``top``'s entries added or replacing base's, whole entry by entry.
+
+    The overlay's version names both (``<base>+<top>``); a cost names the
+    version of the table its entry came from (``price_version``), so a record
+    priced from the overlay file says so. An alias of ``top`` wins over the same
+    alias in ``base``; a model ``top`` adds hides a ``base`` alias of that name.
+    """
+    entries = dict(base.entries)
+    entries.update(top.entries)
+    aliases = {a: k for a, k in base.aliases.items() if a not in top.entries}
+    aliases.update(top.aliases)
+    for key in top.entries:
+        aliases.pop(key, None)
+    origins = {key: base.origin(key) for key in base.entries}
+    origins.update({key: top.origin(key) for key in top.entries})
+    version = f"{base.version}+{top.version}"
+    return PriceTable(version, entries, aliases, base.source_format, top.unread, origins)
 
 
 # -- loading --------------------------------------------------------------------
@@ -180,7 +254,35 @@ def _own_rates(spec: Mapping[str, Any], scale: Decimal, where: str) -> Rates:
     for name in _RATE_FIELDS:
         price = _decimal(spec.get(name), f"{where}.{name}")
         values[name] = None if price is None else price / scale
-    return Rates(**values)
+    hours = spec.get("cache_write_hours") or {}
+    if not isinstance(hours, dict):
+        raise PriceTableError(f"{where}.cache_write_hours: an object of hours -> price")
+    long_writes = []
+    for h, value in hours.items():
+        if not str(h).isdigit() or int(h) < 2:
+            raise PriceTableError(f"{where}.cache_write_hours: {h!r} is not a number of hours > 1")
+        price = _decimal(value, f"{where}.cache_write_hours.{h}")
+        if price is not None:
+            long_writes.append((int(h), price / scale))
+    return Rates(**values, cache_write_hours=tuple(sorted(long_writes)))
+
+
+def _own_tier(spec: Any, scale: Decimal, where: str) -> Tier:
+    if not isinstance(spec, dict):
+        raise PriceTableError(f"{where}: an object")
+    same_as = spec.get("same_as")
+    if same_as is not None and (not isinstance(same_as, str) or not same_as):
+        raise PriceTableError(f"{where}.same_as: the name of another tier")
+    multiplier = _decimal(spec.get("multiplier"), f"{where}.multiplier")
+    rates = _own_rates(spec, scale, where)
+    if (same_as is not None) + (multiplier is not None) + (rates != Rates()) > 1:
+        raise PriceTableError(f"{where}: rates, a multiplier or same_as, only one of them")
+    return Tier(
+        rates,
+        _own_long(spec.get("long_context"), scale, f"{where}.long_context"),
+        multiplier,
+        None if same_as is None else same_as.lower(),
+    )
 
 
 def _own_long(spec: Any, scale: Decimal, where: str) -> tuple[LongContext, ...]:
@@ -245,12 +347,12 @@ def _load_own(doc: Mapping[str, Any], version: str | None, digest: str) -> Price
         tiers = {}
         for tier_name, tier_spec in (spec.get("service_tiers") or {}).items():
             here = f"{where}.service_tiers.{tier_name}"
-            if not isinstance(tier_spec, dict):
-                raise PriceTableError(f"{here}: an object")
-            tiers[str(tier_name)] = Tier(
-                _own_rates(tier_spec, scale, here),
-                _own_long(tier_spec.get("long_context"), scale, f"{here}.long_context"),
-            )
+            tiers[str(tier_name).lower()] = _own_tier(tier_spec, scale, here)
+        for name, tier in tiers.items():
+            if tier.same_as is not None and (
+                tier.same_as not in tiers or tiers[tier.same_as].same_as is not None
+            ):
+                raise PriceTableError(f"{where}.service_tiers.{name}.same_as: no such tier")
         tools = dict(provider_tools.get(str(provider), {}))
         tools.update(_server_tools(spec.get("server_tools"), f"{where}.server_tools"))
         names = spec.get("aliases") or []
@@ -279,26 +381,59 @@ def _load_own(doc: Mapping[str, Any], version: str | None, digest: str) -> Price
     return PriceTable(table_version, entries, aliases, FORMAT)
 
 
-# LiteLLM: "<base>[_above_<N>k_tokens][_<tier>]"
+# LiteLLM: "<base>[_above_<N>hr][_above_<N>k_tokens][_<tier>]", the tier also seen
+# before the threshold ("input_cost_per_token_flex_above_272k_tokens")
 _LITELLM_FIELDS = {
     "input_cost_per_token": "input",
     "output_cost_per_token": "output",
     "cache_read_input_token_cost": "cache_read",
     "cache_creation_input_token_cost": "cache_write",
-    "cache_creation_input_token_cost_above_1hr": "cache_write_1h",
     "output_cost_per_reasoning_token": "reasoning",
 }
 _LITELLM_KEY = re.compile(
     r"^(?P<base>input_cost_per_token|output_cost_per_token|cache_read_input_token_cost"
-    r"|cache_creation_input_token_cost(?:_above_1hr)?|output_cost_per_reasoning_token)"
-    r"(?:_above_(?P<k>\d+)k_tokens)?(?:_(?P<tier>priority|flex|batches))?$"
+    r"|cache_creation_input_token_cost|output_cost_per_reasoning_token)"
+    r"(?:_above_(?P<hr>\d+)hr)?"
+    r"(?:_(?P<tier1>[a-z]+))?"
+    r"(?:_above_(?P<k>\d+)k_tokens)?"
+    r"(?:_(?P<tier2>[a-z]+))?$"
 )
-_LITELLM_TIERS = {"priority": "priority", "flex": "flex", "batches": "batch"}
+_LITELLM_TIERS = {"batches": "batch"}  # LiteLLM's suffix -> the tier providers report
+# not tiers: LiteLLM words that end a cost field name for another reason
+_NOT_TIERS = frozenset({"above", "tokens", "token", "hit", "miss", "character", "second"})
 _LITELLM_MODES = frozenset({"chat", "responses", "completion"})
+# OpenAI renamed Priority processing to Fast mode (2026-07-30): either name in the
+# request, and the response reports either, at the same price
+_OPENAI_FAST = "priority"
+
+
+def _litellm_field(name: str) -> tuple[str, int, int, str] | None:
+    """``(rate field, threshold tokens, lifetime hours, tier)`` of a LiteLLM cost key."""
+    match = _LITELLM_KEY.match(name)
+    if match is None:
+        return None
+    tiers = [t for t in (match["tier1"], match["tier2"]) if t]
+    if len(tiers) > 1 or any(t in _NOT_TIERS for t in tiers):
+        return None
+    hours = int(match["hr"]) if match["hr"] else 0
+    if hours and match["base"] != "cache_creation_input_token_cost":
+        return None
+    field_name = _LITELLM_FIELDS[match["base"]]
+    if hours == 1:
+        field_name, hours = "cache_write_1h", 0
+    tier = _LITELLM_TIERS.get(tiers[0], tiers[0]) if tiers else ""
+    threshold = int(match["k"]) * 1000 if match["k"] else 0
+    return field_name, threshold, hours, tier
+
+
+def _rates(values: Mapping[str, Decimal], hours: Mapping[int, Decimal]) -> Rates:
+    rates: dict[str, Decimal | None] = dict(values)
+    return Rates(**rates, cache_write_hours=tuple(sorted(hours.items())))
 
 
 def _load_litellm(doc: Mapping[str, Any], version: str) -> PriceTable:
     entries: dict[str, PriceEntry] = {}
+    unread: dict[str, int] = {}
     for raw_key, spec in doc.items():
         if raw_key == "sample_spec" or not isinstance(spec, dict):
             continue
@@ -307,27 +442,44 @@ def _load_litellm(doc: Mapping[str, Any], version: str) -> PriceTable:
             continue
         key = str(raw_key).strip().lower()
         where = str(raw_key)
-        # (threshold or 0, tier or "") -> field -> price
+        # (threshold or 0, tier or "") -> field -> price; and -> hours -> price
         groups: dict[tuple[int, str], dict[str, Decimal]] = {}
+        long_writes: dict[tuple[int, str], dict[int, Decimal]] = {}
         for name, value in spec.items():
-            match = _LITELLM_KEY.match(name)
-            if match is None or value is None:
+            parsed = _litellm_field(name)
+            if parsed is None:
+                if "cost" in name and name not in _LITELLM_OTHER and value is not None:
+                    unread[name] = unread.get(name, 0) + 1
                 continue
             price = _decimal(value, f"{where}.{name}")
             if price is None:
                 continue
-            threshold = int(match["k"]) * 1000 if match["k"] else 0
-            tier = _LITELLM_TIERS[match["tier"]] if match["tier"] else ""
-            groups.setdefault((threshold, tier), {})[_LITELLM_FIELDS[match["base"]]] = price
+            field_name, threshold, hours, tier = parsed
+            if hours:
+                long_writes.setdefault((threshold, tier), {})[hours] = price
+            else:
+                groups.setdefault((threshold, tier), {})[field_name] = price
         base = groups.get((0, ""), {})
         if "input" not in base or "output" not in base:
             continue
-        rates = Rates(**base)
+        rates = _rates(base, long_writes.get((0, ""), {}))
+        names = {tier for (_, tier) in (*groups, *long_writes) if tier}
         tiers = {
-            tier: Tier(Rates(**values), _litellm_long(groups, tier))
-            for (threshold, tier), values in groups.items()
-            if tier and not threshold
+            tier: Tier(
+                _rates(groups.get((0, tier), {}), long_writes.get((0, tier), {})),
+                _litellm_long(groups, tier),
+            )
+            for tier in names
         }
+        provider = spec.get("litellm_provider")
+        if provider in ("openai", "azure") and _OPENAI_FAST in tiers and "fast" not in tiers:
+            tiers["fast"] = Tier(Rates(), same_as=_OPENAI_FAST)
+        extra = spec.get("provider_specific_entry")
+        fast = extra.get("fast") if isinstance(extra, dict) else None
+        if fast is not None and "fast" not in tiers:
+            multiplier = _decimal(fast, f"{where}.provider_specific_entry.fast")
+            if multiplier is not None:
+                tiers["fast"] = Tier(Rates(), multiplier=multiplier)
         tools: dict[str, Decimal] = {}
         search = spec.get("search_context_cost_per_query")
         if isinstance(search, dict):
@@ -346,7 +498,6 @@ def _load_litellm(doc: Mapping[str, Any], version: str) -> PriceTable:
             price = _decimal(session, f"{where}.code_interpreter_cost_per_session")
             if price is not None:
                 tools["code_interpreter"] = price
-        provider = spec.get("litellm_provider")
         entries[key] = PriceEntry(
             key=key,
             rates=rates,
@@ -366,17 +517,89 @@ def _load_litellm(doc: Mapping[str, Any], version: str) -> PriceTable:
         bare = model_base(entry.key)
         if bare != entry.key and bare not in entries and bare not in aliases:
             aliases[bare] = entry.key
-    return PriceTable(version, entries, aliases, "litellm")
+    return PriceTable(version, entries, aliases, "litellm", unread)
+
+
+# cost fields read elsewhere in the loader (server tools)
+_LITELLM_OTHER = frozenset(
+    {
+        "search_context_cost_per_query",
+        "file_search_cost_per_1k_calls",
+        "code_interpreter_cost_per_session",
+    }
+)
 
 
 def _litellm_long(
     groups: Mapping[tuple[int, str], Mapping[str, Decimal]], tier: str
 ) -> tuple[LongContext, ...]:
     return tuple(
-        LongContext(threshold, Rates(**values))
+        LongContext(threshold, _rates(values, {}))
         for (threshold, name), values in sorted(groups.items())
         if threshold and name == tier
     )
+
+
+# -- writing ----------------------------------------------------------------------
+
+
+def _dump_rates(rates: Rates) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        name: f"{value:f}" for name in _RATE_FIELDS if (value := getattr(rates, name)) is not None
+    }
+    if rates.cache_write_hours:
+        out["cache_write_hours"] = {str(h): f"{r:f}" for h, r in rates.cache_write_hours}
+    return out
+
+
+def _dump_long(long_context: tuple[LongContext, ...]) -> list[dict[str, Any]]:
+    return [
+        {"above_input_tokens": lc.above_input_tokens, **_dump_rates(lc.rates)}
+        for lc in long_context
+    ]
+
+
+def dump_entry(entry: PriceEntry) -> dict[str, Any]:
+    """One entry in the project's format (USD per token, decimal strings)."""
+    out: dict[str, Any] = {}
+    if entry.provider is not None:
+        out["provider"] = entry.provider
+    if entry.as_of is not None:
+        out["as_of"] = entry.as_of
+    if entry.source is not None:
+        out["source"] = entry.source
+    out.update(_dump_rates(entry.rates))
+    if entry.long_context:
+        out["long_context"] = _dump_long(entry.long_context)
+    tiers: dict[str, Any] = {}
+    for name, tier in sorted(entry.tiers.items()):
+        if tier.same_as is not None:
+            tiers[name] = {"same_as": tier.same_as}
+        elif tier.multiplier is not None:
+            tiers[name] = {"multiplier": f"{tier.multiplier:f}"}
+        else:
+            spec = _dump_rates(tier.rates)
+            if tier.long_context:
+                spec["long_context"] = _dump_long(tier.long_context)
+            tiers[name] = spec
+    if tiers:
+        out["service_tiers"] = tiers
+    if entry.server_tools:
+        out["server_tools"] = {k: f"{v:f}" for k, v in sorted(entry.server_tools.items())}
+    if entry.aliases:
+        out["aliases"] = list(entry.aliases)
+    return out
+
+
+def dump_prices(
+    entries: Mapping[str, PriceEntry], version: str, note: str | None = None
+) -> dict[str, Any]:
+    """A table in the project's format (``unit: token``), loadable by :func:`load_prices`."""
+    doc: dict[str, Any] = {"format": FORMAT, "version": version, "currency": "USD", "unit": "token"}
+    if note:
+        doc["note"] = note
+    doc["models"] = {key: dump_entry(entries[key]) for key in sorted(entries)}
+    return doc
 
 
 # -- costs ----------------------------------------------------------------------
@@ -384,6 +607,48 @@ def _litellm_long(
 
 def _n(value: int | None) -> int:
     return value if value is not None and value > 0 else 0
+
+
+def tier_rates(
+    entry: PriceEntry, service_tier: str | None, input_tokens: int = 0
+) -> tuple[Rates, tuple[LongContext, ...], str | None]:
+    """The rates, long-context tiers and tier name ``service_tier`` is priced at.
+
+    Raises :class:`Unpriced` for a tier the entry has no rate for, and for a
+    request above a long-context threshold of a tier with rates of its own but
+    none for long context (its standard long-context rates would be a guess).
+    """
+    name = (service_tier or "").strip().lower()
+    if not name or name in STANDARD_TIERS:
+        return entry.rates, entry.long_context, None
+    base, plus, extra = name.partition("+")
+    if plus:  # "priority+fast": Anthropic's fast mode on top of another tier
+        speed = entry.tiers.get(extra)
+        if speed is None or speed.multiplier is None:
+            raise Unpriced(f"no {name!r} service-tier rate for {entry.key}")
+        rates, long_tiers, _ = tier_rates(entry, base, input_tokens)
+        scaled = tuple(
+            LongContext(lc.above_input_tokens, lc.rates.over(rates).times(speed.multiplier))
+            for lc in long_tiers
+        )
+        return rates.times(speed.multiplier), scaled, name
+    tier = entry.tiers.get(name)
+    if tier is not None and tier.same_as is not None:
+        tier = entry.tiers.get(tier.same_as)
+    if tier is None:
+        raise Unpriced(f"no {name!r} service-tier rate for {entry.key}")
+    if tier.multiplier is not None:
+        rates = entry.rates.times(tier.multiplier)
+        long_tiers = tuple(
+            LongContext(lc.above_input_tokens, lc.rates.over(entry.rates).times(tier.multiplier))
+            for lc in entry.long_context
+        )
+        return rates, long_tiers, name
+    if not tier.long_context and any(
+        input_tokens > lc.above_input_tokens for lc in entry.long_context
+    ):
+        raise Unpriced(f"no long-context {name!r} service-tier rate for {entry.key}")
+    return tier.rates.over(entry.rates), tier.long_context, name
 
 
 def cost_of(
@@ -399,17 +664,12 @@ def cost_of(
     service_tier: str | None = None,
     server_tool_requests: Mapping[str, int] | None = None,
 ) -> Cost:
-    """The exact cost of one request's usage under ``entry``."""
-    rates = entry.rates
-    long_tiers = entry.long_context
-    tier_used = None
-    if service_tier and service_tier in entry.tiers:
-        tier = entry.tiers[service_tier]
-        rates = tier.rates.over(rates)
-        tier_used = service_tier
-        if tier.long_context:
-            long_tiers = tier.long_context
+    """The exact cost of one request's usage under ``entry``.
+
+    Raises :class:`Unpriced` when ``service_tier`` is one the entry has no rate for.
+    """
     inp = _n(input_tokens)
+    rates, long_tiers, tier_used = tier_rates(entry, service_tier, inp)
     long_used = False
     for lc in reversed(long_tiers):  # sorted by threshold: the highest one exceeded
         if inp > lc.above_input_tokens:
@@ -443,7 +703,17 @@ def cost_of(
 
 
 def price_record(record: StreamRecord, table: PriceTable) -> Cost | None:
-    """The cost of a record's usage, or None when its model has no price (or no usage).
+    """The cost of a record's usage, or None when it cannot be priced (no usage,
+    no price for its model, no rate for its service tier)."""
+    try:
+        return cost_or_reason(record, table)
+    except Unpriced:
+        return None
+
+
+def cost_or_reason(record: StreamRecord, table: PriceTable) -> Cost | None:
+    """The cost of a record's usage; None without usage; :class:`Unpriced` (the
+    reason) when there is usage but no price for it.
 
     The model that served the request (``response_model``, e.g. a dated
     snapshot) is priced first, the requested one if the table lacks it.
@@ -452,10 +722,11 @@ def price_record(record: StreamRecord, table: PriceTable) -> Cost | None:
         return None
     entry = table.resolve(record.response_model) or table.resolve(record.model)
     if entry is None:
-        return None
+        model = record.response_model or record.model
+        raise Unpriced(f"no price for model {model!r}" if model else "no model named")
     return cost_of(
         entry,
-        table.version,
+        table.origin(entry.key),
         input_tokens=record.input_tokens,
         output_tokens=record.output_tokens,
         cache_read_tokens=record.cache_read_tokens,

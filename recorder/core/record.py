@@ -101,12 +101,18 @@ class StreamRecord:
     raw_usage: dict[str, Any] | None = None
     # billing (recorder.core.billing): what pricing needs beyond the token fields,
     # and the counts estimation works from (characters and counts, never text)
-    service_tier: str | None = None  # the tier that served it: default, flex, priority, standard
+    # the tier that served it as the response reported it (default, standard, flex,
+    # priority, fast, ultrafast, batch, ...), else the one the request asked for
+    service_tier: str | None = None
+    requested_tier: str | None = None  # the request's service_tier (Anthropic: speed "fast")
     cache_write_5m_tokens: int | None = None  # of cache_write_tokens: 5-minute cache writes
     cache_write_1h_tokens: int | None = None  # of cache_write_tokens: 1-hour cache writes
     server_tool_requests: dict[str, int] | None = None  # e.g. {"web_search": 2}, billed per call
     output_breakdown: dict[str, int] | None = None  # output chars by kind / writing system
     input_breakdown: dict[str, int] | None = None  # request body chars by kind / writing system
+    # why cost_usd is null although usage is known: no price for the model, no
+    # rate for its service tier (recorder.core.pricing.Unpriced)
+    unpriced_reason: str | None = None
     gaps: list[Gap] = field(default_factory=list)
 
     def to_dict(self, *, with_gaps: bool = False) -> dict[str, Any]:

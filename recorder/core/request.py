@@ -21,6 +21,9 @@ class RequestFacts:
     stream: bool | None = None
     include_usage: bool | None = None
     max_output_tokens: int | None = None
+    # the service tier asked for: OpenAI's ``service_tier``; Anthropic's
+    # ``speed: "fast"`` is the tier ``fast`` (its ``service_tier`` when not)
+    service_tier: str | None = None
     parsed: bool = False
 
 
@@ -47,6 +50,12 @@ def read_request(body: bytes) -> RequestFacts:
         facts.include_usage = options["include_usage"]
     elif facts.stream:
         facts.include_usage = False
+    tier = obj.get("service_tier")
+    if isinstance(tier, str) and tier.strip():
+        facts.service_tier = tier.strip().lower()[:32]
+    speed = obj.get("speed")
+    if isinstance(speed, str) and speed.strip().lower() == "fast":
+        facts.service_tier = "fast"
     for key in _MAX_KEYS:
         value = obj.get(key)
         # a client may send anything here; only what a BIGINT column holds is kept

@@ -46,6 +46,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString as _float_to_go_string
 
+from recorder.core.pricing import unpriced_kind
 from recorder.core.protocols import PROVIDERS
 
 if TYPE_CHECKING:
@@ -398,6 +399,15 @@ class Metrics:
             registry=registry,
             buckets=MAX_OUTPUT_GAP_BUCKETS,
         )
+        # the model label only (under the same cap) and the kind of gap: "model"
+        # (no price for it) or "tier" (none for its service tier)
+        self.unpriced = Counter(
+            "llm_recorder_unpriced_streams",
+            "Records with known usage but no cost: no price for the model, or none for "
+            "its service tier (the record's unpriced_reason says which).",
+            ("model", "reason"),
+            registry=registry,
+        )
         self.model_overflow = Counter(
             "llm_recorder_model_label_overflow",
             "Records whose model was reported as 'other' (past --max-model-labels).",
@@ -455,6 +465,9 @@ class Metrics:
                 self.keepalive_gap.observe_many(base, meter.keepalive_intervals)
 
         self._tokens(record, base)
+        kind = unpriced_kind(record.unpriced_reason)
+        if kind is not None:
+            self._child(self.unpriced, model, kind).inc()
         cost = _decimal(record.cost_usd)
         if cost is not None:
             source = "reported" if record.usage_source == "reported" else "estimated"

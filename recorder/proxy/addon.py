@@ -56,6 +56,7 @@ from recorder.proxy.capture import DEFAULT_CAPTURE_MAX_BYTES, CapturedBody, Capt
 from recorder.proxy.decoding import Decoder, decoder_for
 from recorder.sinks import Sink
 from recorder.tokenizers import counter_for
+from recorder.unpriced import WARNINGS as UNPRICED
 
 log = logging.getLogger("recorder")
 
@@ -299,6 +300,10 @@ class Recorder:
             )
         except Exception:
             self._internal_error("completing usage")
+        try:
+            UNPRICED.check(rec)  # one warning line per unpriced model per process
+        except Exception:
+            self._internal_error("unpriced warning")
         self.health.records += 1
         self.health.parse_issues += rec.parse_issues
         if state.capture is not None and isinstance(rec, CapturedRecord):
@@ -607,6 +612,7 @@ def _apply_facts(state: FlowState, facts: RequestFacts, counts: InputCounts | No
     rec.model = facts.model
     rec.include_usage = facts.include_usage
     rec.max_output_tokens = facts.max_output_tokens
+    rec.requested_tier = facts.service_tier
 
 
 _REQUEST_HEADERS = frozenset(

@@ -329,6 +329,7 @@ _CARRIED = (
     "organization",
     "include_usage",
     "max_output_tokens",
+    "requested_tier",
 )
 
 

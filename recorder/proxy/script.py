@@ -50,7 +50,10 @@ class ScriptRecorder(Recorder):
             "recorder_stall_after", str, "30", "Seconds of output silence that count as a stall."
         )
         loader.add_option(
-            "recorder_prices", str, "", "Price table file (default: the one shipped)."
+            "recorder_prices",
+            str,
+            "",
+            "Prices to overlay on the shipped table (default: the shipped table alone).",
         )
 
     def configure(self, updated: set[str]) -> None:

@@ -197,11 +197,13 @@ class Stream(Base):
     recorder_error: Mapped[str | None] = mapped_column(Text())
     raw_usage: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc)
     service_tier: Mapped[str | None] = mapped_column(String(32))
+    requested_tier: Mapped[str | None] = mapped_column(String(32))
     cache_write_5m_tokens: Mapped[int | None] = mapped_column(BigInteger())
     cache_write_1h_tokens: Mapped[int | None] = mapped_column(BigInteger())
     server_tool_requests: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc)
     output_breakdown: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc)
     input_breakdown: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc)
+    unpriced_reason: Mapped[str | None] = mapped_column(Text())
     # Beyond the record: for the audit.
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())  # started_at + duration
     recorded_at: Mapped[datetime] = mapped_column(UTCDateTime())  # when the writer stored it

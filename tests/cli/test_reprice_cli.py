@@ -94,3 +94,40 @@ def test_bad_price_table(capsys: pytest.CaptureFixture[str], db_url: str, tmp_pa
 def test_bad_time(capsys: pytest.CaptureFixture[str], db_url: str) -> None:
     code, _, err = run(capsys, "--db", db_url, "--since", "yesterday-ish")
     assert code == 2 and "not a time" in err
+
+
+def test_a_small_prices_file_is_an_overlay_and_wipes_no_other_cost(
+    capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path
+) -> None:
+    """A two-model --prices file changes those two models; a model of the shipped
+    table it does not name keeps its cost (it used to be wiped to null)."""
+    from recorder.core.billing import apply_prices
+    from recorder.prices import shipped_prices
+    from recorder.store.writer import SqlSink
+    from tests.test_reprice import record
+
+    shipped = record("gpt-5", 1000, 100, "2026-04-05T00:00:00.000Z", cost_usd=None)
+    apply_prices(shipped, shipped_prices())
+    assert shipped.cost_usd is not None
+    mine = record("gpt-4o", 1000, 100, "2026-04-05T00:00:01.000Z")
+    sink = SqlSink(db_url, tmp_path / "spool")
+    for r in (shipped, mine):
+        sink.submit(r)
+    sink.close()
+    two = tmp_path / "two.json"
+    two.write_text(
+        json.dumps(V2 | {"models": {k: V2["models"][k] for k in ("gpt-4o", "claude-x")}})
+    )
+    code, out, _ = run(
+        capsys, "--db", db_url, "--since", "2026-04-05", "--prices", str(two), "--format", "json"
+    )
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["now_unpriced"] == 0 and doc["rows"] == 2
+    rows = rows_by_id(db_url)
+    kept = rows[shipped.id or ""]
+    assert kept.cost_usd == shipped.cost_usd and kept.price_version == shipped.price_version
+    assert kept.price_version is not None and kept.price_version.startswith(
+        shipped_prices().version + ":"
+    )
+    assert rows[mine.id or ""].price_version == "v2:gpt-4o@2026-01-01"

@@ -373,10 +373,40 @@ def test_load_price_file(tmp_path: Path) -> None:
     assert load_price_file(None).version == shipped_prices().version
     path = tmp_path / "litellm.json"
     path.write_bytes(LITELLM)
-    assert load_price_file(path).source_format == "litellm"
+    assert load_price_file(path).version.endswith("+" + load_prices(LITELLM).version)
     with pytest.raises(PriceTableError, match=r"missing\.json"):
         load_price_file(tmp_path / "missing.json")
     broken = tmp_path / "broken.json"
     broken.write_text('{"models": {"m": {"input": "1"}}}')
     with pytest.raises(PriceTableError, match=r"broken\.json: models\.m"):
         load_price_file(broken)
+
+
+def test_a_prices_file_overlays_the_shipped_table(tmp_path: Path) -> None:
+    path = tmp_path / "two.json"
+    path.write_text(
+        json.dumps(
+            {
+                "format": "recorder-prices/1",
+                "version": "mine",
+                "models": {
+                    "gpt-5": {"input": "0.000001", "output": "0.000002", "as_of": "2026-12-01"},
+                    "my-model": {"input": "0.000001", "output": "0.000002"},
+                },
+            }
+        )
+    )
+    t = load_price_file(path)
+    rec = StreamRecord(model="claude-sonnet-4-5")
+    rec.input_tokens, rec.output_tokens = 1000, 100
+    shipped = price_record(rec, shipped_prices())
+    assert shipped is not None
+    assert (
+        price_record(rec, t) == shipped
+    )  # not named in the file: the shipped price, version and all
+    rec.model = "gpt-5"
+    mine = price_record(rec, t)
+    assert mine is not None and mine.price_version == "mine:gpt-5@2026-12-01"
+    assert mine.usd == "0.001200000000"
+    assert t.resolve("my-model") is not None
+    assert t.version == f"{shipped_prices().version}+mine"

@@ -53,3 +53,17 @@ def test_error_bodies() -> None:
     assert read_error_body(b"<html>Bad gateway</html>") == (None, None, "<html>Bad gateway</html>")
     assert read_error_body(b"") == (None, None, None)
     assert read_error_body(b'{"code": 404, "message": "no route"}') == (None, "404", "no route")
+
+
+def test_the_requested_service_tier() -> None:
+    assert read_request(b'{"model": "gpt-6-astra", "service_tier": "Ultrafast"}').service_tier == (
+        "ultrafast"
+    )
+    # Anthropic's fast mode is a speed, billed as a tier of its own
+    fast = read_request(b'{"model": "claude-opus-5-5", "speed": "fast", "service_tier": "auto"}')
+    assert fast.service_tier == "fast"
+    assert read_request(b'{"model": "m", "speed": "standard"}').service_tier is None
+    assert read_request(b'{"model": "m", "service_tier": 3}').service_tier is None
+    assert read_request(b'{"model": "m", "service_tier": "' + b"x" * 100 + b'"}').service_tier == (
+        "x" * 32
+    )

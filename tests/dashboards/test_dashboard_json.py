@@ -77,6 +77,8 @@ def exported_names() -> set[str]:
         ),
         None,
     )
+    unpriced = StreamRecord(model="n", input_tokens=1, unpriced_reason="no price for model 'n'")
+    metrics.observe(unpriced, None)
     metrics.chunk_gap.observe_many(("messages", "anthropic", "m"), [0.1])
     metrics.keepalive_gap.observe_many(("messages", "anthropic", "m"), [0.1])
     return {s.name for family in registry.collect() for s in family.samples}

@@ -117,7 +117,11 @@ def test_names_types_and_labels_follow_the_contract() -> None:
         assert got[name][0] == kind, name
         assert got[name][1] == {frozenset(labels)}, name
     health = {n for n in got if n.startswith("llm_recorder_") and not n.endswith("_created")}
-    assert health == {"llm_recorder_model_label_overflow_total"}  # nothing watched yet
+    # nothing watched yet; the unpriced counter has no series before an unpriced record
+    assert health == {
+        "llm_recorder_model_label_overflow_total",
+        "llm_recorder_unpriced_streams_total",
+    }
 
 
 def test_a_record_adds_its_figures() -> None:
@@ -437,3 +441,21 @@ async def test_counters_agree_with_the_records_written() -> None:
     assert sum(s.value for s in families["llm_streams_in_flight"].samples) == 0
     models = {s.labels["model"] for s in families["llm_streams"].samples}
     assert "other" in models and len(models - {"other", "unknown"}) == 5
+
+
+def test_unpriced_streams_are_counted_by_model_under_the_cap() -> None:
+    registry = CollectorRegistry()
+    metrics = Metrics(registry, max_model_labels=2)
+    priced = {"input_tokens": 10, "usage_source": "reported", "cost_usd": "0.001"}
+    metrics.observe(record(model="a", **priced), None)
+    for model in ("mystery", "mystery", "junk-1", "junk-2"):
+        reason = f"no price for model {model!r}"
+        metrics.observe(record(model=model, input_tokens=10, unpriced_reason=reason), None)
+    tier = "no 'ultrafast' service-tier rate for a"
+    metrics.observe(record(model="a", input_tokens=10, unpriced_reason=tier), None)
+    get = registry.get_sample_value
+    name = "llm_recorder_unpriced_streams_total"
+    assert get(name, {"model": "mystery", "reason": "model"}) == 2
+    assert get(name, {"model": "other", "reason": "model"}) == 2  # past the cap, as elsewhere
+    assert get(name, {"model": "a", "reason": "tier"}) == 1
+    assert get(name, {"model": "a", "reason": "model"}) is None

@@ -619,3 +619,26 @@ async def test_finish_delay_shutdown_completes_what_waits() -> None:
         await _run_one(addon2, clock2)
     addon2.close()  # closed without done (the runner's last resort)
     assert len(sink2.records) == 1
+
+
+async def test_an_unpriced_model_is_said_once_per_process(caplog: pytest.LogCaptureFixture) -> None:
+    from recorder.core.pricing import load_prices
+
+    prices = load_prices(b'{"models": {"claude-x": {"input": "1", "output": "2"}}}')
+    addon, sink, clock = make(prices=prices)
+    caplog.set_level("WARNING", logger="recorder.prices")
+    with taddons.context(addon):
+        for _ in range(3):
+            flow = make_flow(body={"model": "gpt-4o-unpriced-test", "stream": True, "messages": []})
+            await start(addon, flow, clock)
+            flow.response = sse_response()
+            addon.responseheaders(flow)
+            stream_through(flow, pieces_of(CHAT_SSE, 500), clock)
+            addon.response(flow)
+    assert len(sink.records) == 3
+    for rec in sink.records:
+        assert rec.usage_source == "reported" and rec.cost_usd is None
+        assert rec.unpriced_reason == "no price for model 'gpt-4o-2024-08-06'"
+    lines = [r.getMessage() for r in caplog.records if r.name == "recorder.prices"]
+    assert len(lines) == 1
+    assert "gpt-4o-2024-08-06" in lines[0] and "--prices" in lines[0]

@@ -257,11 +257,13 @@ def full_record(**overrides: Any) -> StreamRecord:
         recorder_error="ValueError: boom",
         raw_usage={"input_tokens": 1000, "cache_read_input_tokens": 10000, "nested": {"a": [1, 2]}},
         service_tier="priority",
+        requested_tier="fast",
         cache_write_5m_tokens=300,
         cache_write_1h_tokens=45,
         server_tool_requests={"web_search": 2},
         output_breakdown={"text": 4000, "tool_arguments": 567},
         input_breakdown={"latin": 40000, "cjk": 1200},
+        unpriced_reason="no 'priority' service-tier rate for claude-x",
         gaps=[
             Gap("stall", 1000.0, 61000.25),
             Gap("keepalive", 2000.0, 15000.5),

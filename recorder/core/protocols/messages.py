@@ -179,6 +179,12 @@ class AnthropicMessagesInterpreter(Interpreter):
         tier = self._usage.get("service_tier")
         if isinstance(tier, str) and tier:
             self.obs.service_tier = tier
+        # fast mode is reported apart from the tier (usage.speed: standard | fast)
+        # and billed at its own rate: it is the tier that prices the request
+        speed = self._usage.get("speed")
+        if speed == "fast":
+            base = self.obs.service_tier
+            self.obs.service_tier = "fast" if base in (None, "standard", "fast") else f"{base}+fast"
         tools = self._usage.get("server_tool_use")
         if isinstance(tools, dict):  # cumulative, like the token counts
             self.obs.server_tools = {

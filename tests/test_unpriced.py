@@ -1,0 +1,32 @@
+"""recorder/unpriced.py: one warning line per unpriced model, bounded."""
+
+from __future__ import annotations
+
+import pytest
+
+from recorder.core.record import StreamRecord
+from recorder.unpriced import UnpricedWarnings
+
+
+def unpriced(model: str, reason: str | None = "no price for model") -> StreamRecord:
+    return StreamRecord(model=model, input_tokens=1, unpriced_reason=reason)
+
+
+def test_one_line_per_model_and_none_for_priced(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("WARNING", logger="recorder.prices")
+    w = UnpricedWarnings()
+    assert w.check(unpriced("m1"))
+    assert not w.check(unpriced("m1"))
+    assert not w.check(unpriced("m2", reason=None))  # priced (or no usage): nothing to say
+    assert w.check(unpriced("m2", reason="no 'ultrafast' service-tier rate for m2"))
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2
+    assert "m2" in messages[1] and "ultrafast" in messages[1]
+
+
+def test_junk_model_names_cannot_flood_the_log(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("WARNING", logger="recorder.prices")
+    w = UnpricedWarnings(max_named=3)
+    said = [w.check(unpriced(f"junk-{i}")) for i in range(50)]
+    assert said.count(True) == 4  # three named, then one line saying no more are named
+    assert "further ones are not named" in caplog.records[-1].getMessage()
