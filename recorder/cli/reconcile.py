@@ -20,6 +20,8 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from recorder import reconcile as rc
+from recorder.billing import key_hints
+from recorder.billing.exports import read_exports
 from recorder.cli.db import CliError, add_db_option, db_url, open_for_reading
 from recorder.cli.render import default_format, table, to_json
 from recorder.store.queries import QueryError, parse_when
@@ -71,8 +73,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "files",
         nargs="+",
         metavar="FILE",
-        help="usage export(s): the recorder's CSV format, OpenAI's usage or costs export, "
-        "Anthropic's usage or cost report (docs/billing.md)",
+        help="usage export(s) or directories of them: the providers' usage and cost API "
+        "responses as returned (JSON, one page or many), their flattened CSV, or the "
+        "recorder's CSV format (docs/billing.md)",
+    )
+    p.add_argument(
+        "--keys",
+        action="append",
+        metavar="KEYS.json",
+        help="the provider's list-keys response as returned (OpenAI admin_api_keys or "
+        "project api_keys, Anthropic api_keys): maps its key ids to the recorded key "
+        "fingerprints by the last characters both show (repeatable)",
     )
     p.add_argument(
         "--mapping",
@@ -153,8 +164,11 @@ def _read(path: str) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    export = rc.merge_exports([rc.read_export(_read(f), source=f) for f in args.files])
+    export = read_exports(args.files, _read)
     mapping = rc.read_mapping(_read(args.mapping), source=args.mapping) if args.mapping else None
+    provider_keys = [
+        k for f in args.keys or () for k in key_hints.read_key_list(_read(f), source=f)
+    ]
     period = rc.export_period(export)
     since = parse_when(args.since) if args.since else (period[0] if period else None)
     until = parse_when(args.until) if args.until else (period[1] if period else None)
@@ -167,6 +181,13 @@ def _run(args: argparse.Namespace) -> int:
         raise CliError(f"cannot read the store: {getattr(e, 'orig', None) or e}") from None
     finally:
         engine.dispose()
+    key_lines: list[str] = []
+    if provider_keys:
+        match = key_hints.match_keys(provider_keys, {s.api_key_id for s in streams})
+        mapping = mapping or rc.IdMapping()
+        for provider_id, fp in match.keys.items():
+            mapping.keys.setdefault(provider_id, fp)  # --mapping, if it names one, wins
+        key_lines = key_hints.describe(match)
     tolerance = rc.Tolerance(args.tolerance, args.tolerance_tokens, args.tolerance_usd)
     result = rc.reconcile(
         export,
@@ -184,20 +205,39 @@ def _run(args: argparse.Namespace) -> int:
         _write_csv(docs, result)
     else:
         sys.stdout.write(render_table(docs, result) + "\n")
-    _summary(export, result, len(streams))
+    _summary(export, result, len(streams), key_lines)
     return 1 if result.differing else 0
 
 
-def _summary(export: rc.Export, result: rc.Result, streams: int) -> None:
+def batch_line(result: rc.Result) -> str | None:
+    """The Batch API traffic the export reports, left out of the comparison."""
+    if not result.batch_rows:
+        return None
+    figures = ", ".join(
+        f"{f} {rc.money(v) if isinstance(v, Decimal) else v}" for f, v in result.batch_total.items()
+    )
+    rows = f"{result.batch_rows} row{'' if result.batch_rows == 1 else 's'}"
+    return f"batch traffic (not proxied, left out of the comparison): {rows}" + (
+        f"; {figures}" if figures else ""
+    )
+
+
+def _summary(export: rc.Export, result: rc.Result, streams: int, key_lines: list[str]) -> None:
     err = sys.stderr
     n = len(result.differing)
     print(
-        f"recorder reconcile: {export.format} export, {len(export.rows)} rows; "
-        f"{streams} recorded streams; {len(result.groups)} groups by day, model"
+        f"recorder reconcile: {export.format} export, {len(export.rows)} rows"
+        + (f" ({result.batch_rows} batch)" if result.batch_rows else "")
+        + f"; {streams} recorded streams; {len(result.groups)} groups by day, model"
         + ("" if result.by == "none" else f", {result.by}")
-        + f"; {n} beyond tolerance",
+        + f"; {n} beyond tolerance ({result.tolerance.describe()})",
         file=err,
     )
+    batch = batch_line(result)
+    if batch:
+        print(f"recorder reconcile: {batch}", file=err)
+    for line in [*export.notes, *key_lines]:
+        print(f"recorder reconcile: {line}", file=err)
     missing = ", ".join(f for f in rc.FIGURES if f not in result.figures)
     if missing:
         print(f"recorder reconcile: the export does not cover {missing}", file=err)
@@ -222,10 +262,19 @@ def _signed(amount: str) -> str:
     return amount if amount.startswith("-") else "+" + amount
 
 
+def _footer(result: rc.Result) -> list[str]:
+    lines = [f"({result.tolerance.describe()})"]
+    batch = batch_line(result)
+    if batch:
+        lines.append(f"({batch})")
+    return lines
+
+
 def render_table(docs: list[dict[str, Any]], result: rc.Result) -> str:
-    """One line per group and figure, then the explaining streams, indented."""
+    """One line per group and figure, then the explaining streams, indented; the
+    tolerance applied and the batch traffic left out, last."""
     if not docs:
-        return "(no differences beyond tolerance)"
+        return "\n".join(["(no differences beyond tolerance)", *_footer(result)])
     who = [] if result.by == "none" else [result.by]
     columns = ["day", "model", *who, "figure", "recorded", "exported", "difference", "streams"]
     rows = []
@@ -239,7 +288,7 @@ def render_table(docs: list[dict[str, Any]], result: rc.Result) -> str:
                 "figure": f,
                 "recorded": doc["recorded"][f],
                 "exported": doc["exported"][f],
-                "difference": _cell(diff) if f != "cost_usd" else _signed(diff),
+                "difference": _cell(diff) if f != "cost_usd" or diff is None else _signed(diff),
                 "streams": len(doc["streams"]) + doc["streams_omitted"] if i == 0 else "",
             }
             if who:
@@ -257,6 +306,8 @@ def render_table(docs: list[dict[str, Any]], result: rc.Result) -> str:
                 )
             if doc["streams_omitted"]:
                 lines.append(f"  ... and {doc['streams_omitted']} more")
+    lines.append("")
+    lines.extend(_footer(result))
     return "\n".join(lines)
 
 
