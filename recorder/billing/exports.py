@@ -71,10 +71,16 @@ def _check_pages(exports: Sequence[rc.Export]) -> list[str]:
     return notes
 
 
-def read_exports(paths: Iterable[str], read: Callable[[str], str]) -> rc.Export:
-    """Every file (directories expanded) read with ``read`` and merged into one export."""
+def read_exports(
+    paths: Iterable[str],
+    read: Callable[[str], str],
+    fetched: Sequence[tuple[str, str]] = (),
+) -> rc.Export:
+    """Every file (directories expanded) read with ``read``, and the pages fetched
+    (name, text), merged into one export."""
     files = expand(paths)
     exports = [read_text(read(f), source=f) for f in files]
+    exports += [read_pages(text, source=name) for name, text in fetched]
     notes = _check_pages(exports)
     real = [e for e in exports if e.format != "empty-response"] or exports
     merged = rc.merge_exports(real)

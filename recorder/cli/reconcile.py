@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from recorder import reconcile as rc
-from recorder.billing import key_hints
+from recorder.billing import fetch, key_hints
 from recorder.billing.exports import read_exports
 from recorder.cli.db import CliError, add_db_option, db_url, open_for_reading
 from recorder.cli.render import default_format, table, to_json
@@ -71,11 +72,23 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument(
         "files",
-        nargs="+",
+        nargs="*",
         metavar="FILE",
         help="usage export(s) or directories of them: the providers' usage and cost API "
         "responses as returned (JSON, one page or many), their flattened CSV, or the "
         "recorder's CSV format (docs/billing.md)",
+    )
+    p.add_argument(
+        "--fetch",
+        choices=fetch.names(),
+        help="ask the provider's usage and cost APIs for the period (--since, --until), "
+        "paging through, with the admin key in OPENAI_ADMIN_KEY / ANTHROPIC_ADMIN_KEY",
+    )
+    p.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="with --fetch: the API's base URL (default the provider's; https, or plain "
+        "http to this machine only)",
     )
     p.add_argument(
         "--keys",
@@ -164,7 +177,19 @@ def _read(path: str) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    export = read_exports(args.files, _read)
+    if not args.files and not args.fetch:
+        raise CliError("give export FILEs (or directories of pages), or --fetch PROVIDER")
+    fetched: list[tuple[str, str]] = []
+    if args.fetch:
+        if not args.since:
+            raise CliError("--fetch needs --since (and takes --until, default now)")
+        start = parse_when(args.since)
+        end = parse_when(args.until) if args.until else datetime.now(UTC)
+        key = fetch.admin_key(args.fetch)
+        fetched = fetch.fetch(args.fetch, start, end, admin_key=key, base_url=args.base_url)
+    elif args.base_url:
+        raise CliError("--base-url goes with --fetch")
+    export = read_exports(args.files, _read, fetched)
     mapping = rc.read_mapping(_read(args.mapping), source=args.mapping) if args.mapping else None
     provider_keys = [
         k for f in args.keys or () for k in key_hints.read_key_list(_read(f), source=f)

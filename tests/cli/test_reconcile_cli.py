@@ -379,3 +379,57 @@ def test_a_csv_line_with_missing_or_extra_cells_exits_2(
     code, out, err = run(capsys, str(path), "--db", db_url)
     assert code == 2 and out == ""
     assert f"{path} line 3: 3 cells, the header has 4" in err
+
+
+def test_fetch_reads_as_the_saved_responses(
+    capsys: pytest.CaptureFixture[str],
+    db_url: str,
+    stored: list[StreamRecord],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--fetch against the recorded responses served locally (not the live API)
+    compares exactly as the same responses saved to files do."""
+    from tests.billing.recorded_api import recorded_api
+
+    monkeypatch.setenv("OPENAI_ADMIN_KEY", "sk-admin-test-0000")
+    keys = str(EXPORTS / "openai_project_api_keys.json")
+    common = ("--keys", keys, "--db", db_url, "--format", "json", "--all")
+    with recorded_api() as api:
+        fetched = run(
+            capsys,
+            "--fetch",
+            "openai",
+            "--since",
+            "2026-04-01",
+            "--until",
+            "2026-04-03",
+            "--base-url",
+            api.base_url,
+            *common,
+        )
+    saved = run(
+        capsys,
+        str(EXPORTS / "openai_usage_pages"),
+        str(EXPORTS / "openai_costs.json"),
+        "--since",
+        "2026-04-01",
+        "--until",
+        "2026-04-03",
+        *common,
+    )
+    assert fetched[0] == saved[0] == 1
+    assert json.loads(fetched[1]) == json.loads(saved[1])
+    assert "sk-admin-test-0000" not in fetched[1] + fetched[2]
+    assert len(api.asked) == 3
+
+
+def test_fetch_needs_a_period_and_a_key(
+    capsys: pytest.CaptureFixture[str], db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_ADMIN_KEY", raising=False)
+    code, _, err = run(capsys, "--fetch", "anthropic", "--db", db_url)
+    assert code == 2 and "--fetch needs --since" in err
+    code, _, err = run(capsys, "--fetch", "anthropic", "--since", "2026-04-01", "--db", db_url)
+    assert code == 2 and "set ANTHROPIC_ADMIN_KEY" in err
+    code, _, err = run(capsys, "--db", db_url)
+    assert code == 2 and "give export FILEs" in err
