@@ -1,11 +1,16 @@
 """`recorder reconcile FILE...`: recorded usage against a provider's usage export.
 
+The export is what the provider returns: its usage and cost API responses (JSON
+pages, files or directories), their flattened CSV, or the recorder's own CSV;
+``--fetch`` asks the APIs itself (:mod:`recorder.billing`). ``--keys`` maps the
+provider's key ids to the recorded fingerprints from its list-keys response.
+
 Prints the (day, model, key or project) groups whose figures differ beyond the
 tolerance, each with the recorded and exported figures, the difference, and the
 streams that may explain it (``--all``: every group). Exit status: 0 when every
 group is within tolerance, 1 when some differ, 2 when the comparison could not
-be made (a file that cannot be read, a bad option, no database). A summary goes
-to standard error.
+be made (a file that cannot be read, a bad option, no database). A summary, with
+the tolerance applied and the batch traffic left out, goes to standard error.
 """
 
 from __future__ import annotations
@@ -66,7 +71,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser(
         "reconcile",
         help="recorded usage against a provider's usage export",
-        description="Compare recorded usage with a usage export (CSV) per day, model and "
+        description="Compare recorded usage with the provider's usage and cost API "
+        "responses (as returned, or --fetch), or a usage export (CSV), per day, model and "
         "key or project; print the differences beyond the tolerance with the streams that "
         "explain them. Exit 0: reconciled; 1: differences found; 2: could not compare.",
     )
