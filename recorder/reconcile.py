@@ -901,15 +901,14 @@ def reconcile(
         return groups[key]
 
     batch_rows = 0
-    batch_total: dict[str, Number] = {f: _zero(f) for f in figures}
+    batch_total: dict[str, Number] = {}  # the figures the batch rows carry
     with decimal.localcontext(_EXACT):
         for row in export.rows:
             if row.batch:
                 # never proxied: summed apart, compared with nothing recorded
                 batch_rows += 1
                 for f, value in row.figures.items():
-                    if f in batch_total:
-                        batch_total[f] += value
+                    batch_total[f] = batch_total.get(f, _zero(f)) + value
                 continue
             if dim == "key":
                 who = mapping.key(row.key)
@@ -962,7 +961,7 @@ def reconcile(
         exported_total,
         tolerance,
         batch_rows,
-        batch_total,
+        {f: batch_total[f] for f in FIGURES if f in batch_total},
     )
 
 
