@@ -6,12 +6,13 @@ returned (:func:`recorder.billing.usage_api.read_pages`), and directories of
 such files (every ``*.json`` and ``*.csv`` in it, in name order: a directory of
 pages saved one per request). The pages of one response are checked as a set:
 two files with the same ``next_page`` cursor are the same page twice (their
-rows would be counted twice), and when every page says ``has_more: true`` the
-last page is missing.
+rows would be counted twice), as are two files of the same content, and when
+every page says ``has_more: true`` the last page is missing.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -78,8 +79,16 @@ def read_exports(
 ) -> rc.Export:
     """Every file (directories expanded) read with ``read``, and the pages fetched
     (name, text), merged into one export."""
-    files = expand(paths)
-    exports = [read_text(read(f), source=f) for f in files]
+    texts = [(f, read(f)) for f in expand(paths)]
+    seen: dict[str, str] = {}
+    for name, text in texts:
+        digest = hashlib.sha256(text.strip().encode()).hexdigest()
+        if digest in seen:
+            raise rc.ExportError(
+                f"{name}: the same content as {seen[digest]}; it would count twice"
+            )
+        seen[digest] = name
+    exports = [read_text(text, source=name) for name, text in texts]
     exports += [read_pages(text, source=name) for name, text in fetched]
     notes = _check_pages(exports)
     real = [e for e in exports if e.format != "empty-response"] or exports

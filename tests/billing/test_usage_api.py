@@ -145,7 +145,8 @@ def test_a_directory_of_pages_reads_as_the_whole_response(tmp_path: Path) -> Non
 
 def test_a_page_given_twice_is_refused(tmp_path: Path) -> None:
     first = EXPORTS / "openai_usage_pages" / "page-1.json"
-    shutil.copy(first, tmp_path / "again.json")
+    # the same page fetched again: the same cursor, other bytes (here, spacing)
+    (tmp_path / "again.json").write_text(json.dumps(json.loads(first.read_text())))
     with pytest.raises(rc.ExportError, match=r"same page as .*count twice"):
         read_exports([str(first), str(tmp_path / "again.json")], lambda p: Path(p).read_text())
 
@@ -200,3 +201,11 @@ def test_what_is_not_such_a_response_is_refused_by_name(text: str, said: str) ->
 def test_an_empty_response_has_no_rows() -> None:
     e = read_text('{"object": "page", "data": [], "has_more": false}', source="e.json")
     assert e.rows == [] and rc.export_period(e) is None
+
+
+def test_the_same_file_twice_is_refused(tmp_path: Path) -> None:
+    # a last page (no cursor to compare) saved twice under two names
+    whole = EXPORTS / "openai_usage_completions.json"
+    shutil.copy(whole, tmp_path / "copy.json")
+    with pytest.raises(rc.ExportError, match=r"same content as .*count twice"):
+        read_exports([str(whole), str(tmp_path / "copy.json")], lambda p: Path(p).read_text())
