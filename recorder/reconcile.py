@@ -787,8 +787,8 @@ class Tolerance:
         """The tolerance in words, as the output states it."""
         percent = f"{(self.relative * 100).normalize():f}"
         return (
-            f"tolerance {percent}% of the larger side, and beyond {self.tokens} tokens"
-            f" (requests) or {self.usd:f} USD"
+            f"tolerance: a difference counts beyond {percent}% of the larger side and"
+            f" beyond {self.tokens} tokens or requests ({self.usd:f} USD for cost)"
         )
 
     def exceeded(self, figure: str, recorded: Number, exported: Number) -> bool:

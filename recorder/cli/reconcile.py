@@ -259,7 +259,9 @@ def _summary(export: rc.Export, result: rc.Result, streams: int, key_lines: list
     print(
         f"recorder reconcile: {export.format} export, {len(export.rows)} rows"
         + (f" ({result.batch_rows} batch)" if result.batch_rows else "")
-        + f"; {streams} recorded streams; {len(result.groups)} groups by day, model"
+        + f"; {streams} recorded streams; {len(result.groups)} "
+        + ("group" if len(result.groups) == 1 else "groups")
+        + " by day, model"
         + ("" if result.by == "none" else f", {result.by}")
         + f"; {n} beyond tolerance ({result.tolerance.describe()})",
         file=err,

@@ -273,7 +273,10 @@ def test_the_providers_usage_response_in_one_command(
     assert "batch traffic (not proxied, left out of the comparison): 1 row" in err
     assert "requests 5, input_tokens 9999, output_tokens 9999" in err
     assert "no recorded key in the period ends like key_ZZZ" in err
-    assert "tolerance 2% of the larger side, and beyond 0 tokens (requests) or 0.01 USD" in err
+    assert (
+        "tolerance: a difference counts beyond 2% of the larger side and beyond 0 tokens "
+        "or requests (0.01 USD for cost)"
+    ) in err
 
 
 def test_keys_that_end_alike_are_not_guessed(
@@ -365,7 +368,7 @@ def test_unpriced_recorded_cost_is_a_dash_not_zero(
     code, out, _ = run(capsys, str(path), "--db", db_url, "--format", "table")
     line = next(x for x in out.splitlines() if "cost_usd" in x and "gpt-9" in x)
     assert "0.000000" not in line and " - " in f" {line} "
-    assert "(tolerance 2% of the larger side" in out
+    assert "(tolerance: a difference counts beyond 2% of the larger side" in out
 
 
 def test_a_csv_line_with_missing_or_extra_cells_exits_2(
