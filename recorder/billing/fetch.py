@@ -20,10 +20,11 @@ responses served locally, not against the live APIs.
 from __future__ import annotations
 
 import json
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from ipaddress import ip_address
@@ -219,10 +220,8 @@ def _next_cursor(text: str, url: str) -> str | None:
     return str(cursor) if doc.get("has_more") is True and cursor else None
 
 
-def admin_key(provider: str, environ: dict[str, str] | None = None) -> str:
+def admin_key(provider: str, environ: Mapping[str, str] | None = None) -> str:
     """The provider's admin key from the environment, or a one-line error naming the variable."""
-    import os
-
     env = os.environ if environ is None else environ
     name = PROVIDERS[provider].key_env
     key = (env.get(name) or "").strip()
