@@ -543,14 +543,32 @@ def read_rows(
     """An export of format ``fmt`` from already split rows: (where, row), the row's
     names as :func:`_header` makes them (the JSON readers come in here too)."""
     out: list[ExportRow] = []
+    batch_told = False
+    told_by = _BATCH_FIELD.get(fmt.name)
     for where, row in rows:
         parsed = fmt.read(row, cols, where)
         if parsed is not None:
             out.append(parsed)
+        batch_told = batch_told or bool(told_by and _text(row.get(told_by)))
     providers = {r.provider for r in out if r.provider}
     if fmt.provider is not None:
         providers.add(fmt.provider)
-    return Export(fmt.name, fmt.covers(cols), out, frozenset(providers), source)
+    export = Export(fmt.name, fmt.covers(cols), out, frozenset(providers), source)
+    if told_by and out and not batch_told:
+        export.notes.append(
+            f"{source}: no row says {told_by} (the response was not grouped by it), so "
+            f"Batch API traffic, if any, is in the figures compared; ask with group_by "
+            f"{told_by} to leave it out"
+        )
+    return export
+
+
+# The field that tells batch traffic in each format, when the response is grouped by it.
+_BATCH_FIELD = {
+    "openai-usage": "batch",
+    "anthropic-usage": "service_tier",
+    "anthropic-cost": "service_tier",
+}
 
 
 def merge_exports(exports: Sequence[Export]) -> Export:

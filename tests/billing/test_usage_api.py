@@ -124,6 +124,9 @@ def test_the_singular_result_key_and_missing_group_fields() -> None:
     (r,) = e.rows
     assert (r.day, r.model, r.key, r.project) == ("2026-04-01", None, None, None)
     assert r.figures == {"input_tokens": 10, "output_tokens": 5, "requests": 1}
+    # not grouped by batch: batch jobs may hide in the figures, and that is said
+    (note,) = e.notes
+    assert "no row says batch" in note and "Batch API traffic, if any" in note
 
 
 def test_a_directory_of_pages_reads_as_the_whole_response(tmp_path: Path) -> None:
