@@ -23,6 +23,10 @@ The two sides are made comparable:
 - input tokens are all prompt tokens on both sides (Anthropic's uncached input,
   cache reads and cache writes are added up, as the recorder counts them).
 
+Batch API traffic in an export (OpenAI's ``batch``, Anthropic's ``service_tier``
+batch) never passes through a proxy: its rows are summed apart
+(:attr:`Result.batch_total`) and compared with nothing.
+
 The recorded side is the streams of the days the export covers (or of
 ``--since``/``--until``), of the export's provider when its format tells; a
 stream whose usage is unknown (``usage_source`` ``none``) is not billed and

@@ -5,5 +5,9 @@
 - :mod:`recorder.billing.exports`: any export file or directory of pages, CSV or
   JSON, as one :class:`recorder.reconcile.Export`;
 - :mod:`recorder.billing.key_hints`: the providers' list-keys responses matched
-  to the recorder's key fingerprints by the characters both show.
+  to the recorder's key fingerprints by the characters both show;
+- :mod:`recorder.billing.fetch`: the usage and cost APIs asked and paged through
+  (``recorder reconcile --fetch``).
+
+The comparison itself is :mod:`recorder.reconcile`.
 """
