@@ -261,7 +261,7 @@ def aggregate(df: pd.DataFrame, by: Sequence[str]) -> list[dict[str, Any]]:
 
 
 def totals(groups: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """The sums of :data:`METRICS` over groups (the table's totals line)."""
+    """The sums of :data:`METRICS` over groups (the totals row of `recorder audit`)."""
     out: dict[str, Any] = {name: ZERO if name in MONEY_METRICS else 0 for name in METRICS}
     with decimal.localcontext(_EXACT):
         for group in groups:

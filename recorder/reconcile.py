@@ -23,6 +23,10 @@ The two sides are made comparable:
 - input tokens are all prompt tokens on both sides (Anthropic's uncached input,
   cache reads and cache writes are added up, as the recorder counts them).
 
+Batch API traffic in an export (OpenAI's ``batch``, Anthropic's ``service_tier``
+batch) never passes through a proxy: its rows are summed apart
+(:attr:`Result.batch_total`) and compared with nothing.
+
 The recorded side is the streams of the days the export covers (or of
 ``--since``/``--until``), of the export's provider when its format tells; a
 stream whose usage is unknown (``usage_source`` ``none``) is not billed and
@@ -88,6 +92,12 @@ class ExportRow:
     project: str | None
     figures: dict[str, Number]
     provider: str | None = None
+    # Batch API traffic (OpenAI ``batch``, Anthropic ``service_tier`` batch): never
+    # proxied, so reported apart and left out of the comparison.
+    batch: bool = False
+    # The provider's bucket, as given (ISO 8601 or Unix seconds), when the row has one.
+    start: str | None = None
+    end: str | None = None
 
 
 @dataclass(slots=True)
@@ -99,6 +109,12 @@ class Export:
     rows: list[ExportRow]
     providers: frozenset[str] = frozenset()
     source: str = "export"
+    notes: list[str] = field(default_factory=list)  # said on standard error
+    # Of an API response's pages: how many say has_more true / false, and the
+    # next_page cursors they give (two pages with the same cursor are one page twice).
+    pages_more: int = 0
+    pages_last: int = 0
+    next_pages: tuple[str, ...] = ()
 
     @property
     def has_key(self) -> bool:
@@ -117,6 +133,9 @@ def _header(name: str) -> str:
     for ch in " .-/":
         out = out.replace(ch, "_")
     return out
+
+
+header_name = _header  # for the JSON readers (recorder.billing.usage_api)
 
 
 def parse_day(value: str, where: str) -> str:
@@ -250,9 +269,18 @@ def _oai_usage_covers(cols: frozenset[str]) -> frozenset[str]:
     return frozenset(out)
 
 
+def _is_batch(row: Row) -> bool:
+    """OpenAI's ``batch`` group, or a ``service_tier`` of batch (Anthropic's)."""
+    return (_text(row.get("batch")) or "").lower() == "true" or (
+        _text(row.get("service_tier")) or ""
+    ).lower() == "batch"
+
+
+_OAI_END = ("end_time_iso", "end_time", "bucket_end_time")
+_ANT_END = ("ending_at", "bucket_end")
+
+
 def _oai_usage_read(row: Row, cols: frozenset[str], where: str) -> ExportRow | None:
-    if (_text(row.get("batch")) or "").lower() == "true":
-        return None  # Batch API jobs never pass through a proxy
     figures: dict[str, Number] = {
         "input_tokens": _int(row["input_tokens"], f"{where}, input_tokens"),
         "output_tokens": _int(row["output_tokens"], f"{where}, output_tokens"),
@@ -270,6 +298,9 @@ def _oai_usage_read(row: Row, cols: frozenset[str], where: str) -> ExportRow | N
         project=_text(row.get("project_id")),
         figures=figures,
         provider="openai",
+        batch=_is_batch(row),  # Batch API jobs never pass through a proxy
+        start=_text(_get(row, *_OAI_TIME)),
+        end=_text(_get(row, *_OAI_END)),
     )
 
 
@@ -289,6 +320,8 @@ def _oai_costs_read(row: Row, cols: frozenset[str], where: str) -> ExportRow:
         project=_text(row.get("project_id")),
         figures={"cost_usd": _usd(row["amount_value"], f"{where}, amount_value")},
         provider="openai",
+        start=_text(_get(row, *_OAI_TIME)),
+        end=_text(_get(row, *_OAI_END)),
     )
 
 
@@ -375,6 +408,9 @@ def _ant_usage_read(row: Row, cols: frozenset[str], where: str) -> ExportRow:
         project=_text(row.get("workspace_id")),
         figures=figures,
         provider="anthropic",
+        batch=_is_batch(row),
+        start=_text(_get(row, *_ANT_TIME)),
+        end=_text(_get(row, *_ANT_END)),
     )
 
 
@@ -400,6 +436,9 @@ def _ant_cost_read(row: Row, cols: frozenset[str], where: str) -> ExportRow:
         project=_text(row.get("workspace_id")),
         figures={"cost_usd": usd},
         provider="anthropic",
+        batch=_is_batch(row),
+        start=_text(_get(row, *_ANT_TIME)),
+        end=_text(_get(row, *_ANT_END)),
     )
 
 
@@ -476,21 +515,64 @@ def read_export(text: str, *, source: str = "export") -> Export:
             f"{source}: not a usage export this recorder reads (columns: "
             f"{', '.join(h.strip() for h in header)}); see docs/billing.md, 'Reconciliation'"
         )
-    rows: list[ExportRow] = []
+    return read_rows(fmt, cols, _csv_rows(reader, names, source), source=source)
+
+
+def _csv_rows(
+    reader: Any, names: list[str], source: str
+) -> Iterable[tuple[str, dict[str, str | None]]]:
+    """Each non-blank line of a CSV as (where, row); a line whose cells are not
+    as many as the header's is refused with its file and line number."""
+    start = reader.line_num + 1
     try:
-        for n, cells in enumerate(reader, start=2):
+        for cells in reader:
+            where = f"{source} line {start}"
+            start = reader.line_num + 1
             if not any(c.strip() for c in cells):
                 continue
-            row = {name: (cells[i] if i < len(cells) else None) for i, name in enumerate(names)}
-            parsed = fmt.read(row, cols, f"{source} line {n}")
-            if parsed is not None:
-                rows.append(parsed)
+            if len(cells) != len(names):
+                raise ExportError(f"{where}: {len(cells)} cells, the header has {len(names)}")
+            yield where, dict(zip(names, cells, strict=True))
     except csv.Error as e:
         raise ExportError(f"{source}: not CSV: {e}") from None
-    providers = {r.provider for r in rows if r.provider}
+
+
+def read_rows(
+    fmt: Format,
+    cols: frozenset[str],
+    rows: Iterable[tuple[str, Row]],
+    *,
+    source: str,
+) -> Export:
+    """An export of format ``fmt`` from already split rows: (where, row), the row's
+    names as :func:`_header` makes them (the JSON readers come in here too)."""
+    out: list[ExportRow] = []
+    batch_told = False
+    told_by = _BATCH_FIELD.get(fmt.name)
+    for where, row in rows:
+        parsed = fmt.read(row, cols, where)
+        if parsed is not None:
+            out.append(parsed)
+        batch_told = batch_told or bool(told_by and _text(row.get(told_by)))
+    providers = {r.provider for r in out if r.provider}
     if fmt.provider is not None:
         providers.add(fmt.provider)
-    return Export(fmt.name, fmt.covers(cols), rows, frozenset(providers), source)
+    export = Export(fmt.name, fmt.covers(cols), out, frozenset(providers), source)
+    if told_by and out and not batch_told:
+        export.notes.append(
+            f"{source}: no row says {told_by} (the response was not grouped by it), so "
+            f"Batch API traffic, if any, is in the figures compared; ask with group_by "
+            f"{told_by} to leave it out"
+        )
+    return export
+
+
+# The field that tells batch traffic in each format, when the response is grouped by it.
+_BATCH_FIELD = {
+    "openai-usage": "batch",
+    "anthropic-usage": "service_tier",
+    "anthropic-cost": "service_tier",
+}
 
 
 def merge_exports(exports: Sequence[Export]) -> Export:
@@ -499,11 +581,15 @@ def merge_exports(exports: Sequence[Export]) -> Export:
     if len(exports) == 1:
         return exports[0]
     return Export(
-        "+".join(e.format for e in exports),
+        "+".join(dict.fromkeys(e.format for e in exports)),
         frozenset().union(*(e.figures for e in exports)),
         [r for e in exports for r in e.rows],
         frozenset().union(*(e.providers for e in exports)),
         ", ".join(e.source for e in exports),
+        [n for e in exports for n in e.notes],
+        sum(e.pages_more for e in exports),
+        sum(e.pages_last for e in exports),
+        tuple(c for e in exports for c in e.next_pages),
     )
 
 
@@ -558,16 +644,19 @@ def read_mapping(text: str, *, source: str = "mapping") -> IdMapping:
                     raise ExportError(f"{source}: {name}.{provider_id}: a string")
                 target[str(provider_id)] = ours
         return mapping
-    reader = csv.DictReader(io.StringIO(body))
-    fields = {_header(f): f for f in reader.fieldnames or []}
-    if not {"kind", "provider_id", "recorded_as"} <= set(fields):
+    reader = csv.reader(io.StringIO(body))
+    try:
+        names = [_header(h) for h in next(reader, [])]
+    except csv.Error as e:
+        raise ExportError(f"{source}: not CSV: {e}") from None
+    if not {"kind", "provider_id", "recorded_as"} <= set(names):
         raise ExportError(f"{source}: a JSON object, or CSV with kind,provider_id,recorded_as")
-    for n, row in enumerate(reader, start=2):
-        kind = _MAP_KINDS.get((row[fields["kind"]] or "").strip().lower())
+    for where, row in _csv_rows(reader, names, source):
+        kind = _MAP_KINDS.get((row["kind"] or "").strip().lower())
         if kind is None:
-            raise ExportError(f"{source} line {n}: kind is key, project or model")
-        provider_id = (row[fields["provider_id"]] or "").strip()
-        ours = (row[fields["recorded_as"]] or "").strip()
+            raise ExportError(f"{where}: kind is key, project or model")
+        provider_id = (row["provider_id"] or "").strip()
+        ours = (row["recorded_as"] or "").strip()
         if provider_id and ours:
             getattr(mapping, kind)[provider_id] = ours
     return mapping
@@ -658,10 +747,29 @@ def stream_from_row(row: Mapping[Any, Any]) -> Stream:
     )
 
 
+def _instant(value: str) -> datetime | None:
+    """A bucket edge (ISO 8601 or Unix seconds) as an aware UTC time, or None."""
+    text = value.strip()
+    try:
+        if text.replace(".", "", 1).isdigit():
+            return datetime.fromtimestamp(float(text), UTC)
+        when = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except (ValueError, OverflowError):
+        return None
+    return when.astimezone(UTC) if when.tzinfo else when.replace(tzinfo=UTC)
+
+
 def export_period(export: Export) -> tuple[datetime, datetime] | None:
-    """From the first day the export names to the end of its last (None: no rows)."""
+    """The time the export covers (None: no rows): from its first bucket's start to
+    its last bucket's end when every row carries its bucket (an hourly export
+    covers those hours only), else from the first day it names to the end of its
+    last."""
     if not export.rows:
         return None
+    starts = [_instant(r.start) if r.start else None for r in export.rows]
+    ends = [_instant(r.end) if r.end else None for r in export.rows]
+    if all(starts) and all(ends):
+        return min(w for w in starts if w), max(w for w in ends if w)
     days = [r.day for r in export.rows]
     first = datetime.combine(date.fromisoformat(min(days)), datetime.min.time(), UTC)
     last = datetime.combine(date.fromisoformat(max(days)), datetime.min.time(), UTC)
@@ -696,6 +804,14 @@ class Tolerance:
     relative: Decimal = Decimal("0.02")
     tokens: int = 0
     usd: Decimal = Decimal("0.01")
+
+    def describe(self) -> str:
+        """The tolerance in words, as the output states it."""
+        percent = f"{(self.relative * 100).normalize():f}"
+        return (
+            f"tolerance: a difference counts beyond {percent}% of the larger side and"
+            f" beyond {self.tokens} tokens or requests ({self.usd:f} USD for cost)"
+        )
 
     def exceeded(self, figure: str, recorded: Number, exported: Number) -> bool:
         """Whether ``exported - recorded`` is beyond this tolerance."""
@@ -734,6 +850,11 @@ class Result:
     unmapped_projects: set[str] = field(default_factory=set)
     recorded_total: dict[str, Number] = field(default_factory=dict)
     exported_total: dict[str, Number] = field(default_factory=dict)
+    tolerance: Tolerance = field(default_factory=Tolerance)
+    # Batch API traffic the export reports: left out of the comparison, summed apart
+    # (per figure the export covers) with the number of its rows.
+    batch_rows: int = 0
+    batch_total: dict[str, Number] = field(default_factory=dict)
 
 
 def choose_by(export: Export, by: str | None) -> str:
@@ -801,8 +922,16 @@ def reconcile(
             )
         return groups[key]
 
+    batch_rows = 0
+    batch_total: dict[str, Number] = {}  # the figures the batch rows carry
     with decimal.localcontext(_EXACT):
         for row in export.rows:
+            if row.batch:
+                # never proxied: summed apart, compared with nothing recorded
+                batch_rows += 1
+                for f, value in row.figures.items():
+                    batch_total[f] = batch_total.get(f, _zero(f)) + value
+                continue
             if dim == "key":
                 who = mapping.key(row.key)
                 if row.key is not None and mapping.keys and row.key not in mapping.keys:
@@ -852,7 +981,16 @@ def reconcile(
         unmapped_projects,
         recorded_total,
         exported_total,
+        tolerance,
+        batch_rows,
+        {f: batch_total[f] for f in FIGURES if f in batch_total},
     )
+
+
+def unpriced(g: Group) -> bool:
+    """Whether the group's recorded cost is unknown: it has billed streams, none priced."""
+    billed = [s for s in g.streams if s.billed]
+    return bool(billed) and all(s.cost_usd is None for s in billed)
 
 
 def explain(g: Group, beyond: Sequence[str]) -> list[tuple[Stream, str]]:
@@ -890,6 +1028,10 @@ def group_document(
     doc["exported"] = {f: _value(f, g.exported[f]) for f in figures}
     with decimal.localcontext(_EXACT):
         doc["difference"] = {f: _value(f, g.exported[f] - g.recorded[f]) for f in figures}
+    if "cost_usd" in figures and unpriced(g):
+        # no recorded stream of the group has a price: its cost is unknown, not zero
+        doc["recorded"]["cost_usd"] = None
+        doc["difference"]["cost_usd"] = None
     doc["beyond_tolerance"] = list(beyond)
     doc["in_export"] = g.in_export
     doc["recorded_streams"] = sum(1 for s in g.streams if s.billed)

@@ -64,7 +64,8 @@ def test_openai_usage_export() -> None:
     e = read("openai_usage_completions.csv")
     assert e.format == "openai-usage" and e.providers == {"openai"}
     assert e.figures == {"requests", "input_tokens", "output_tokens", "cache_read_tokens"}
-    assert len(e.rows) == 2  # the batch line is left out: batch jobs never pass a proxy
+    # the batch line is kept, marked: batch jobs never pass a proxy, reported apart
+    assert [r.batch for r in e.rows] == [False, True, False]
     r = e.rows[0]
     assert (r.day, r.model, r.key, r.project) == (
         "2026-04-01",
@@ -311,7 +312,7 @@ def test_merged_exports_cover_the_union_of_figures() -> None:
         "cache_read_tokens",
         "cost_usd",
     }
-    assert len(merged.rows) == 4 and merged.providers == {"openai"}
+    assert len(merged.rows) == 5 and merged.providers == {"openai"}  # one of them batch
 
 
 def test_export_period() -> None:
@@ -586,7 +587,8 @@ def test_reconcile_against_the_recorders_own_figures_is_clean(
     out = io.StringIO()
     w = csv.writer(out)
     w.writerow(["date", "model", "api_key_id", "input_tokens", "output_tokens", "cost_usd"])
-    for g in groups:
+    assert groups[-1]["day"] == "TOTAL"
+    for g in groups[:-1]:  # the last object is the totals
         w.writerow(
             [g["day"], g["model"], g["key"], g["input_tokens"], g["output_tokens"], g["cost_usd"]]
         )
@@ -648,3 +650,44 @@ def test_reprice_of_simulated_traffic(simulated: Simulated, tmp_path: Path) -> N
         if r.cost_usd is not None:
             assert (r.price_version or "").startswith("sim-reprice:")
     assert shipped_prices().version != "sim-reprice"
+
+
+# -- CSV lines of the wrong width ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("date,model,input_tokens\n2026-01-01,m\n", "x.csv line 2: 2 cells, the header has 3"),
+        ("date,model,input_tokens\n2026-01-01,m,1,2\n", "x.csv line 2: 4 cells, the header has 3"),
+        # a quoted cell over two lines: the next record starts on line 4
+        (
+            'date,model,input_tokens\n2026-01-01,"m\nx",1\n\n2026-01-02,m\n',
+            "x.csv line 5: 2 cells",
+        ),
+    ],
+)
+def test_a_line_with_missing_or_extra_cells_is_refused(text: str, where: str) -> None:
+    with pytest.raises(rc.ExportError, match=where):
+        rc.read_export(text, source="x.csv")
+
+
+def test_a_mapping_line_with_missing_cells_is_refused() -> None:
+    with pytest.raises(rc.ExportError, match=r"m\.csv line 3: 2 cells, the header has 3"):
+        rc.read_mapping("kind,provider_id,recorded_as\nkey,a,b\nkey,c\n", source="m.csv")
+
+
+def test_anthropic_batch_rows_are_not_compared_with_proxied_traffic() -> None:
+    export = rc.read_export(
+        "starting_at,ending_at,api_key_id,model,service_tier,uncached_input_tokens,output_tokens\n"
+        "2026-04-01T00:00:00Z,2026-04-02T00:00:00Z,k,gpt-4o,standard,100,10\n"
+        "2026-04-01T00:00:00Z,2026-04-02T00:00:00Z,k,gpt-4o,batch,5000,500\n"
+    )
+    result = rc.reconcile(
+        export,
+        [stream("s", api_key_id="k")],
+        tolerance=rc.Tolerance(Decimal(0), 0, Decimal(0)),
+    )
+    assert result.differing == []
+    assert result.batch_rows == 1
+    assert result.batch_total == {"input_tokens": 5000, "output_tokens": 500}

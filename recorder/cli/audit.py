@@ -1,9 +1,12 @@
 """`recorder audit`: usage and cost of recorded streams, grouped (a billing audit).
 
-``--format json`` prints one array, one object per group and no totals element
-(INTERFACES.md); ``csv`` the same columns; ``table`` adds a totals line and shows
-money rounded to the micro-dollar (json, csv and parquet are exact); ``parquet``
-writes ``--output FILE`` (money as ``decimal128(38, 12)``), never standard output.
+``--format json`` prints one array, one object per group, then a totals object
+whose first key is ``TOTAL``; ``csv`` the same rows and columns; ``table`` the same
+again under the same column names, money rounded to the micro-dollar (json, csv and
+parquet are exact). A group whose streams are unpriced and that has no cost shows
+its cost as unknown (null, empty, ``-``), never 0. ``parquet`` writes ``--output
+FILE`` (one row per group, no totals; money as ``decimal128(38, 12)``), never
+standard output.
 """
 
 from __future__ import annotations
@@ -26,22 +29,7 @@ from recorder.store.queries import QueryError, SessionFilter, parse_when
 FORMATS = ("table", "json", "csv", "parquet")
 SUFFIX_FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".txt": "table"}
 _MICRO = Decimal("0.000001")
-# Short headings for the table (json/csv/parquet use the full names).
-TABLE_HEADINGS = {
-    "requests": "requests",
-    "input_tokens": "input",
-    "output_tokens": "output",
-    "cache_read_tokens": "cache_read",
-    "cache_write_tokens": "cache_write",
-    "reasoning_tokens": "reasoning",
-    "cost_usd": "cost_usd",
-    "estimated_input_tokens": "est_input",
-    "estimated_output_tokens": "est_output",
-    "estimated_cost_usd": "est_cost_usd",
-    "interrupted_requests": "interrupted",
-    "interrupted_cost_usd": "interrupted_usd",
-    "unpriced_requests": "unpriced",
-}
+TOTAL = "TOTAL"
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -120,9 +108,8 @@ def _run(args: argparse.Namespace) -> int:
         if fmt == "table":
             out.write(render_table(groups, by) + "\n")
         else:
-            columns = (*by, *audit.METRICS)
             with contextlib.redirect_stdout(out):
-                emit(audit.as_document(groups), fmt, columns=columns)
+                emit(document(groups, by), fmt, columns=columns(by))
     if fmt == "table" and not groups:
         print("(no streams)", file=sys.stderr)
     return 0
@@ -148,26 +135,52 @@ def _output(path: str | None) -> Iterator[TextIO]:
         raise CliError(f"cannot write {path}: {e.strerror or e}") from None
 
 
-def _micro(value: Decimal) -> str:
-    return f"{value.quantize(_MICRO, rounding=ROUND_HALF_EVEN):f}"
+def columns(by: Sequence[str]) -> list[str]:
+    """The columns of every format but Parquet: the group's keys (``group`` when
+    there are none), then :data:`recorder.audit.METRICS`."""
+    return [*(by or ["group"]), *audit.METRICS]
 
 
-def render_table(groups: Sequence[dict[str, Any]], by: Sequence[str]) -> str:
-    """The groups as an aligned table with a totals line; money to the micro-dollar."""
+def shown_cost(group: dict[str, Any]) -> Decimal | None:
+    """A group's ``cost_usd`` as shown: unknown (None) when it has unpriced streams
+    and no cost at all, so that an unpriced model never reads as free."""
+    cost: Decimal = group["cost_usd"]
+    return None if group["unpriced_requests"] and not cost else cost
+
+
+def document(groups: Sequence[dict[str, Any]], by: Sequence[str]) -> list[dict[str, Any]]:
+    """The groups as JSON and CSV print them, money as decimal strings (an unknown
+    cost null), then the totals: a last object whose first key is ``TOTAL``
+    (none when there are no groups)."""
     keys = list(by) or ["group"]
-    columns = [*keys, *(TABLE_HEADINGS[m] for m in audit.METRICS)]
 
     def row(group: dict[str, Any], label: dict[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = dict(label)
+        out: dict[str, Any] = {k: label.get(k) for k in keys}
         for m in audit.METRICS:
-            v = group[m]
-            out[TABLE_HEADINGS[m]] = _micro(v) if m in audit.MONEY_METRICS else v
+            v = shown_cost(group) if m == "cost_usd" else group[m]
+            out[m] = (None if v is None else audit.money(v)) if m in audit.MONEY_METRICS else v
         return out
 
     rows = [row(g, {k: g[k] for k in by} if by else {"group": "all"}) for g in groups]
-    if len(groups) > 1 or not by:
-        rows.append(row(audit.totals(groups), {keys[0]: "TOTAL"}))
-    return table(rows, columns)
+    if groups:
+        rows.append(row(audit.totals(groups), {keys[0]: TOTAL}))
+    return rows
+
+
+def _micro(value: str | None) -> str | None:
+    if value is None:
+        return None
+    return f"{Decimal(value).quantize(_MICRO, rounding=ROUND_HALF_EVEN):f}"
+
+
+def render_table(groups: Sequence[dict[str, Any]], by: Sequence[str]) -> str:
+    """The rows of :func:`document` as an aligned table, under the same column
+    names; money rounded to the micro-dollar, an unknown cost ``-``."""
+    rows = [
+        {k: _micro(v) if k in audit.MONEY_METRICS else v for k, v in r.items()}
+        for r in document(groups, by)
+    ]
+    return table(rows, columns(by))
 
 
 def write_parquet(groups: Sequence[dict[str, Any]], by: Sequence[str], path: Path) -> None:

@@ -1,11 +1,16 @@
 """`recorder reconcile FILE...`: recorded usage against a provider's usage export.
 
+The export is what the provider returns: its usage and cost API responses (JSON
+pages, files or directories), their flattened CSV, or the recorder's own CSV;
+``--fetch`` asks the APIs itself (:mod:`recorder.billing`). ``--keys`` maps the
+provider's key ids to the recorded fingerprints from its list-keys response.
+
 Prints the (day, model, key or project) groups whose figures differ beyond the
 tolerance, each with the recorded and exported figures, the difference, and the
 streams that may explain it (``--all``: every group). Exit status: 0 when every
 group is within tolerance, 1 when some differ, 2 when the comparison could not
-be made (a file that cannot be read, a bad option, no database). A summary goes
-to standard error.
+be made (a file that cannot be read, a bad option, no database). A summary, with
+the tolerance applied and the batch traffic left out, goes to standard error.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -20,6 +26,8 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from recorder import reconcile as rc
+from recorder.billing import fetch, key_hints
+from recorder.billing.exports import read_exports
 from recorder.cli.db import CliError, add_db_option, db_url, open_for_reading
 from recorder.cli.render import add_table_options, default_format, table, to_json
 from recorder.store.queries import QueryError, parse_when
@@ -63,16 +71,38 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser(
         "reconcile",
         help="recorded usage against a provider's usage export",
-        description="Compare recorded usage with a usage export (CSV) per day, model and "
+        description="Compare recorded usage with the provider's usage and cost API "
+        "responses (as returned, or --fetch), or a usage export (CSV), per day, model and "
         "key or project; print the differences beyond the tolerance with the streams that "
         "explain them. Exit 0: reconciled; 1: differences found; 2: could not compare.",
     )
     p.add_argument(
         "files",
-        nargs="+",
+        nargs="*",
         metavar="FILE",
-        help="usage export(s): the recorder's CSV format, OpenAI's usage or costs export, "
-        "Anthropic's usage or cost report (docs/billing.md)",
+        help="usage export(s) or directories of them: the providers' usage and cost API "
+        "responses as returned (JSON, one page or many), their flattened CSV, or the "
+        "recorder's CSV format (docs/billing.md)",
+    )
+    p.add_argument(
+        "--fetch",
+        choices=fetch.names(),
+        help="ask the provider's usage and cost APIs for the period (--since, --until), "
+        "paging through, with the admin key in OPENAI_ADMIN_KEY / ANTHROPIC_ADMIN_KEY",
+    )
+    p.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="with --fetch: the API's base URL (default the provider's; https, or plain "
+        "http to this machine only)",
+    )
+    p.add_argument(
+        "--keys",
+        action="append",
+        metavar="KEYS.json",
+        help="the provider's list-keys response as returned (OpenAI admin_api_keys or "
+        "project api_keys, Anthropic api_keys): maps its key ids to the recorded key "
+        "fingerprints by the last characters both show (repeatable)",
     )
     p.add_argument(
         "--mapping",
@@ -154,8 +184,23 @@ def _read(path: str) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    export = rc.merge_exports([rc.read_export(_read(f), source=f) for f in args.files])
+    if not args.files and not args.fetch:
+        raise CliError("give export FILEs (or directories of pages), or --fetch PROVIDER")
+    fetched: list[tuple[str, str]] = []
+    if args.fetch:
+        if not args.since:
+            raise CliError("--fetch needs --since (and takes --until, default now)")
+        start = parse_when(args.since)
+        end = parse_when(args.until) if args.until else datetime.now(UTC)
+        key = fetch.admin_key(args.fetch)
+        fetched = fetch.fetch(args.fetch, start, end, admin_key=key, base_url=args.base_url)
+    elif args.base_url:
+        raise CliError("--base-url goes with --fetch")
+    export = read_exports(args.files, _read, fetched)
     mapping = rc.read_mapping(_read(args.mapping), source=args.mapping) if args.mapping else None
+    provider_keys = [
+        k for f in args.keys or () for k in key_hints.read_key_list(_read(f), source=f)
+    ]
     period = rc.export_period(export)
     since = parse_when(args.since) if args.since else (period[0] if period else None)
     until = parse_when(args.until) if args.until else (period[1] if period else None)
@@ -168,6 +213,13 @@ def _run(args: argparse.Namespace) -> int:
         raise CliError(f"cannot read the store: {getattr(e, 'orig', None) or e}") from None
     finally:
         engine.dispose()
+    key_lines: list[str] = []
+    if provider_keys:
+        match = key_hints.match_keys(provider_keys, {s.api_key_id for s in streams})
+        mapping = mapping or rc.IdMapping()
+        for provider_id, fp in match.keys.items():
+            mapping.keys.setdefault(provider_id, fp)  # --mapping, if it names one, wins
+        key_lines = key_hints.describe(match)
     tolerance = rc.Tolerance(args.tolerance, args.tolerance_tokens, args.tolerance_usd)
     result = rc.reconcile(
         export,
@@ -185,20 +237,41 @@ def _run(args: argparse.Namespace) -> int:
         _write_csv(docs, result)
     else:
         sys.stdout.write(render_table(docs, result) + "\n")
-    _summary(export, result, len(streams))
+    _summary(export, result, len(streams), key_lines)
     return 1 if result.differing else 0
 
 
-def _summary(export: rc.Export, result: rc.Result, streams: int) -> None:
+def batch_line(result: rc.Result) -> str | None:
+    """The Batch API traffic the export reports, left out of the comparison."""
+    if not result.batch_rows:
+        return None
+    figures = ", ".join(
+        f"{f} {rc.money(v) if isinstance(v, Decimal) else v}" for f, v in result.batch_total.items()
+    )
+    rows = f"{result.batch_rows} row{'' if result.batch_rows == 1 else 's'}"
+    return f"batch traffic (not proxied, left out of the comparison): {rows}" + (
+        f"; {figures}" if figures else ""
+    )
+
+
+def _summary(export: rc.Export, result: rc.Result, streams: int, key_lines: list[str]) -> None:
     err = sys.stderr
     n = len(result.differing)
     print(
-        f"recorder reconcile: {export.format} export, {len(export.rows)} rows; "
-        f"{streams} recorded streams; {len(result.groups)} groups by day, model"
+        f"recorder reconcile: {export.format} export, {len(export.rows)} rows"
+        + (f" ({result.batch_rows} batch)" if result.batch_rows else "")
+        + f"; {streams} recorded streams; {len(result.groups)} "
+        + ("group" if len(result.groups) == 1 else "groups")
+        + " by day, model"
         + ("" if result.by == "none" else f", {result.by}")
-        + f"; {n} beyond tolerance",
+        + f"; {n} beyond tolerance ({result.tolerance.describe()})",
         file=err,
     )
+    batch = batch_line(result)
+    if batch:
+        print(f"recorder reconcile: {batch}", file=err)
+    for line in [*export.notes, *key_lines]:
+        print(f"recorder reconcile: {line}", file=err)
     missing = ", ".join(f for f in rc.FIGURES if f not in result.figures)
     if missing:
         print(f"recorder reconcile: the export does not cover {missing}", file=err)
@@ -223,10 +296,19 @@ def _signed(amount: str) -> str:
     return amount if amount.startswith("-") else "+" + amount
 
 
+def _footer(result: rc.Result) -> list[str]:
+    lines = [f"({result.tolerance.describe()})"]
+    batch = batch_line(result)
+    if batch:
+        lines.append(f"({batch})")
+    return lines
+
+
 def render_table(docs: list[dict[str, Any]], result: rc.Result) -> str:
-    """One line per group and figure, then the explaining streams, indented."""
+    """One line per group and figure, then the explaining streams, indented; the
+    tolerance applied and the batch traffic left out, last."""
     if not docs:
-        return "(no differences beyond tolerance)"
+        return "\n".join(["(no differences beyond tolerance)", *_footer(result)])
     who = [] if result.by == "none" else [result.by]
     columns = ["day", "model", *who, "figure", "recorded", "exported", "difference", "streams"]
     rows = []
@@ -240,7 +322,7 @@ def render_table(docs: list[dict[str, Any]], result: rc.Result) -> str:
                 "figure": f,
                 "recorded": doc["recorded"][f],
                 "exported": doc["exported"][f],
-                "difference": _cell(diff) if f != "cost_usd" else _signed(diff),
+                "difference": _cell(diff) if f != "cost_usd" or diff is None else _signed(diff),
                 "streams": len(doc["streams"]) + doc["streams_omitted"] if i == 0 else "",
             }
             if who:
@@ -258,6 +340,8 @@ def render_table(docs: list[dict[str, Any]], result: rc.Result) -> str:
                 )
             if doc["streams_omitted"]:
                 lines.append(f"  ... and {doc['streams_omitted']} more")
+    lines.append("")
+    lines.extend(_footer(result))
     return "\n".join(lines)
 
 

@@ -55,15 +55,20 @@ def test_json_shape(
     assert code == 0
     doc = json.loads(out, parse_float=Decimal)
     assert isinstance(doc, list) and doc
+    *groups, totals = doc
+    assert (totals["key"], totals["day"]) == ("TOTAL", None)
     for g in doc:
         assert list(g) == ["key", "day", *audit_lib.METRICS]
         for name in audit_lib.MONEY_METRICS:
+            if g[name] is None:  # a cost unknown: every stream of the group unpriced
+                assert name == "cost_usd" and g["unpriced_requests"] > 0
+                continue
             assert isinstance(g[name], str)  # money is a decimal string, never a float
             assert len(g[name].split(".")[1]) == 12
     sums = row_sums(stored)
     for name in PER_STREAM:
-        total = sum((Decimal(g[name]) for g in doc), Decimal(0))
-        assert total == sums[name], name
+        total = sum((Decimal(g[name] or 0) for g in groups), Decimal(0))
+        assert total == sums[name] == Decimal(totals[name]), name
 
 
 def test_default_grouping_is_day_and_model(
@@ -77,10 +82,12 @@ def test_default_grouping_is_day_and_model(
 def test_csv(capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]) -> None:
     code, out, _ = run(capsys, "--db", db_url, "--by", "outcome", "--format", "csv")
     assert code == 0
-    rows = list(csv.DictReader(io.StringIO(out)))
+    *rows, totals = list(csv.DictReader(io.StringIO(out)))
     assert list(rows[0]) == ["outcome", *audit_lib.METRICS]
-    assert sum(int(r["requests"]) for r in rows) == len(stored)
-    assert sum(Decimal(r["cost_usd"]) for r in rows) == row_sums(stored)["cost_usd"]
+    assert totals["outcome"] == "TOTAL"
+    assert sum(int(r["requests"]) for r in rows) == len(stored) == int(totals["requests"])
+    cost = sum(Decimal(r["cost_usd"] or 0) for r in rows)
+    assert cost == row_sums(stored)["cost_usd"] == Decimal(totals["cost_usd"])
 
 
 def test_table_has_a_totals_line(
@@ -89,7 +96,8 @@ def test_table_has_a_totals_line(
     code, out, _ = run(capsys, "--db", db_url, "--by", "endpoint", "--format", "table")
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].split()[:3] == ["endpoint", "requests", "input"]
+    # the same column names as CSV and JSON
+    assert lines[0].split() == ["endpoint", *audit_lib.METRICS]
     assert lines[-1].startswith("TOTAL")
     assert int(lines[-1].split()[1]) == len(stored)
 
@@ -131,8 +139,8 @@ def test_output_file_json(
     path = tmp_path / "audit.json"
     code, out, _ = run(capsys, "--db", db_url, "--by", "project", "--output", str(path))
     assert code == 0 and out == ""
-    doc = json.loads(path.read_text())
-    assert sum(g["requests"] for g in doc) == len(stored)
+    *doc, totals = json.loads(path.read_text())
+    assert sum(g["requests"] for g in doc) == len(stored) == totals["requests"]
 
 
 def test_filters(capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path) -> None:
@@ -192,3 +200,45 @@ def test_registered_in_main() -> None:
 
     args = build_parser().parse_args(["audit", "--by", "model"])
     assert args.func is audit.run
+
+
+def test_every_format_has_the_same_columns_and_totals(
+    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
+) -> None:
+    by = ("--by", "model,project")
+    _, as_json, _ = run(capsys, "--db", db_url, *by, "--format", "json")
+    _, as_csv, _ = run(capsys, "--db", db_url, *by, "--format", "csv")
+    _, as_table, _ = run(capsys, "--db", db_url, *by, "--format", "table")
+    doc = json.loads(as_json)
+    rows = list(csv.reader(io.StringIO(as_csv)))
+    lines = as_table.splitlines()
+    assert list(doc[0]) == rows[0] == lines[0].split()
+    assert len(doc) == len(rows) - 1 == len(lines) - 1  # every group, then the totals
+    assert doc[-1]["model"] == rows[-1][0] == lines[-1].split()[0] == "TOTAL"
+    assert [str(doc[-1][m]) for m in ("requests", "input_tokens")] == rows[-1][2:4]
+
+
+def test_an_unpriced_model_shows_no_cost_rather_than_zero(
+    capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path
+) -> None:
+    store(
+        db_url,
+        tmp_path / "spool",
+        [
+            rec(model="gpt-4o"),
+            rec(model="gpt-9-preview", cost_usd=None, price_version=None),
+        ],
+    )
+    _, out, _ = run(capsys, "--db", db_url, "--by", "model", "--format", "json")
+    groups = {g["model"]: g for g in json.loads(out)}
+    assert groups["gpt-9-preview"]["cost_usd"] is None
+    assert groups["gpt-9-preview"]["unpriced_requests"] == 1
+    assert groups["gpt-4o"]["cost_usd"] == groups["TOTAL"]["cost_usd"] == "0.000350000000"
+    _, out, _ = run(capsys, "--db", db_url, "--by", "model", "--format", "csv")
+    unpriced = next(r for r in csv.DictReader(io.StringIO(out)) if r["model"] == "gpt-9-preview")
+    assert unpriced["cost_usd"] == ""
+    _, out, _ = run(capsys, "--db", db_url, "--by", "model", "--format", "table")
+    header, *lines = out.splitlines()
+    line = next(x for x in lines if x.startswith("gpt-9-preview"))
+    cost = line.split()[header.split().index("cost_usd")]
+    assert cost == "-"  # not 0.000000 (its estimated and interrupted costs are 0: none)

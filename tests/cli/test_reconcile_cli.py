@@ -117,7 +117,7 @@ def test_openai_export_with_a_missing_key(
         "cache_read_tokens": 0,
     }
     assert "key_BBB" in err and "does not cover cache_write_tokens, cost_usd" in err
-    assert "openai-usage export, 2 rows; 4 recorded streams" in err
+    assert "openai-usage export, 3 rows (1 batch); 4 recorded streams" in err
 
 
 def test_all_groups(
@@ -246,3 +246,193 @@ def test_missing_database_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: 
 def test_bad_tolerance_is_refused() -> None:
     with pytest.raises(SystemExit):
         parse("x.csv", "--tolerance", "lots")
+
+
+# -- the providers' own responses (issue: reconcile reads what they return) ---------
+
+
+def test_the_providers_usage_response_in_one_command(
+    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
+) -> None:
+    """The OpenAI usage response as returned, and the list of the project's keys as
+    returned: no flattening, no hand-written mapping."""
+    export = str(EXPORTS / "openai_usage_completions.json")
+    keys = str(EXPORTS / "openai_project_api_keys.json")
+    code, out, err = run(
+        capsys, export, "--keys", keys, "--db", db_url, "--format", "json", "--all"
+    )
+    assert code == 1, err
+    docs = json.loads(out)
+    first, second = docs
+    # key_AAA (redacted "sk-pro...111") is the recorded key ending in 1111
+    assert (first["day"], first["model"], first["key"]) == ("2026-04-01", "gpt-4o", KEY_A)
+    assert first["beyond_tolerance"] == [] and first["recorded_streams"] == 3
+    # the batch row (5 requests, 9999 tokens each way) is not in the comparison
+    assert first["exported"]["requests"] == 3 and first["exported"]["input_tokens"] == 1300
+    assert (second["key"], second["recorded_streams"]) == ("key_BBB", 0)
+    assert "batch traffic (not proxied, left out of the comparison): 1 row" in err
+    assert "requests 5, input_tokens 9999, output_tokens 9999" in err
+    assert "no recorded key in the period ends like key_ZZZ" in err
+    assert (
+        "tolerance: a difference counts beyond 2% of the larger side and beyond 0 tokens "
+        "or requests (0.01 USD for cost)"
+    ) in err
+
+
+def test_keys_that_end_alike_are_not_guessed(
+    capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path
+) -> None:
+    twin = "…1111:bbbbbbbbbbbb"  # another key whose last four are 1111 too
+    store(
+        db_url,
+        tmp_path / "spool",
+        [openai_stream(1300, 200, 320), openai_stream(1, 0, 1, api_key_id=twin)],
+    )
+    export = str(EXPORTS / "openai_usage_completions.json")
+    keys = str(EXPORTS / "openai_project_api_keys.json")
+    code, out, err = run(capsys, export, "--keys", keys, "--db", db_url, "--format", "json")
+    assert code == 1
+    assert f"key_AAA matches several recorded keys ({KEY_A}, {twin}): unmapped" in err
+    assert "key_AAA" in {d["key"] for d in json.loads(out)}
+
+
+def test_anthropic_batch_is_left_out(
+    capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path
+) -> None:
+    """An Anthropic usage report with a service_tier=batch row: only the standard
+    row is compared with the proxied traffic."""
+    key_b = "…2222:bbbbbbbbbbbb"
+    store(
+        db_url,
+        tmp_path / "spool",
+        [
+            rec(
+                started_at="2026-04-02T10:00:00.000Z",
+                provider="anthropic",
+                endpoint="messages",
+                model="claude-sonnet-4-5",
+                api_key_id=key_b,
+                project="wrkspc_01",
+                input_tokens=5500,
+                cache_read_tokens=4000,
+                cache_write_tokens=500,
+                output_tokens=700,
+            )
+        ],
+    )
+    export = str(EXPORTS / "anthropic_usage_report.json")
+    keys = str(EXPORTS / "anthropic_api_keys.json")
+    code, out, err = run(capsys, export, "--keys", keys, "--db", db_url, "--format", "json")
+    assert code == 0, (out, err)
+    assert json.loads(out) == []
+    assert "batch traffic (not proxied, left out of the comparison): 1 row" in err
+    assert "input_tokens 80000" in err
+
+
+def test_a_directory_of_pages(
+    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
+) -> None:
+    pages = str(EXPORTS / "openai_usage_pages")
+    whole = str(EXPORTS / "openai_usage_completions.json")
+    mapping = str(EXPORTS / "mapping.json")
+    a = run(capsys, pages, "--mapping", mapping, "--db", db_url, "--format", "json", "--all")
+    b = run(capsys, whole, "--mapping", mapping, "--db", db_url, "--format", "json", "--all")
+    assert a[0] == b[0] == 1 and json.loads(a[1]) == json.loads(b[1])
+
+
+def test_unpriced_recorded_cost_is_a_dash_not_zero(
+    capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path
+) -> None:
+    store(
+        db_url,
+        tmp_path / "spool",
+        [
+            openai_stream(
+                1300,
+                200,
+                320,
+                model="gpt-9",
+                response_model="gpt-9",
+                cost_usd=None,
+                price_version=None,
+            )
+        ],
+    )
+    path = tmp_path / "export.csv"
+    path.write_text("date,model,api_key_id,cost_usd\n2026-04-01,gpt-9," + KEY_A + ",1.5\n")
+    code, out, _ = run(capsys, str(path), "--db", db_url, "--format", "json")
+    assert code == 1
+    (doc,) = json.loads(out)
+    assert doc["recorded"] == {"cost_usd": None} and doc["difference"] == {"cost_usd": None}
+    assert doc["streams"][0]["why"] == "no price"
+    code, out, _ = run(capsys, str(path), "--db", db_url, "--format", "table")
+    line = next(x for x in out.splitlines() if "cost_usd" in x and "gpt-9" in x)
+    assert "0.000000" not in line and " - " in f" {line} "
+    assert "(tolerance: a difference counts beyond 2% of the larger side" in out
+
+
+def test_a_csv_line_with_missing_or_extra_cells_exits_2(
+    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord], tmp_path: Path
+) -> None:
+    path = tmp_path / "export.csv"
+    path.write_text(
+        "date,model,api_key_id,input_tokens\n2026-04-01,gpt-4o," + KEY_A + ",1300\n"
+        "2026-04-01,gpt-4o,1300\n"
+    )
+    code, out, err = run(capsys, str(path), "--db", db_url)
+    assert code == 2 and out == ""
+    assert f"{path} line 3: 3 cells, the header has 4" in err
+
+
+def test_fetch_reads_as_the_saved_responses(
+    capsys: pytest.CaptureFixture[str],
+    db_url: str,
+    stored: list[StreamRecord],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--fetch against the recorded responses served locally (not the live API)
+    compares exactly as the same responses saved to files do."""
+    from tests.billing.recorded_api import recorded_api
+
+    monkeypatch.setenv("OPENAI_ADMIN_KEY", "sk-admin-test-0000")
+    keys = str(EXPORTS / "openai_project_api_keys.json")
+    common = ("--keys", keys, "--db", db_url, "--format", "json", "--all")
+    with recorded_api() as api:
+        fetched = run(
+            capsys,
+            "--fetch",
+            "openai",
+            "--since",
+            "2026-04-01",
+            "--until",
+            "2026-04-03",
+            "--base-url",
+            api.base_url,
+            *common,
+        )
+    saved = run(
+        capsys,
+        str(EXPORTS / "openai_usage_pages"),
+        str(EXPORTS / "openai_costs.json"),
+        "--since",
+        "2026-04-01",
+        "--until",
+        "2026-04-03",
+        *common,
+    )
+    assert fetched[0] == saved[0] == 1
+    assert json.loads(fetched[1]) == json.loads(saved[1])
+    assert "sk-admin-test-0000" not in fetched[1] + fetched[2]
+    assert len(api.asked) == 3
+
+
+def test_fetch_needs_a_period_and_a_key(
+    capsys: pytest.CaptureFixture[str], db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_ADMIN_KEY", raising=False)
+    code, _, err = run(capsys, "--fetch", "anthropic", "--db", db_url)
+    assert code == 2 and "--fetch needs --since" in err
+    code, _, err = run(capsys, "--fetch", "anthropic", "--since", "2026-04-01", "--db", db_url)
+    assert code == 2 and "set ANTHROPIC_ADMIN_KEY" in err
+    code, _, err = run(capsys, "--db", db_url)
+    assert code == 2 and "give export FILEs" in err
