@@ -156,6 +156,10 @@ TEXT_MASK = "[api key]"
 TEXT_TAIL_MIN = 4
 
 
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+_UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
 def _hex_cases(point: int) -> set[bytes]:
     """``point`` in two hex digits, each letter in either case."""
     digits = f"{point:02x}"
@@ -176,31 +180,35 @@ class KeyMask:
     than ``find``, and hold the GIL the event loop needs).
     """
 
-    __slots__ = ("_raw", "_spelled", "keys")
+    __slots__ = ("_percent", "_raw", "_spelled", "keys")
 
     def __init__(self, keys: Iterable[str]) -> None:
         # only kept here: this runs per request, on the event loop; the rest is
         # built when a text or a body is first masked
-        self.keys = tuple(k for k in dict.fromkeys(keys) if len(k) >= MIN_KEY_CHARS)
+        self.keys = [k for k in keys if len(k) >= MIN_KEY_CHARS]
         self._raw: list[bytes] | None = None
         self._spelled: dict[bytes, int] = {}
+        self._percent: dict[bytes, int] = {}
 
     @classmethod
     def of(cls, keys: Iterable[str | None]) -> KeyMask | None:
         """A mask for ``keys`` (Nones and short strings left out), or None if none is left."""
-        mask = cls(k for k in keys if k)
+        mask = cls([k for k in keys if k])
         return mask if mask.keys else None
 
     def _prepared(self) -> list[bytes]:
         """The keys' bytes, longest first (a key inside a longer one masks with it)."""
         raw = self._raw
         if raw is None:
-            raw = [k.encode("utf-8", "surrogateescape") for k in self.keys]
+            raw = [k.encode("utf-8", "surrogateescape") for k in dict.fromkeys(self.keys)]
             raw.sort(key=len, reverse=True)
             # the ASCII characters of the keys (an escape spelling another one is
             # no echo), by the two hex digits that spell them, e.g. b"2d": 0x2D
             points = {b for k in raw for b in k if b < 0x80}
             self._spelled = {h: p for p in points for h in _hex_cases(p)}
+            # a URL leaves letters, digits and "-._~" as they are: a key made of
+            # those (every provider's) has no percent-encoded form to look for
+            self._percent = {h: p for h, p in self._spelled.items() if p not in _UNRESERVED}
             self._raw = raw
         return raw
 
@@ -222,9 +230,10 @@ class KeyMask:
             while at >= 0:
                 found.append((at, at + 2, 0x2F))
                 at = find(b"\\/", at + 2)
-        at = find(b"%")
+        percent = self._percent
+        at = find(b"%") if percent else -1
         while at >= 0:
-            c = spelled.get(data[at + 1 : at + 3])
+            c = percent.get(data[at + 1 : at + 3])
             if c is not None:
                 found.append((at, at + 3, c))
             at = find(b"%", at + 1)
@@ -295,21 +304,14 @@ class KeyMask:
         ``%2``) is taken as the next character of the key: such a span reaches one
         past the end."""
         end, over = len(canon), 0
-        for cut in (
-            b"\\u00",
-            b"\\u0",
-            b"\\u",
-            b"\\",
-            b"%",
-            b"%2",
-            b"%3",
-            b"%4",
-            b"%5",
-            b"%6",
-            b"%7",
-        ):
-            if canon.endswith(cut) and len(cut) > over:
-                over = len(cut)
+        last = canon[-5:]
+        at = last.rfind(b"\\")
+        if at >= 0:  # "\\", "\\u", ... "\\u002": a JSON escape cut short
+            rest = last[at + 1 :]
+            if not rest or (rest[:1] == b"u" and all(d in _HEX for d in rest[1:])):
+                over = len(last) - at
+        elif canon.endswith(b"%") or (canon[-2:-1] == b"%" and canon[-1] in _HEX):
+            over = 1 if canon.endswith(b"%") else 2
         body = canon[: end - over] if over else canon
         best = 0
         for k in self._prepared():
@@ -319,7 +321,7 @@ class KeyMask:
                 if body.endswith(k[:n]):
                     best = n
                     break
-        if best + (1 if over else 0) < least or not best:
+        if best + (1 if over else 0) < least:  # least >= 1
             return []
         return [(len(body) - best, end + (1 if over else 0))]
 

@@ -128,13 +128,13 @@ def test_the_key_fingerprinted_is_the_one_the_provider_authenticates_with() -> N
 
 def escaped(key: str, rnd: random.Random) -> str:
     """``key`` as an echo may write it: each character raw or escaped (``\\uXXXX``
-    in either case, ``\\/``, ``%XX``), chosen at random."""
+    in either case, ``\\/``, ``%XX`` as a URL has it), chosen at random."""
     out = []
     for c in key:
         forms = [c, f"\\u{ord(c):04x}", f"\\u{ord(c):04X}"]
         if c == "/":
             forms.append("\\/")
-        if not c.isalnum():
+        if not c.isalnum() and c not in "-._~":  # what a URL encodes
             forms += [f"%{ord(c):02X}", f"%{ord(c):02x}"]
         out.append(rnd.choice(forms))
     return "".join(out)
