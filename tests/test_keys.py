@@ -167,7 +167,7 @@ def test_every_echo_of_both_keys_is_masked_to_its_length_and_nothing_else(seed: 
     )
 
 
-def test_the_old_single_key_forms_still_hold() -> None:
+def test_a_body_without_an_echo_is_handed_back_as_it_was() -> None:
     """A text with only unrelated escapes and no key is handed back as it was."""
     mask = KeyMask.of([K1, K2])
     assert mask is not None
