@@ -288,10 +288,12 @@ class CapturedBody:
         packed = self._packed
         if packed is None:
             # masked over the whole body, so an echo split across pieces is masked
-            # whole; a body cut at the cap also loses a key's start that ends it
+            # whole; a body cut (at the cap, or by a disconnect) also loses a key's
+            # start that ends it
             data = b"".join(self.chunks)
             if self.mask is not None:
-                data = self.mask.mask_bytes(data, cut=self.truncated)
+                cut = self.truncated or self.ending != "eof"
+                data = self.mask.mask_bytes(data, cut=cut)
             self.mask = None
             timings = self.timeline().to_json()
             packed = PackedBody(

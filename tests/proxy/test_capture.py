@@ -505,3 +505,35 @@ async def test_messages_fingerprint_the_x_api_key() -> None:
     fingerprinted, even when an Authorization header comes with it."""
     rec = await _run_two_keys([MESSAGES_SSE])
     assert rec.api_key_id is not None and rec.api_key_id.startswith(f"…{K2[-4:]}:")
+
+
+async def test_a_body_cut_inside_an_echo_keeps_no_start_of_the_key() -> None:
+    """The upstream goes away in the middle of an echo, or the cap cuts the body
+    there: the stored body ends in as many ``*`` as the key's start took."""
+    body, _ = _echoing_body()
+    at = body.index(K2.encode(), body.index(b"event: error")) + 20  # mid-K2, raw
+    for how in ("disconnect", "cap"):
+        addon, sink, clock = make(
+            capture_bodies=True, **({"capture_max_bytes": at} if how == "cap" else {})
+        )
+        with taddons.context(addon):
+            flow = make_flow(
+                path="/v1/messages",
+                body={"model": "claude-sonnet-4-5", "stream": True, "messages": []},
+                headers=[(b"x-api-key", K2.encode())],
+            )
+            await start(addon, flow, clock)
+            flow.response = sse_response()
+            addon.responseheaders(flow)
+            assert flow.response.stream is not None and callable(flow.response.stream)
+            flow.response.stream(body[:at])
+            if how == "cap":
+                flow.response.stream(body[at:])
+                flow.response.stream(b"")
+                addon.response(flow)
+            else:
+                flow.error = tflow.terr("peer closed connection")
+                addon.error(flow)
+        (rec,) = sink.records
+        stored = body_of(rec).pack().body()  # type: ignore[union-attr]
+        assert stored == body[: at - 20] + b"*" * 20, how
