@@ -47,15 +47,23 @@ _ORDER_AZURE = ("api-key", "authorization", "x-api-key", "x-goog-api-key")
 MIN_KEY_CHARS = 8
 
 
+_AUTH_HEADERS = frozenset({"authorization", "proxy-authorization"})
+
+
 def _header_keys(name: str, value: str) -> list[str]:
-    """The credentials in one header's value (repeated headers come folded with
-    ", "); for the Authorization headers, the token after the scheme."""
+    """The credentials in one header's value: for the Authorization headers, the
+    token after the scheme; a repeated header comes folded with ", " (its whole
+    value and each part)."""
     value = value.strip()
-    parts = [value] if "," not in value else [value, *value.split(",")]
-    out = []
-    for part in parts:
+    if name in _AUTH_HEADERS:
+        scheme, _, token = value.partition(" ")
+        value = token.strip() or scheme
+    if "," not in value:
+        return [value] if value else []
+    out = [value]
+    for part in value.split(","):
         part = part.strip()
-        if name in ("authorization", "proxy-authorization"):
+        if name in _AUTH_HEADERS:
             scheme, _, token = part.partition(" ")
             part = token.strip() or scheme
         if part:
