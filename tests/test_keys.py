@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from recorder.keys import extract_key, fingerprint, mask_key_bytes, scrub_key
+import random
+
+import pytest
+
+from recorder.keys import (
+    KeyMask,
+    authenticating_key,
+    extract_key,
+    fingerprint,
+    mask_key_bytes,
+    request_keys,
+    scrub_key,
+)
 
 
 def test_extract_key_from_each_header() -> None:
@@ -48,3 +60,134 @@ def test_mask_key_bytes_keeps_the_length() -> None:
     masked = mask_key_bytes(data, key)
     assert len(masked) == len(data) and key.encode() not in masked
     assert mask_key_bytes(data, None) == data and mask_key_bytes(data, "short") == data
+
+
+# -- every credential of a request, and the one that is fingerprinted -----------------
+
+K1 = "sk-proj-Q9vTz/Xk2-Lm_8Rb4Nc7Wd1Ye6Hf3Jg5Kh0Pq"  # a "/" and a "-" to be escaped
+K2 = "sk-ant-api03-Zy8Xw7Vu6Ts5Rq4Po3Nm2Lk1Jh0-Gf9Ed8Cb7Ua"
+
+
+def test_request_keys_lists_every_credential() -> None:
+    from mitmproxy.coretypes.multidict import MultiDict
+
+    headers = {
+        "authorization": "Bearer sk-bearer-0001",
+        "x-api-key": "sk-ant-xkey-0002",
+        "api-key": "azure-key-0003",
+        "x-goog-api-key": "AIzaGoog-0004",
+        "proxy-authorization": "Basic cHJveHk6c2VjcmV0",
+        "content-type": "application/json",
+    }
+    query = MultiDict([("api-key", "q-key-0005"), ("key", "q-key-0006"), ("key", "q-key-0007")])
+    assert request_keys(headers, query) == [
+        "sk-bearer-0001",
+        "sk-ant-xkey-0002",
+        "azure-key-0003",
+        "AIzaGoog-0004",
+        "cHJveHk6c2VjcmV0",
+        "q-key-0005",
+        "q-key-0006",
+        "q-key-0007",
+    ]
+    # a repeated header (folded with ", "), any scheme, a bare value
+    folded = {"x-api-key": "key-one-0001, key-two-0002", "authorization": "token raw-tok-0003"}
+    assert request_keys(folded) == [
+        "raw-tok-0003",
+        "key-one-0001, key-two-0002",
+        "key-one-0001",
+        "key-two-0002",
+    ]
+    assert request_keys({"authorization": "just-a-key-0004"}) == ["just-a-key-0004"]
+    assert request_keys({}, None) == [] and request_keys(object()) == []
+
+
+def test_the_key_fingerprinted_is_the_one_the_provider_authenticates_with() -> None:
+    both = {"authorization": f"Bearer {K1}", "x-api-key": K2}
+    assert authenticating_key(both, endpoint="messages") == K2  # Anthropic: x-api-key
+    assert authenticating_key({"authorization": f"Bearer {K1}"}, endpoint="messages") == K1
+    assert authenticating_key(both, endpoint="chat.completions") == K1  # OpenAI: Bearer
+    assert authenticating_key(both, endpoint="responses") == K1
+    azure = {"authorization": f"Bearer {K1}", "api-key": "azure-key-0003"}
+    assert authenticating_key(azure, endpoint="chat.completions") == K1
+    for where in (
+        {"host": "my.openai.azure.com"},
+        {"path": "/openai/deployments/gpt-4o/chat/completions?api-version=1"},
+    ):
+        assert authenticating_key(azure, endpoint="chat.completions", **where) == "azure-key-0003"
+    goog = {"x-goog-api-key": "AIzaGoog-0004"}
+    assert authenticating_key(goog, endpoint="chat.completions") == "AIzaGoog-0004"
+    # the proxy's credential is masked, never fingerprinted
+    proxy_auth = {"proxy-authorization": "Bearer sk-proxy-0005"}
+    assert authenticating_key(proxy_auth, {"key": "AIzaQuery"}) == "AIzaQuery"
+    assert authenticating_key(proxy_auth) is None
+
+
+# -- echoes, raw and escaped -------------------------------------------------------------
+
+
+def escaped(key: str, rnd: random.Random) -> str:
+    """``key`` as an echo may write it: each character raw or escaped (``\\uXXXX``
+    in either case, ``\\/``, ``%XX`` as a URL has it), chosen at random."""
+    out = []
+    for c in key:
+        forms = [c, f"\\u{ord(c):04x}", f"\\u{ord(c):04X}"]
+        if c == "/":
+            forms.append("\\/")
+        if not c.isalnum() and c not in "-._~":  # what a URL encodes
+            forms += [f"%{ord(c):02X}", f"%{ord(c):02x}"]
+        out.append(rnd.choice(forms))
+    return "".join(out)
+
+
+def json_escapes(key: str) -> list[str]:
+    """The JSON-escaped forms an encoder writes (``-`` as ``\\u002d``/``\\u002D``,
+    ``/`` as ``\\/``) and the all-``\\uXXXX`` one."""
+    return [
+        key.replace("-", "\\u002d").replace("/", "\\/"),
+        key.replace("-", "\\u002D"),
+        "".join(f"\\u{ord(c):04x}" for c in key),
+        "".join(f"\\u{ord(c):04X}" for c in key),
+    ]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_every_echo_of_both_keys_is_masked_to_its_length_and_nothing_else(seed: int) -> None:
+    rnd = random.Random(seed)
+    mask = KeyMask.of([K1, K2])
+    assert mask is not None
+    e1 = escaped(K1, rnd) if seed % 4 else K1
+    e2 = escaped(K2, rnd) if seed % 3 else rnd.choice(json_escapes(K2))
+    parts = ['data: {"error":{"message":"bad keys: ', e1, " and ", e2, '. 50% \\u00e9\\/"}}\n\n']
+    data = "".join(parts).encode()
+    want = "".join(p if i % 2 == 0 else "*" * len(p) for i, p in enumerate(parts)).encode()
+    assert mask.mask_bytes(data) == want
+    assert mask.scrub(data.decode()) == "".join(
+        p if i % 2 == 0 else "[api key]" for i, p in enumerate(parts)
+    )
+
+
+def test_a_body_without_an_echo_is_handed_back_as_it_was() -> None:
+    """A text with only unrelated escapes and no key is handed back as it was."""
+    mask = KeyMask.of([K1, K2])
+    assert mask is not None
+    data = b'data: {"t":"\\u00e9\\u65e5 50% \\/ sk-proj-Q9 \\u002d"}\n\n'
+    assert mask.mask_bytes(data) is data
+    assert KeyMask.of(["short", None]) is None
+
+
+@pytest.mark.parametrize("which", [K1, K2])
+def test_a_body_cut_inside_a_key_loses_the_keys_start(which: str) -> None:
+    """A captured body cut at its cap in the middle of an echo (raw, escaped, or
+    inside an escape) keeps no character of the key's start."""
+    mask = KeyMask.of([K1, K2])
+    assert mask is not None
+    for form in (which, json_escapes(which)[0], json_escapes(which)[2]):
+        for cut in range(1, len(form)):
+            data = b"data: x " + form[:cut].encode()
+            masked = mask.mask_bytes(data, cut=True)
+            assert masked[:8] == b"data: x " and len(masked) == len(data)
+            assert set(masked[8:]) == {ord("*")}, (form, cut)
+    # a whole body is not cut: its last word is kept even if it starts a key
+    assert mask.mask_bytes(b"data: sk-p") == b"data: sk-p"
+    assert mask.scrub(f"cut error: {K2[:20]}") == "cut error: [api key]"

@@ -79,6 +79,45 @@ def _received_key(handler: BaseHTTPRequestHandler) -> str:
     return ""
 
 
+def _received_keys(handler: BaseHTTPRequestHandler) -> list[str]:
+    """Every credential the request carried: each header form (any Authorization
+    scheme, Proxy-Authorization) and each query form."""
+    h, found = handler.headers, []
+    for name in ("authorization", "proxy-authorization"):
+        value = h.get(name) or ""
+        if value:
+            found.append(value.split(" ", 1)[-1].strip())
+    for name in ("x-api-key", "api-key", "x-goog-api-key"):
+        if h.get(name):
+            found.append(str(h.get(name)))
+    query = parse_qs(urlsplit(handler.path).query)
+    for name in ("api-key", "api_key", "key"):
+        found += query.get(name, [])
+    return found
+
+
+def json_escaped(key: str) -> str:
+    """``key`` as a JSON encoder may write it: ``-`` as ``\\u002d``, ``/`` as
+    ``\\/``, and (as some do for any character) its fifth as ``\\u00XX`` in upper case."""
+    out = key[:4] + f"\\u{ord(key[4]):04X}" + key[5:]
+    return out.replace("-", "\\u002d").replace("/", "\\/")
+
+
+def echo_body(keys: list[str], wrap: Any) -> tuple[bytes, list[tuple[int, int]]]:
+    """``wrap(message)`` serialised, the message echoing every key raw and escaped;
+    and where each escaped echo lies in the bytes."""
+    marks = [f"@RAW{i}@" for i in range(len(keys))] + [f"@ESC{i}@" for i in range(len(keys))]
+    data = wrap("Incorrect API key provided: " + " / ".join(marks) + ".")
+    for i, key in enumerate(keys):
+        data = data.replace(f"@RAW{i}@".encode(), key.encode())
+    spans = []
+    for i, key in enumerate(keys):
+        at = data.index(f"@ESC{i}@".encode())
+        data = data.replace(f"@ESC{i}@".encode(), json_escaped(key).encode())
+        spans.append((at, at + len(json_escaped(key))))
+    return data, spans
+
+
 def _sse(event: str | None, doc: dict[str, Any]) -> bytes:
     head = f"event: {event}\n".encode() if event else b""
     return head + b"data: " + orjson.dumps(doc) + b"\n\n"
@@ -127,9 +166,10 @@ class Upstream:
     """Streams ``completion``; echoes the key for the ECHO_* models; keeps the keys
     it received (proof that the test's keys went through the proxy)."""
 
-    def __init__(self, completion: str) -> None:
+    def __init__(self, completion: str, *, echo_all: bool = False) -> None:
         self.completion = completion
         self.keys: list[str] = []
+        self.all_keys: list[list[str]] = []  # with echo_all: every credential, per request
         up = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -142,6 +182,10 @@ class Upstream:
                 up.keys.append(key)
                 model = str(orjson.loads(body).get("model", ""))
                 anthropic = urlsplit(self.path).path.endswith("/v1/messages")
+                if echo_all:
+                    up.all_keys.append(_received_keys(self))
+                    self.echo_all(model, anthropic, up.all_keys[-1])
+                    return
                 echo = f"Incorrect API key provided: {key}. Find yours at example.invalid."
                 if model == ECHO_JSON:
                     data = orjson.dumps({"error": {"message": echo, "type": "invalid_api_key"}})
@@ -159,6 +203,44 @@ class Upstream:
                     self.send_header("x-request-id", str(self.headers["x-echo-request-id"]))
                 self.end_headers()
                 self.wfile.write(data)
+
+            def echo_all(self, model: str, anthropic: bool, keys: list[str]) -> None:
+                """Echo every key, raw and JSON-escaped; for ``echo-split-N`` in two
+                writes, parted inside the N-th escaped echo (N = 2: inside its first
+                escape sequence), so the recorder gets the echo in two pieces."""
+                if model == ECHO_JSON:
+                    data, _ = echo_body(
+                        keys, lambda m: orjson.dumps({"error": {"message": m, "type": "x"}})
+                    )
+                    self.send_response(401)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                stream = messages_stream if anthropic else chat_stream
+                if model == "normal" or not model.startswith("echo"):
+                    data, spans = stream(up.completion, None), []
+                else:
+                    marker = "@MESSAGE@"
+                    data, spans = echo_body(
+                        keys,
+                        lambda m: stream(up.completion, marker).replace(
+                            marker.encode(), m.encode()
+                        ),
+                    )
+                cut = len(data)
+                if model.startswith("echo-split-"):
+                    n = int(model.rsplit("-", 1)[1])
+                    s, e = spans[min(n, len(spans) - 1)]
+                    cut = s + 6 if n == 2 else (s + e) // 2  # "\\u00|XX" or mid-key
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.end_headers()
+                self.wfile.write(data[:cut])
+                self.wfile.flush()
+                time.sleep(0.05)
+                self.wfile.write(data[cut:])
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
@@ -185,19 +267,27 @@ class KeyForm:
     header: tuple[str, str] | None  # (name as sent, value)
     anthropic: bool = False
     fingerprinted: bool = True  # the recorder knows this form and fingerprints it
+    # more credentials the same request carries (headers, and keys in them or in the path)
+    more_headers: tuple[tuple[str, str], ...] = ()
+    more_keys: tuple[str, ...] = ()
 
     def needles(self) -> dict[str, bytes]:
-        """The key and forms derived from it that must appear nowhere."""
-        k = self.key.encode()
-        out = {
-            "key": k,
-            "last 8": k[-8:],
-            "middle": k[8:-5],
-            "utf-16": k.decode().encode("utf-16-le"),
-        }
-        for pad in range(3):  # base64 at any alignment in a larger blob
-            for enc in (base64.b64encode, base64.urlsafe_b64encode):
-                out[f"base64/{pad}/{enc.__name__}"] = enc(b"\0" * pad + k)[4:-4]
+        """Every key and forms derived from it that must appear nowhere."""
+        out: dict[str, bytes] = {}
+        for i, key in enumerate((self.key, *self.more_keys)):
+            k = key.encode()
+            tag = f"key {i + 1} " if self.more_keys else ""
+            out |= {
+                f"{tag}key": k,
+                f"{tag}last 8": k[-8:],
+                f"{tag}middle": k[8:-5],
+                f"{tag}utf-16": k.decode().encode("utf-16-le"),
+                f"{tag}JSON-escaped": json_escaped(key).encode(),
+                f"{tag}JSON-escaped, middle": json_escaped(key)[10:-5].encode(),
+            }
+            for pad in range(3):  # base64 at any alignment in a larger blob
+                for enc in (base64.b64encode, base64.urlsafe_b64encode):
+                    out[f"{tag}base64/{pad}/{enc.__name__}"] = enc(b"\0" * pad + k)[4:-4]
         return out
 
 
@@ -233,11 +323,13 @@ class Texts:
 MODELS = ("normal", ECHO_JSON, ECHO_SSE)
 
 
-def send_all(port: int, forms: list[KeyForm], texts: Texts) -> int:
+def send_all(
+    port: int, forms: list[KeyForm], texts: Texts, models: tuple[str, ...] = MODELS
+) -> int:
     """Every form, with a normal stream and both echoes; returns the request count."""
     n = 0
     for form in forms:
-        for model in MODELS:
+        for model in models:
             if form.anthropic:
                 doc: dict[str, Any] = {
                     "model": "claude-sonnet-4-5" if model == "normal" else model,
@@ -259,6 +351,7 @@ def send_all(port: int, forms: list[KeyForm], texts: Texts) -> int:
             headers = {"content-type": "application/json"}
             if form.header:
                 headers[form.header[0]] = form.header[1]
+            headers.update(form.more_headers)
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
             try:
                 conn.request("POST", form.path, orjson.dumps(doc), headers)
@@ -398,6 +491,7 @@ def record_run(
     *,
     db_up: bool,
     capture: bool,
+    models: tuple[str, ...] = MODELS,
 ) -> Run:
     run = Run(root / name, forms, texts)
     run.dir.mkdir()
@@ -420,7 +514,7 @@ def record_run(
     if capture:
         extra.append("--capture-bodies")
     with proxy(run.dir, upstream.url, *extra, env=env) as (_, port, metrics_port, out):
-        n = send_all(port, forms, texts)
+        n = send_all(port, forms, texts, models)
         if db_up:  # wait for the rows, then look at the files while the WAL is live
             deadline = time.monotonic() + 15
             while True:
@@ -605,6 +699,139 @@ def test_query_string_keys_not_kept_from_the_url(runs: Runs) -> None:
     no_leaks(key_leaks(forms, blobs))
 
 
+# -- 1b. two credentials at once, each echoed --------------------------------------
+
+TWO_KEY_MODELS = ("normal", ECHO_JSON, ECHO_SSE, "echo-split-0", "echo-split-1", "echo-split-2")
+
+
+def two_key_forms() -> list[KeyForm]:
+    """Requests carrying two credentials; ``key`` is the one the provider
+    authenticates with (fingerprinted), ``more_keys`` the other."""
+    bearer, ant = "sk-proj-" + rand(64), "sk-ant-api03-" + rand(80)
+    bearer2, ant2 = "sk-" + rand(48), "sk-ant-api03-" + rand(80)
+    azure, query_key = rand(32, "0123456789abcdef"), "q-" + rand(40)
+    goog, proxy_token = "AIza" + rand(35), rand(20) + "/" + rand(20) + "+" + rand(6)
+    chat = "/v1/chat/completions"
+    azure_path = "/openai/deployments/gpt-4o/chat/completions?api-version=2024-10-21"
+    return [
+        KeyForm(
+            "x-api-key + Authorization on /v1/messages",
+            ant,
+            "/v1/messages",
+            ("x-api-key", ant),
+            anthropic=True,
+            more_headers=(("Authorization", f"Bearer {bearer}"),),
+            more_keys=(bearer,),
+        ),
+        KeyForm(
+            "Authorization + x-api-key on chat",
+            bearer2,
+            chat,
+            ("Authorization", f"Bearer {bearer2}"),
+            more_headers=(("X-Api-Key", ant2),),
+            more_keys=(ant2,),
+        ),
+        KeyForm(
+            "api-key header + ?api-key=",
+            azure,
+            f"{azure_path}&api-key={query_key}",
+            ("api-key", azure),
+            more_keys=(query_key,),
+        ),
+        KeyForm(
+            "x-goog-api-key + Proxy-Authorization",
+            goog,
+            chat,
+            ("x-goog-api-key", goog),
+            more_headers=(("Proxy-Authorization", f"Basic {proxy_token}"),),
+            more_keys=(proxy_token,),
+        ),
+    ]
+
+
+@dataclass
+class TwoKeyRuns:
+    forms: list[KeyForm]
+    received: list[list[str]]  # every credential the upstream received, per request
+    captured: Run  # database up, --capture-bodies, --jsonl
+    spooled: Run  # database unreachable: everything spooled, with bodies
+
+    def all(self) -> list[Run]:
+        return [self.captured, self.spooled]
+
+
+@pytest.fixture(scope="module")
+def two_key_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoKeyRuns]:
+    root = tmp_path_factory.mktemp("two-keys")
+    forms, texts = two_key_forms(), Texts()
+    upstream = Upstream(texts.completion, echo_all=True)
+    try:
+        runs = [
+            record_run(
+                root, upstream, texts, forms, name, db_up=up, capture=True, models=TWO_KEY_MODELS
+            )
+            for name, up in (("captured", True), ("spooled", False))
+        ]
+    finally:
+        upstream.close()
+    yield TwoKeyRuns(forms, list(upstream.all_keys), *runs)
+
+
+def _star_runs(body: bytes) -> list[tuple[int, int]]:
+    return [m.span() for m in re.finditer(rb"\*{8,}", body)]
+
+
+def test_two_key_runs_saw_what_they_are_checked_for(two_key_runs: TwoKeyRuns) -> None:
+    """Both credentials of every request reached the upstream (and so were echoed),
+    every record was kept, every SSE body captured, the split echoes did reach the
+    recorder in two pieces parted inside them, and the fingerprint is the provider's key."""
+    runs, forms = two_key_runs, two_key_runs.forms
+    per_run = len(forms) * len(TWO_KEY_MODELS)
+    sent = [sorted((f.key, *f.more_keys)) for f in forms for _ in TWO_KEY_MODELS]
+    assert [sorted(k) for k in runs.received] == sent * 2
+    assert len(runs.captured.rows) == per_run and runs.captured.spooled == []
+    assert len(runs.spooled.spooled) == per_run and runs.spooled.rows == []
+    sse = len(forms) * (len(TWO_KEY_MODELS) - 1)
+    assert len([k for k in runs.captured.bodies if ".body of" in k]) == sse
+    assert len([k for k in runs.spooled.bodies if "data of" in k]) == sse
+    # fingerprints: of the provider's key (x-api-key on /v1/messages), never the other
+    fps = {row["api_key_id"][1:5] for row in runs.captured.rows}
+    assert fps == {f.key[-4:] for f in forms}
+    split = 0
+    for run in runs.all():
+        for doc in [*run.rows, *run.spooled]:
+            if doc["model"] == ECHO_JSON or doc["model"].startswith("echo-"):
+                # four echoes (two raw, two escaped) of the request's two keys
+                assert doc["error_message"].count("[api key]") == 4, doc["error_message"]
+            body = run.bodies.get(f"stream_bodies.body of {doc['id']}")
+            if body is None or not doc["model"].startswith("echo-split-"):
+                continue
+            timings = orjson.loads(run.bodies[f"stream_bodies.timings of {doc['id']}"])
+            cuts, pos = set(), 0
+            for _, length in timings["chunks"]:
+                pos += length
+                cuts.add(pos)
+            stars = _star_runs(body)
+            assert len(stars) == 4, (doc["model"], body)
+            if any(s < c < e for c in cuts for s, e in stars):
+                split += 1
+    assert split == len(forms) * 3  # every split echo arrived in two pieces
+
+
+@pytest.mark.parametrize("where", ["database", "spool", "jsonl", "output", "metrics", "bodies"])
+def test_every_credential_of_a_request_is_masked(two_key_runs: TwoKeyRuns, where: str) -> None:
+    """Both keys of a request, echoed raw and JSON-escaped (also split across
+    pieces) in an HTTP error body and an SSE error event, appear nowhere, in no
+    form: database (file, WAL, captured bodies), spool, JSON lines, output, metrics."""
+    runs = two_key_runs.all()
+    if where == "bodies":
+        blobs = {f"{r.dir.name} {k}": v for r in runs for k, v in r.bodies.items()}
+    else:
+        blobs = {k: v for run in runs for k, v in _where(run, where).items()}
+    assert blobs
+    no_leaks(key_leaks(two_key_runs.forms, blobs))
+
+
 # -- 3. prompt and completion text -----------------------------------------------------
 
 
@@ -643,25 +870,30 @@ def _kind_is_text(name: str) -> bool:
     return name in ("proxy output", "/metrics") or name.endswith("out.jsonl")
 
 
+@pytest.mark.parametrize("two_keys", [False, True], ids=["one key", "two keys"])
 def test_no_key_or_prompt_in_debug_logs(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+    two_keys: bool,
 ) -> None:
     """`recorder proxy` has no verbosity option (mitmproxy's log is at "warn"); run
     the same proxy in-process with every logger at DEBUG (mitmproxy's, the
-    recorder's, SQLAlchemy's do not run here) and every key form and both echoes:
-    no key and no prompt in any log record or on stdout/stderr."""
+    recorder's, SQLAlchemy's do not run here) and every key form and both echoes
+    (with two keys: both echoed, raw, escaped and split): no key and no prompt in
+    any log record or on stdout/stderr."""
     from tests.e2e.harness import running_proxy
 
     caplog.set_level(logging.DEBUG)
-    forms, texts = key_forms(), Texts()
-    upstream = Upstream(texts.completion)
+    forms, texts = (two_key_forms() if two_keys else key_forms()), Texts()
+    upstream = Upstream(texts.completion, echo_all=two_keys)
     try:
         with running_proxy(
             [f"reverse:{upstream.url}"],
             str(tmp_path / "confdir"),
             config={"capture_bodies": True},
         ) as running:
-            n = send_all(running.port(), forms, texts)
+            n = send_all(running.port(), forms, texts, TWO_KEY_MODELS if two_keys else MODELS)
             running.sink.wait_for(n)
     finally:
         upstream.close()

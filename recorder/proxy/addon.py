@@ -51,7 +51,7 @@ from recorder.core.request import RequestFacts, read_error_body, read_request
 from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES
 from recorder.health import Health
 from recorder.ids import new_record_id
-from recorder.keys import extract_key, fingerprint, scrub_key
+from recorder.keys import KeyMask, authenticating_key, fingerprint, request_keys, scrub_key
 from recorder.proxy.capture import DEFAULT_CAPTURE_MAX_BYTES, CapturedBody, CapturedRecord
 from recorder.proxy.decoding import Decoder, decoder_for
 from recorder.sinks import Sink
@@ -130,7 +130,8 @@ class FlowState:
         self.input_counts: InputCounts | None = None  # for estimating unreported input
         self.capture: CapturedBody | None = None  # with capture_bodies, a tapped SSE body
         self.unmetered: str | None = None  # why the stream's events could not be metered
-        self.key: str | None = None  # held only to scrub it from error texts; never stored
+        # every credential of the request, held only to mask echoes of them; never stored
+        self.key: KeyMask | None = None
         # a large request body being read on a worker thread (facts, input counts)
         self.reading: Future[tuple[RequestFacts, InputCounts | None]] | None = None
         # pieces the tap has passed on but not metered yet, with their arrival times
@@ -241,9 +242,13 @@ class Recorder:
                     _apply_facts(state, *reading.result())
                 except Exception:
                     self._internal_error("reading the request")
-        # an upstream may echo the key (or another one) in an error message
-        rec.error_message = scrub_key(rec.error_message, state.key or "")
-        rec.transport_error = scrub_key(rec.transport_error, state.key or "")
+        # an upstream may echo a key of the request (or another one) in an error
+        mask = state.key
+        rec.error_message = scrub_key(rec.error_message, mask)
+        rec.transport_error = scrub_key(rec.transport_error, mask)
+        rec.recorder_error = scrub_key(rec.recorder_error, mask)
+        rec.error_type = scrub_key(rec.error_type, mask)
+        rec.error_code = scrub_key(rec.error_code, mask)
         state.key = None
         self.health.in_flight -= 1
         delay = self.config.finish_delay
@@ -337,10 +342,10 @@ class Recorder:
                 return
             t0 = self._clock()
             headers = _pick_headers(req.headers, _REQUEST_HEADERS)
-            found = extract_key(headers)
-            if found is None and "?" in req.path:  # some gateways take it in the query
-                found = extract_key({}, req.query)
-            key = _header_text(found)
+            query = req.query if "?" in req.path else None  # some gateways take keys there
+            key = _header_text(
+                authenticating_key(headers, query, endpoint=endpoint, host=req.host, path=req.path)
+            )
             rec = (CapturedRecord if self.config.capture_bodies else StreamRecord)(
                 id=new_record_id(),
                 started_at=datetime.now(UTC)
@@ -361,7 +366,7 @@ class Recorder:
                 record=rec,
             )
             state = FlowState(meter, rec, t0)
-            state.key = key
+            state.key = KeyMask.of(request_keys(headers, query))
             if self.config.keep_for_ui:
                 state.flow = flow
             self._flows[flow.id] = state
@@ -438,7 +443,7 @@ class Recorder:
                     limit=self.config.capture_max_bytes,
                     stall_after=self.config.stall_after,
                     max_event_bytes=self.config.max_event_bytes,
-                    mask=state.key,  # an upstream may echo it in an error event
+                    mask=state.key,  # an upstream may echo them in an error event
                 )
             resp.stream = self._tap(state)
         except Exception:
@@ -620,6 +625,8 @@ _REQUEST_HEADERS = frozenset(
         b"authorization",
         b"x-api-key",
         b"api-key",
+        b"x-goog-api-key",
+        b"proxy-authorization",
         b"openai-project",
         b"anthropic-workspace",
         b"openai-organization",

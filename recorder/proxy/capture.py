@@ -52,7 +52,7 @@ from recorder.core.meter import DEFAULT_STALL_AFTER_S, ENDINGS, StreamMeter
 from recorder.core.pricing import PriceTable
 from recorder.core.record import StreamRecord
 from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES
-from recorder.keys import mask_key_bytes
+from recorder.keys import KeyMask
 
 try:  # the same zstd mitmproxy itself uses
     from compression import zstd  # type: ignore[import-not-found,unused-ignore]
@@ -227,10 +227,10 @@ class CapturedBody:
         limit: int = DEFAULT_CAPTURE_MAX_BYTES,
         stall_after: float = DEFAULT_STALL_AFTER_S,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
-        mask: str | None = None,
+        mask: KeyMask | None = None,
     ) -> None:
         self.t0 = t0
-        self.mask = mask  # the request's API key: masked (same length) when packed
+        self.mask = mask  # the request's credentials: masked (same length) when packed
         self.headers_at = headers_at
         self.limit = limit
         self.stall_after = stall_after
@@ -287,7 +287,13 @@ class CapturedBody:
         """Compress the body and its timeline (once; off the event loop)."""
         packed = self._packed
         if packed is None:
-            data = mask_key_bytes(b"".join(self.chunks), self.mask)
+            # masked over the whole body, so an echo split across pieces is masked
+            # whole; a body cut (at the cap, or by a disconnect) also loses a key's
+            # start that ends it
+            data = b"".join(self.chunks)
+            if self.mask is not None:
+                cut = self.truncated or self.ending != "eof"
+                data = self.mask.mask_bytes(data, cut=cut)
             self.mask = None
             timings = self.timeline().to_json()
             packed = PackedBody(

@@ -426,3 +426,114 @@ def test_proxy_options(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFi
     for bad in ("", "many", "0", "-5M"):
         with pytest.raises(OptionError):
             parse_size(bad, "--capture-max-bytes")
+
+
+# -- every credential of the request is masked in the body ------------------------------
+
+K1 = "sk-proj-Q9vTz/Xk2-Lm_8Rb4Nc7Wd1Ye6Hf3Jg5Kh0Pq"  # Authorization: Bearer
+K2 = "sk-ant-api03-Zy8Xw7Vu6Ts5Rq4Po3Nm2Lk1Jh0-Gf9Ed8Cb7Ua"  # x-api-key
+
+
+def _echoing_body() -> tuple[bytes, bytes]:
+    """An Anthropic stream whose error event echoes both keys, raw and as JSON
+    encoders escape them; and the same body with each echo masked to its length."""
+    echoes = [
+        K1.encode(),
+        K2.encode(),
+        K1.replace("-", "\\u002d").replace("/", "\\/").encode(),
+        K2.replace("-", "\\u002D").encode(),
+    ]
+    marks = [b"@ECHO%d@" % i for i in range(len(echoes))]
+    message = "keys " + ", ".join(m.decode() for m in marks)
+    err = {"type": "error", "error": {"type": "authentication_error", "message": message}}
+    body = MESSAGES_SSE.split(b"event: message_stop")[0]
+    body += b"event: error\ndata: " + orjson.dumps(err) + b"\n\n"
+    want = body
+    for mark, echo in zip(marks, echoes, strict=True):
+        body, want = body.replace(mark, echo), want.replace(mark, b"*" * len(echo))
+    return body, want
+
+
+async def _run_two_keys(pieces: list[bytes]) -> StreamRecord:
+    addon, sink, clock = make(capture_bodies=True)
+    with taddons.context(addon):
+        flow = make_flow(
+            path="/v1/messages",
+            body={"model": "claude-sonnet-4-5", "stream": True, "messages": []},
+            headers=[(b"authorization", f"Bearer {K1}".encode()), (b"x-api-key", K2.encode())],
+        )
+        await start(addon, flow, clock)
+        flow.response = sse_response()
+        addon.responseheaders(flow)
+        feed(flow, [(0.01, p) for p in pieces], clock)
+        addon.response(flow)
+    (rec,) = sink.records
+    return rec
+
+
+async def test_both_keys_echoed_are_masked_wherever_the_pieces_split() -> None:
+    """Authorization and x-api-key on /v1/messages, both echoed in an SSE error
+    event (raw and JSON-escaped), the body split into two pieces at every offset
+    around the echoes, and into one-byte pieces: the stored body is the upstream's
+    with each echo masked to its length, and nothing else changed."""
+    body, want = _echoing_body()
+    first = body.index(b"event: error")
+    for cut in [*range(first, len(body)), -1]:
+        pieces = (
+            [body[i : i + 1] for i in range(len(body))] if cut < 0 else [body[:cut], body[cut:]]
+        )
+        rec = await _run_two_keys(pieces)
+        packed = body_of(rec).pack()  # type: ignore[union-attr]
+        assert packed.body() == want, cut
+        assert packed.timeline().chunks[-1][1] == len(pieces[-1])
+    assert rec.outcome == "error" and rec.error_message is not None
+    assert K1 not in rec.error_message and K2 not in rec.error_message
+    assert rec.error_message.count("[api key]") == 4
+    assert replayed(rec).error_message == "keys " + ", ".join(
+        "*" * len(e)
+        for e in (
+            K1,
+            K2,
+            K1.replace("-", "\\u002d").replace("/", "\\/"),
+            K2.replace("-", "\\u002D"),
+        )
+    )
+
+
+async def test_messages_fingerprint_the_x_api_key() -> None:
+    """On /v1/messages Anthropic authenticates with x-api-key: that key is the one
+    fingerprinted, even when an Authorization header comes with it."""
+    rec = await _run_two_keys([MESSAGES_SSE])
+    assert rec.api_key_id is not None and rec.api_key_id.startswith(f"…{K2[-4:]}:")
+
+
+async def test_a_body_cut_inside_an_echo_keeps_no_start_of_the_key() -> None:
+    """The upstream goes away in the middle of an echo, or the cap cuts the body
+    there: the stored body ends in as many ``*`` as the key's start took."""
+    body, _ = _echoing_body()
+    at = body.index(K2.encode(), body.index(b"event: error")) + 20  # mid-K2, raw
+    for how in ("disconnect", "cap"):
+        addon, sink, clock = make(
+            capture_bodies=True, **({"capture_max_bytes": at} if how == "cap" else {})
+        )
+        with taddons.context(addon):
+            flow = make_flow(
+                path="/v1/messages",
+                body={"model": "claude-sonnet-4-5", "stream": True, "messages": []},
+                headers=[(b"x-api-key", K2.encode())],
+            )
+            await start(addon, flow, clock)
+            flow.response = sse_response()
+            addon.responseheaders(flow)
+            assert flow.response.stream is not None and callable(flow.response.stream)
+            flow.response.stream(body[:at])
+            if how == "cap":
+                flow.response.stream(body[at:])
+                flow.response.stream(b"")
+                addon.response(flow)
+            else:
+                flow.error = tflow.terr("peer closed connection")
+                addon.error(flow)
+        (rec,) = sink.records
+        stored = body_of(rec).pack().body()  # type: ignore[union-attr]
+        assert stored == body[: at - 20] + b"*" * 20, how
