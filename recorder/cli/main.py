@@ -6,7 +6,18 @@ import argparse
 import sys
 
 from recorder import __version__
-from recorder.cli import audit, db, demo, proxy, reconcile, replay, reprice, sessions, simulate
+from recorder.cli import (
+    audit,
+    db,
+    demo,
+    proxy,
+    reconcile,
+    replay,
+    reprice,
+    sessions,
+    simulate,
+    top,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_parser(sub)
     simulate.add_parser(sub)
     db.add_parser(sub)
+    top.add_parser(sub)
     return parser
 
 

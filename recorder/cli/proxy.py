@@ -87,6 +87,24 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="with --capture-bodies: bytes kept per stream, beyond which a body is counted "
         "and marked truncated (default 8MiB; K, M, G suffixes are powers of 1024)",
     )
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        default=None,
+        help="no line per stream on the console (stall lines neither)",
+    )
+    p.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        help="the console lines: text (default; coloured on a terminal) or one JSON"
+        " object per line",
+    )
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        default=None,
+        help="also a short line for each flow the recorder does not meter",
+    )
     p.set_defaults(func=run)
 
 
@@ -95,6 +113,13 @@ def _pick(args: argparse.Namespace, name: str, default: str | None) -> str | Non
     if value is None:
         value = _env(name)
     return default if value is None else value
+
+
+def _flag(args: argparse.Namespace, name: str) -> bool:
+    value = getattr(args, name.replace("-", "_"))
+    if value is None:
+        value = (_env(name) or "").lower() in ("1", "true", "yes", "on")
+    return bool(value)
 
 
 def _port(text: str | None, what: str) -> int:
@@ -184,6 +209,11 @@ class Settings:
         self.capture_max_bytes = parse_size(
             _pick(args, "capture-max-bytes", "8MiB"), "--capture-max-bytes"
         )
+        self.quiet = _flag(args, "quiet")
+        self.verbose = _flag(args, "verbose")
+        self.log_format = _pick(args, "log-format", "text") or "text"
+        if self.log_format not in ("text", "json"):
+            raise OptionError(f"--log-format must be text or json, not {self.log_format!r}")
         self.metrics_url = ""
         self.metrics_port_bound = self.metrics_port
 
@@ -283,6 +313,10 @@ def _banner(settings: Settings, confdir: str) -> object:
                 f" up to {_size(settings.capture_max_bytes)} each; they hold completion text)"
             )
         lines.append(f"  metrics:  {settings.metrics_url}")
+        lines.append(
+            f"  live:     {settings.metrics_url.removesuffix('/metrics')}/streams"
+            "  (`recorder top` shows it)"
+        )
         lines += exposure_warnings(
             [(lst.mode, lst.host, lst.port) for lst in listeners],
             (settings.metrics_host, settings.metrics_port_bound),
@@ -375,6 +409,15 @@ def run(args: argparse.Namespace) -> int:
         on_start=on_start,
     )
     metrics.watch_health(recorder.health)
+    from recorder.proxy.live import Live
+
+    live = Live(
+        recorder,
+        log_format=settings.log_format,
+        quiet=settings.quiet,
+        verbose=settings.verbose,
+        on_tick=metrics.live_streams,
+    )
 
     def stat(name: str) -> Callable[[], float]:
         return lambda: float(store.stats()[name])
@@ -389,7 +432,9 @@ def run(args: argparse.Namespace) -> int:
         records_failed=stat("failed"),
     )
     try:
-        server = serve_metrics(registry, settings.metrics_host, settings.metrics_port)
+        server = serve_metrics(
+            registry, settings.metrics_host, settings.metrics_port, streams=live.snapshot_json
+        )
     except OSError as e:
         recorder.close()
         print(
@@ -405,6 +450,7 @@ def run(args: argparse.Namespace) -> int:
         listen_host=settings.listen_host,
         listen_port=settings.listen_port,
         confdir=confdir,
+        addons=[live],
     )
     try:
         asyncio.run(serve(recorder, proxy, _banner(settings, confdir)))  # type: ignore[arg-type]

@@ -153,6 +153,8 @@ class Recorder:
         self._clock = clock
         self._on_record = on_record
         self._on_start = on_start
+        # more consumers of each completed record (the live view), after on_record
+        self.consumers: list[Callable[[StreamRecord], None]] = []
         self._flows: dict[str, FlowState] = {}
         # finished flows whose request body is still being read: their record waits
         self._deferred: dict[int, tuple[FlowState, StreamRecord]] = {}
@@ -298,6 +300,11 @@ class Recorder:
                 self._on_record(rec, state.meter)
             except Exception:
                 self._internal_error("on_record")
+        for consume in self.consumers:
+            try:
+                consume(rec)
+            except Exception:
+                self._internal_error("record consumer")
         self.sink.submit(rec)
 
     def _finish_deferred(self, key: int) -> None:

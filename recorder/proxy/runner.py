@@ -43,6 +43,7 @@ class ProxySettings:
     confdir: str | None = None
     ssl_insecure: bool = False  # trust any upstream certificate (tests only)
     extra: dict[str, Any] = field(default_factory=dict)
+    addons: Sequence[Any] = ()  # more addons after the recorder (the live view)
 
 
 class _Started:
@@ -80,7 +81,7 @@ def build_master(
     master = DumpMaster(opts, with_termlog=True, with_dumper=False)
     # mitmproxy's own log: warnings and errors only (a bound port, a TLS failure)
     opts.update(termlog_verbosity="warn", ssl_insecure=settings.ssl_insecure, **settings.extra)
-    master.addons.add(recorder)
+    master.addons.add(recorder, *settings.addons)
     if on_started is not None:
         master.addons.add(_Started(on_started))
     return master
