@@ -27,6 +27,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from recorder.proxy.live import money
+
 DEFAULT_URL = "http://127.0.0.1:9464"
 SORTS = {"s": "silence", "a": "age", "o": "output tokens"}
 FINISHED_SHOWN = 15
@@ -78,7 +80,7 @@ def fetch(url: str, timeout: float = 3.0) -> dict[str, Any]:
 def _s(value: float | None) -> str:
     if value is None:
         return "-"
-    return f"{value:.1f}s" if value < 100 else f"{value:.0f}s"
+    return f"{value:.2f}s" if value < 10 else f"{value:.1f}s" if value < 100 else f"{value:.0f}s"
 
 
 def _ms(value: float | None) -> str:
@@ -127,6 +129,8 @@ def render(doc: dict[str, Any] | None, url: str, sort: str, problem: str | None 
 
     open_table = Table(title="open streams", title_justify="left", expand=True, box=None)
     for col, just in (
+        ("state", "left"),
+        ("silence", "right"),
         ("id", "left"),
         ("endpoint", "left"),
         ("model", "left"),
@@ -137,13 +141,13 @@ def render(doc: dict[str, Any] | None, url: str, sort: str, problem: str | None 
         ("ka", "right"),
         ("chars", "right"),
         ("tokens", "right"),
-        ("silence", "right"),
-        ("state", "left"),
     ):
         open_table.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
     for r in rows:
         stall = bool(r.get("stalled"))
         open_table.add_row(
+            "STALLED" if stall else "streaming",
+            _s(r.get("silence_s")),
             (r.get("id") or "-")[:18],
             r.get("endpoint") or "-",
             r.get("model") or "-",
@@ -154,12 +158,10 @@ def render(doc: dict[str, Any] | None, url: str, sort: str, problem: str | None 
             _n(r.get("keepalives")),
             _n(r.get("output_chars")),
             _n(r.get("output_tokens"), bool(r.get("output_tokens_estimated"))),
-            _s(r.get("silence_s")),
-            "STALLED" if stall else "streaming",
             style="bold white on red" if stall else None,
         )
     if not rows:
-        open_table.add_row("(none)")
+        open_table.add_row("(none)", style="dim")
 
     done = Table(title="finished", title_justify="left", expand=True, box=None)
     for col, just in (
@@ -191,7 +193,7 @@ def render(doc: dict[str, Any] | None, url: str, sort: str, problem: str | None 
             _ms(f.get("duration_ms")),
             _n(f.get("input_tokens"), f.get("input_source") == "estimated"),
             _n(f.get("output_tokens"), f.get("output_source") == "estimated"),
-            f"${f['cost_usd']}" if f.get("cost_usd") is not None else "-",
+            money(f.get("cost_usd")),
             Text(str(f.get("stalls") or 0), style="yellow" if f.get("stalls") else ""),
         )
     parts: list[Any] = [header, Text(""), open_table, Text(""), done]
@@ -239,7 +241,17 @@ def run(args: argparse.Namespace) -> int:
     sort = "silence"
     doc: dict[str, Any] | None = None
     problem: str | None = None
-    with _keys() as fd, Live(auto_refresh=False, screen=True, transient=True) as live:
+    # stdout is not redirected: Rich would then measure the terminal through its
+    # proxy, which has no size, and draw 80 columns in any terminal
+    live = Live(
+        console=Console(),
+        auto_refresh=False,
+        screen=True,
+        transient=True,
+        redirect_stdout=False,
+        redirect_stderr=False,
+    )
+    with _keys() as fd, live:
         while True:
             try:
                 doc, problem = fetch(url), None

@@ -127,7 +127,8 @@ def _tokens(value: int | None, source: str) -> str:
     return f"~{value}" if source == "estimated" else str(value)
 
 
-def _money(cost: str | None) -> str:
+def money(cost: str | None) -> str:
+    """A cost as the console shows it: ``$0.00047`` (``$-``: not costed)."""
     if cost is None:
         return "$-"
     try:
@@ -158,7 +159,7 @@ def stream_line(s: dict[str, Any], *, colour: bool = False, clock: str = "") -> 
         f"dur {_secs(s['duration_ms'])}",
         f"in {_tokens(s['input_tokens'], s['input_source'])}",
         f"out {_tokens(s['output_tokens'], s['output_source'])}",
-        _money(cost),
+        money(cost),
         _paint(f"stalls {stalls}", "yellow" if stalls else None, colour),
         f"ka {s['keepalives'] or 0}",
         _paint(short_id(s["id"]), "dim", colour),
