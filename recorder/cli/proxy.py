@@ -105,6 +105,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=None,
         help="also a short line for each flow the recorder does not meter",
     )
+    p.add_argument(
+        "--no-live",
+        action="store_true",
+        default=None,
+        help="none of the live view: no console lines, no live stall gauges, no /streams"
+        " (to measure what it costs)",
+    )
     p.set_defaults(func=run)
 
 
@@ -209,6 +216,7 @@ class Settings:
         self.capture_max_bytes = parse_size(
             _pick(args, "capture-max-bytes", "8MiB"), "--capture-max-bytes"
         )
+        self.live = not _flag(args, "no-live")
         self.quiet = _flag(args, "quiet")
         self.verbose = _flag(args, "verbose")
         self.log_format = _pick(args, "log-format", "text") or "text"
@@ -313,10 +321,10 @@ def _banner(settings: Settings, confdir: str) -> object:
                 f" up to {_size(settings.capture_max_bytes)} each; they hold completion text)"
             )
         lines.append(f"  metrics:  {settings.metrics_url}")
-        lines.append(
-            f"  live:     {settings.metrics_url.removesuffix('/metrics')}/streams"
-            "  (`recorder top` shows it)"
-        )
+        if settings.live:
+            base = settings.metrics_url.removesuffix("/metrics")
+            top = "recorder top" + ("" if base == "http://127.0.0.1:9464" else f" --url {base}")
+            lines.append(f"  live:     {base}/streams  (watch it: {top})")
         lines += exposure_warnings(
             [(lst.mode, lst.host, lst.port) for lst in listeners],
             (settings.metrics_host, settings.metrics_port_bound),
@@ -411,12 +419,16 @@ def run(args: argparse.Namespace) -> int:
     metrics.watch_health(recorder.health)
     from recorder.proxy.live import Live
 
-    live = Live(
-        recorder,
-        log_format=settings.log_format,
-        quiet=settings.quiet,
-        verbose=settings.verbose,
-        on_tick=metrics.live_streams,
+    live = (
+        Live(
+            recorder,
+            log_format=settings.log_format,
+            quiet=settings.quiet,
+            verbose=settings.verbose,
+            on_tick=metrics.live_streams,
+        )
+        if settings.live
+        else None
     )
 
     def stat(name: str) -> Callable[[], float]:
@@ -433,7 +445,10 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         server = serve_metrics(
-            registry, settings.metrics_host, settings.metrics_port, streams=live.snapshot_json
+            registry,
+            settings.metrics_host,
+            settings.metrics_port,
+            streams=live.snapshot_json if live is not None else None,
         )
     except OSError as e:
         recorder.close()
@@ -450,7 +465,7 @@ def run(args: argparse.Namespace) -> int:
         listen_host=settings.listen_host,
         listen_port=settings.listen_port,
         confdir=confdir,
-        addons=[live],
+        addons=[live] if live is not None else [],
     )
     try:
         asyncio.run(serve(recorder, proxy, _banner(settings, confdir)))  # type: ignore[arg-type]
