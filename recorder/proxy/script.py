@@ -89,6 +89,8 @@ class ScriptRecorder(Recorder):
         self.live.log_format = ctx.options.recorder_log_format
         self.live.quiet = ctx.options.recorder_quiet
         self.live.verbose = ctx.options.recorder_verbose
+        if ctx.options.recorder_metrics and self.metrics_server is None:
+            self._serve_metrics(ctx.options.recorder_metrics)
         if self._configured:
             return
         db, spool = ctx.options.recorder_db, Path(ctx.options.recorder_spool_dir)
@@ -103,8 +105,6 @@ class ScriptRecorder(Recorder):
             self.sink = SqlSink(db, spool, upgrade=not ready)
         except (PriceTableError, StoreError, OSError) as e:
             raise exceptions.OptionsError(f"recorder: {e}") from e
-        if ctx.options.recorder_metrics:
-            self._serve_metrics(ctx.options.recorder_metrics)
         self._configured = True
 
     def _serve_metrics(self, where: str) -> None:
