@@ -333,7 +333,10 @@ class Live:
         for gap in rec.gaps:
             if gap.kind == "stall" and abs(gap.start_ms - start_ms) < 1.0:
                 length = gap.length_ms / 1000.0
-                if gap.start_ms + gap.length_ms < rec.duration_ms - 1.0:
+                # a whole stream's stall gaps end at an output; an interrupted one's
+                # last gap may end at the cut instead
+                ended_at_cut = gap.start_ms + gap.length_ms >= rec.duration_ms - 1.0
+                if not (rec.interrupted and ended_at_cut):
                     how = "output resumed"
                 break
         self._stall_over(rec.id, stall, length, how)

@@ -232,6 +232,23 @@ async def test_a_stall_that_runs_into_the_end_says_so_with_its_length() -> None:
     assert over["stall_s"] == gap.length_ms / 1000.0
 
 
+async def test_output_resuming_just_before_the_end_is_told_from_a_cut() -> None:
+    # between two ticks the output comes back and the stream completes at once
+    addon, _, clock, live, out, _ = wired()
+    with taddons.context(addon, live):
+        flow = await open_stream(addon, clock)
+        feed(flow, clock, ROLE)
+        feed(flow, clock, delta("Hi"))
+        clock.now += 31
+        live.tick()
+        feed(flow, clock, delta(" there"), after=4)
+        feed(flow, clock, b"data: [DONE]\n\n", after=0)
+        flow.response.stream(b"")  # type: ignore[union-attr,operator]
+        addon.response(flow)
+    over = lines(out)[1]
+    assert "stall over:" in over and "output resumed after 35 s silent" in over
+
+
 async def test_a_batch_waiting_to_be_metered_is_not_taken_for_silence() -> None:
     # The first output arrives at 29 s, in a batch the tap has not metered yet; at
     # 31 s the stream has been silent for 2 s, not 31.
