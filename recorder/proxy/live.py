@@ -20,9 +20,10 @@ A mitmproxy addon beside :class:`~recorder.proxy.addon.Recorder`, fed by it:
   for a snapshot and waits for it: the open streams' state is only read on the
   loop, and only when someone asks.
 
-The console gets plain text, coloured on a terminal, or one JSON object per
-line (``log_format="json"``). Lines never hold prompt or completion text, nor
-a query string (where some gateways carry keys).
+The console gets plain text, coloured on a terminal with mitmproxy's own styling
+(as mitmdump colours its flow lines; Rich is kept for `recorder top`), or one JSON
+object per line (``log_format="json"``). Lines never hold prompt or completion
+text, nor a query string (where some gateways carry keys).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any, TextIO
 
 import orjson
+from mitmproxy.contrib import click as miniclick
+from mitmproxy.utils import vt_codes
 
 from recorder.core.endpoints import endpoint_for
 from recorder.core.estimate import OutputCounts
@@ -105,13 +108,14 @@ def summary(rec: StreamRecord) -> dict[str, Any]:
 
 # -- console text -----------------------------------------------------------------
 
-_SGR = {"green": "32", "red": "31", "yellow": "33", "cyan": "36", "dim": "2", "bold": "1"}
-
 
 def _paint(text: str, colour: str | None, on: bool) -> str:
+    """``text`` styled as mitmdump styles its flow lines (mitmproxy's own helper)."""
     if not on or colour is None:
         return text
-    return f"\x1b[{_SGR[colour]}m{text}\x1b[0m"
+    if colour == "dim":
+        return str(miniclick.style(text, dim=True))
+    return str(miniclick.style(text, fg=colour))
 
 
 def _secs(ms: float | None) -> str:
@@ -226,13 +230,12 @@ class Live:
     # -- output ---------------------------------------------------------------
 
     def _use_colour(self) -> bool:
-        if self.colour is not None:
-            return self.colour
-        isatty = getattr(self.out, "isatty", None)
-        try:
-            return bool(isatty and isatty())
-        except (OSError, ValueError):
-            return False
+        if self.colour is None:  # decided once, as mitmdump does for its own output
+            try:
+                self.colour = bool(vt_codes.ensure_supported(self.out))
+            except (OSError, ValueError, AttributeError):
+                self.colour = False
+        return self.colour
 
     def _clock_text(self) -> str:
         return datetime.fromtimestamp(self._wall()).strftime("%H:%M:%S")
