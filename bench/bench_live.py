@@ -36,7 +36,7 @@ from mitmproxy import http
 from mitmproxy.test import taddons, tflow, tutils
 
 from recorder.proxy.addon import Recorder, RecorderConfig
-from recorder.proxy.live import Live
+from recorder.proxy.live import SNAPSHOT_SLICE, Live
 from recorder.sinks import MemorySink
 
 
@@ -139,6 +139,11 @@ async def run(args: argparse.Namespace) -> int:
         f" {statistics.median(shares_s):.2%} [{min(shares_s):.2%}-{max(shares_s):.2%}] |"
     )
     print()
+    slices = -(-args.streams // SNAPSHOT_SLICE)
+    print(
+        f"The snapshot is taken in {slices} event-loop callbacks of {SNAPSHOT_SLICE} streams:"
+        f" about {statistics.median(snap) / slices * 1e3:.2f} ms each."
+    )
     print(f"per open stream: tick {statistics.median(tick) / args.streams * 1e6:.2f} µs,", end="")
     print(f" snapshot {statistics.median(snap) / args.streams * 1e6:.2f} µs; anchor {a:.3f} s")
     return 0

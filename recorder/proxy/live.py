@@ -64,6 +64,7 @@ ID_CHARS = 18
 # Pieces waiting to be metered in a batch longer than this are metered by the tick.
 BATCH_WAIT_S = 1.0
 WINDOW_S = 60  # the header figures of `recorder top`: the last minute
+SNAPSHOT_SLICE = 50  # open streams read per event-loop callback for GET /streams
 
 LabelKey = tuple[str, str]  # (endpoint, provider)
 TickCallback = Callable[[dict[LabelKey, int], dict[LabelKey, float]], None]
@@ -445,10 +446,12 @@ class Live:
         """The open streams' live state and the recently finished ones (on the loop)."""
         now = self._clock()
         after = self.stall_after
-        rows = []
-        for state in list(self.recorder._flows.values()):
-            rows.append(self._open_row(state, now, after))
+        rows = [self._open_row(state, now, after) for state in list(self.recorder._flows.values())]
+        return self._document(rows)
+
+    def _document(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         rows.sort(key=lambda r: -(r["silence_s"] or 0.0))
+        after = self.stall_after
         second = int(self._wall())
         window = [b for k, b in self._window.items() if second - WINDOW_S < k <= second]
         streams = sum(b[0] for b in window)
@@ -507,12 +510,23 @@ class Live:
         if loop is None or loop.is_closed() or not loop.is_running():
             return orjson.dumps(self.snapshot(), default=str)
         done: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
+        rows: list[dict[str, Any]] = []
 
-        def take() -> None:
+        def take(states: list[FlowState] | None, start: int) -> None:
+            # SNAPSHOT_SLICE streams per callback: the loop serves the connections
+            # between two slices (a row costs some 10 µs, most of it the estimate)
             try:
-                done.set_result(self.snapshot())
+                if states is None:
+                    states = list(self.recorder._flows.values())
+                now, after = self._clock(), self.stall_after
+                for state in states[start : start + SNAPSHOT_SLICE]:
+                    rows.append(self._open_row(state, now, after))
+                if start + SNAPSHOT_SLICE < len(states):
+                    loop.call_soon(take, states, start + SNAPSHOT_SLICE)
+                else:
+                    done.set_result(self._document(rows))
             except Exception as e:
                 done.set_exception(e)
 
-        loop.call_soon_threadsafe(take)
+        loop.call_soon_threadsafe(take, None, 0)
         return orjson.dumps(done.result(timeout), default=str)

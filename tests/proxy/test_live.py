@@ -3,6 +3,7 @@ the /streams snapshot; driven through the addon's hooks with a fake clock."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 from typing import Any
 
@@ -12,7 +13,7 @@ from mitmproxy.test import taddons, tflow, tutils
 
 from recorder.core.record import FIELDS
 from recorder.proxy.addon import BATCH_PIECES, Recorder
-from recorder.proxy.live import ID_CHARS, Live
+from recorder.proxy.live import ID_CHARS, SNAPSHOT_SLICE, Live
 from recorder.sinks import MemorySink
 from tests.proxy.test_addon import (
     CHAT_SSE,
@@ -341,3 +342,19 @@ async def test_the_finished_list_keeps_the_last_hundred_newest_first() -> None:
             addon.response(flow)
     finished = live.snapshot()["finished"]
     assert [f["id"] for f in finished] == [r.id for r in reversed(sink.records[-100:])]
+
+
+async def test_streams_asked_from_another_thread_are_read_on_the_loop_in_slices() -> None:
+    # GET /streams is served on the metrics server's thread; with more open streams
+    # than one slice, every one of them is still in the document, once
+    addon, _, clock, live, _, _ = wired()
+    with taddons.context(addon, live):
+        live.running()  # the proxy's event loop
+        flows = [await open_stream(addon, clock) for _ in range(SNAPSHOT_SLICE * 2 + 7)]
+        for flow in flows:
+            feed(flow, clock, ROLE)
+        doc = orjson.loads(await asyncio.to_thread(live.snapshot_json))
+        live.done()
+    ids = [row["id"] for row in doc["open"]]
+    assert sorted(ids) == sorted(s.record.id for s in addon._flows.values())
+    assert len(ids) == len(flows)
