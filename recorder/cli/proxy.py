@@ -426,6 +426,7 @@ def run(args: argparse.Namespace) -> int:
             quiet=settings.quiet,
             verbose=settings.verbose,
             on_tick=metrics.live_streams,
+            background=True,
         )
         if settings.live
         else None
@@ -474,6 +475,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         recorder.close()  # drains the writer: every record written or spooled
         server.close()
+        if live is not None:
+            live.flush()  # the last records' lines
     stats = store.stats()
     print(
         f"recorder: stopped; {recorder.health.records} records:"

@@ -32,8 +32,9 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
-import logging
+import queue
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,8 +54,6 @@ if TYPE_CHECKING:
     from mitmproxy import http
 
     from recorder.proxy.addon import FlowState, Recorder
-
-log = logging.getLogger("recorder")
 
 TICK_S = 1.0
 FINISHED_KEPT = 100
@@ -172,6 +171,56 @@ def stream_line(s: dict[str, Any], *, colour: bool = False, clock: str = "") -> 
     return " ".join(p for p in parts if p)
 
 
+# -- the console, off the event loop ------------------------------------------------
+
+
+def _write(out: TextIO, lines: list[str]) -> None:
+    try:
+        out.write("".join(line + "\n" for line in lines))
+        out.flush()
+    except (OSError, ValueError):  # a closed or broken console: not the traffic's problem
+        pass
+
+
+class Printer:
+    """Writes console lines on its own thread: a console that does not read (a paused
+    terminal, a pipe nobody drains) blocks this thread, never the event loop. At most
+    ``limit`` lines wait; past that they are counted in ``dropped`` and not printed."""
+
+    def __init__(self, out: TextIO, limit: int = 10_000) -> None:
+        self.out = out
+        self.dropped = 0
+        self._queue: queue.Queue[str] = queue.Queue(limit)
+        self._thread = threading.Thread(target=self._run, name="recorder-console", daemon=True)
+        self._thread.start()
+
+    def put(self, line: str) -> None:
+        """Queue one line (never blocks)."""
+        try:
+            self._queue.put_nowait(line)
+        except queue.Full:
+            self.dropped += 1
+
+    def _run(self) -> None:
+        q = self._queue
+        while True:
+            lines = [q.get()]
+            while len(lines) < 256:  # write what has gathered in one go
+                try:
+                    lines.append(q.get_nowait())
+                except queue.Empty:
+                    break
+            _write(self.out, lines)
+            for _ in lines:
+                q.task_done()
+
+    def flush(self, timeout: float) -> None:
+        """Wait until every queued line is written, ``timeout`` seconds at most."""
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
 # -- the live state ---------------------------------------------------------------
 
 
@@ -201,11 +250,15 @@ class Live:
         on_tick: TickCallback | None = None,
         clock: Callable[[], float] | None = None,
         wall: Callable[[], float] = time.time,
+        background: bool = False,
     ) -> None:
         if log_format not in ("text", "json"):
             raise ValueError(f"log format must be text or json, not {log_format!r}")
         self.recorder = recorder
         self.out = out if out is not None else sys.stdout
+        # with background, lines are written by a thread of their own (the proxy's
+        # console may stop reading; the event loop must not wait for it)
+        self._printer = Printer(self.out) if background else None
         self.log_format = log_format
         self.quiet = quiet
         self.verbose = verbose
@@ -244,16 +297,20 @@ class Live:
     def _emit(self, kind: str, text: str, fields: dict[str, Any]) -> None:
         if self.quiet:
             return
-        try:
-            if self.log_format == "json":
-                obj = {"type": kind, "time": self._wall(), **fields}
-                line = orjson.dumps(obj, default=str).decode()
-            else:
-                line = text
-            self.out.write(line + "\n")
-            self.out.flush()
-        except (OSError, ValueError):  # a closed or broken console: not the traffic's problem
-            pass
+        if self.log_format == "json":
+            obj = {"type": kind, "time": self._wall(), **fields}
+            line = orjson.dumps(obj, default=str).decode()
+        else:
+            line = text
+        if self._printer is not None:
+            self._printer.put(line)
+        else:
+            _write(self.out, [line])
+
+    def flush(self, timeout: float = 2.0) -> None:
+        """Wait (``timeout`` at most) until the lines handed to the console are written."""
+        if self._printer is not None:
+            self._printer.flush(timeout)
 
     # -- mitmproxy hooks ------------------------------------------------------
 
@@ -277,10 +334,11 @@ class Live:
         self._schedule()
 
     def done(self) -> None:
-        """Shutdown: stop the timer."""
+        """Shutdown: stop the timer; let the console catch up (2 s at most)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self.flush()
 
     def response(self, flow: http.HTTPFlow) -> None:
         """With ``verbose``: a short line for a flow the recorder does not meter."""

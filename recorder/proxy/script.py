@@ -38,7 +38,7 @@ class ScriptRecorder(Recorder):
     def __init__(self) -> None:
         super().__init__(MemorySink(), RecorderConfig(key_secret=b""))
         self._configured = False
-        self.live = Live(self)
+        self.live = Live(self, background=True)
         self.addons = [self.live]  # mitmproxy runs its hooks too
         self.metrics_server: Any = None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import threading
 from typing import Any
 
 import orjson
@@ -358,3 +359,35 @@ async def test_streams_asked_from_another_thread_are_read_on_the_loop_in_slices(
     ids = [row["id"] for row in doc["open"]]
     assert sorted(ids) == sorted(s.record.id for s in addon._flows.values())
     assert len(ids) == len(flows)
+
+
+class StuckConsole(io.StringIO):
+    """A terminal paused with Ctrl-S: writing blocks until it is let go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+        self.writers: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.writers.append(threading.current_thread().name)
+        self.go.wait(5)  # bounded, so that a regression fails instead of hanging
+        return super().write(text)
+
+
+async def test_a_console_that_does_not_read_never_holds_the_proxy() -> None:
+    console = StuckConsole()
+    addon, sink, clock, live, _, _ = wired(out=console, background=True)
+    with taddons.context(addon, live):
+        for _ in range(3):  # each completes its record and prints, on this thread
+            flow = await open_stream(addon, clock)
+            stream_through(flow, pieces_of(CHAT_SSE, 97), clock)
+            addon.response(flow)
+        assert len(sink.records) == 3 and console.getvalue() == ""
+        console.go.set()
+        live.flush()
+    assert set(console.writers) == {"recorder-console"}  # never the event loop's thread
+    assert [line.split()[-1] for line in lines(console)] == [
+        r.id[:ID_CHARS]  # type: ignore[index]
+        for r in sink.records
+    ]
