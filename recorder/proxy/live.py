@@ -20,6 +20,10 @@ A mitmproxy addon beside :class:`~recorder.proxy.addon.Recorder`, fed by it:
   for a snapshot and waits for it: the open streams' state is only read on the
   loop, and only when someone asks.
 
+In the proxy, lines are written by a thread of their own (``Printer``): a console
+that stops reading (a terminal paused with Ctrl-S, a pipe nobody drains) holds that
+thread, never the event loop; past 10,000 waiting lines, more are dropped.
+
 The console gets plain text, coloured on a terminal with mitmproxy's own styling
 (as mitmdump colours its flow lines; Rich is kept for `recorder top`), or one JSON
 object per line (``log_format="json"``). Lines never hold prompt or completion
