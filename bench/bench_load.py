@@ -171,7 +171,8 @@ def run_load(args: argparse.Namespace, failures: list[str]) -> None:
     args.failures = failures
     set_affinity(client_cpu)
     sim = SimChild.start(__file__, client_cpu)
-    proxy = Proxy.start(args.proxy, f"http://127.0.0.1:{sim.port}", proxy_cpu)
+    extra = args.recorder_arg if args.proxy == "recorder" else ()
+    proxy = Proxy.start(args.proxy, f"http://127.0.0.1:{sim.port}", proxy_cpu, extra=extra)
     recorder = args.proxy == "recorder"
     total = 0
     rss: list[float] = []  # after each measured round
@@ -450,6 +451,13 @@ def main() -> int:
     parser.add_argument("--hour", type=float, default=3600.0, help="--long: simulated seconds")
     parser.add_argument("--speedup", type=float, default=200.0, help="--long: clock speed-up")
     parser.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
+    parser.add_argument(
+        "--recorder-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an argument added to `recorder proxy` (repeatable), e.g. --recorder-arg=--no-live",
+    )
     args = parser.parse_args()
     if args.child_sim:
         child_sim()

@@ -139,6 +139,13 @@ def main() -> int:
     parser.add_argument("--flood-streams", type=int, default=8)
     parser.add_argument("--flood-deltas", type=int, default=3000)
     parser.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
+    parser.add_argument(
+        "--recorder-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an argument added to `recorder proxy` (repeatable), e.g. --recorder-arg=--no-live",
+    )
     args = parser.parse_args()
     if args.child_sim:
         child_sim()
@@ -166,7 +173,7 @@ def main() -> int:
     upstream = f"http://127.0.0.1:{sim.port}"
     proxies = {
         "mitmproxy": Proxy.start("mitmproxy", upstream, proxy_cpu),
-        "recorder": Proxy.start("recorder", upstream, proxy_cpu),
+        "recorder": Proxy.start("recorder", upstream, proxy_cpu, extra=args.recorder_arg),
     }
     ports = {"direct": sim.port, **{k: p.port for k, p in proxies.items()}}
     failures: list[str] = []

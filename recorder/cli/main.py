@@ -18,6 +18,7 @@ from recorder.cli import (
     reprice,
     sessions,
     simulate,
+    top,
 )
 
 
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_parser(sub)
     simulate.add_parser(sub)
     db.add_parser(sub)
+    top.add_parser(sub)
     return parser
 
 

@@ -101,6 +101,31 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         " record's summary, stalled and broken streams marked, an 'LLM stream' view",
     )
     p.add_argument("--web-port", help="with --web: port of the interface (default 8090)")
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        default=None,
+        help="no line per stream on the console (stall lines neither)",
+    )
+    p.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        help="the console lines: text (default; coloured on a terminal) or one JSON"
+        " object per line",
+    )
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        default=None,
+        help="also a short line for each flow the recorder does not meter",
+    )
+    p.add_argument(
+        "--no-live",
+        action="store_true",
+        default=None,
+        help="none of the live view: no console lines, no live stall gauges, no /streams"
+        " (to measure what it costs)",
+    )
     p.set_defaults(func=run)
 
 
@@ -109,6 +134,13 @@ def _pick(args: argparse.Namespace, name: str, default: str | None) -> str | Non
     if value is None:
         value = _env(name)
     return default if value is None else value
+
+
+def _flag(args: argparse.Namespace, name: str) -> bool:
+    value = getattr(args, name.replace("-", "_"))
+    if value is None:
+        value = (_env(name) or "").lower() in ("1", "true", "yes", "on")
+    return bool(value)
 
 
 def _port(text: str | None, what: str) -> int:
@@ -198,6 +230,12 @@ class Settings:
         self.capture_max_bytes = parse_size(
             _pick(args, "capture-max-bytes", "8MiB"), "--capture-max-bytes"
         )
+        self.live = not _flag(args, "no-live")
+        self.quiet = _flag(args, "quiet")
+        self.verbose = _flag(args, "verbose")
+        self.log_format = _pick(args, "log-format", "text") or "text"
+        if self.log_format not in ("text", "json"):
+            raise OptionError(f"--log-format must be text or json, not {self.log_format!r}")
         self.metrics_url = ""
         self.metrics_port_bound = self.metrics_port
         web = args.web
@@ -308,6 +346,10 @@ def _banner(settings: Settings, confdir: str) -> object:
                 f" up to {_size(settings.capture_max_bytes)} each; they hold completion text)"
             )
         lines.append(f"  metrics:  {settings.metrics_url}")
+        if settings.live:
+            base = settings.metrics_url.removesuffix("/metrics")
+            top = "recorder top" + ("" if base == "http://127.0.0.1:9464" else f" --url {base}")
+            lines.append(f"  live:     {base}/streams  (watch it: {top})")
         lines += exposure_warnings(
             [(lst.mode, lst.host, lst.port) for lst in listeners if lst.mode != "web"],
             (settings.metrics_host, settings.metrics_port_bound),
@@ -404,6 +446,20 @@ def run(args: argparse.Namespace) -> int:
     if warm_from(settings.db, recorder.estimator) is None:
         print("recorder proxy: estimator not warmed (database unreadable)", file=sys.stderr)
     tokenizers.preload()  # a second or so, now rather than in the first request
+    from recorder.proxy.live import Live
+
+    live = (
+        Live(
+            recorder,
+            log_format=settings.log_format,
+            quiet=settings.quiet,
+            verbose=settings.verbose,
+            on_tick=metrics.live_streams,
+            background=True,
+        )
+        if settings.live
+        else None
+    )
 
     def stat(name: str) -> Callable[[], float]:
         return lambda: float(store.stats()[name])
@@ -418,7 +474,12 @@ def run(args: argparse.Namespace) -> int:
         records_failed=stat("failed"),
     )
     try:
-        server = serve_metrics(registry, settings.metrics_host, settings.metrics_port)
+        server = serve_metrics(
+            registry,
+            settings.metrics_host,
+            settings.metrics_port,
+            streams=live.snapshot_json if live is not None else None,
+        )
     except OSError as e:
         recorder.close()
         print(
@@ -435,6 +496,7 @@ def run(args: argparse.Namespace) -> int:
         listen_port=settings.listen_port,
         confdir=confdir,
         web_port=settings.web_port,
+        addons=[live] if live is not None else [],
     )
     try:
         asyncio.run(serve(recorder, proxy, _banner(settings, confdir)))  # type: ignore[arg-type]
@@ -443,6 +505,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         recorder.close()  # drains the writer: every record written or spooled
         server.close()
+        if live is not None:
+            live.flush()  # the last records' lines
     stats = store.stats()
     print(
         f"recorder: stopped; {recorder.health.records} records:"

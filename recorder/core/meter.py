@@ -265,6 +265,19 @@ class StreamMeter:
         self._last_ka = now
 
     @property
+    def last_output_at(self) -> float | None:
+        """When the latest output arrived (the edge's clock; None: none yet).
+
+        Read by the live view (``recorder.proxy.live``) once a second to see a
+        stall while it lasts; the meter does no extra work for it."""
+        return self._last_output
+
+    @property
+    def first_output_at(self) -> float | None:
+        """When the first output arrived (None: none yet)."""
+        return self._first_output
+
+    @property
     def keepalive_intervals(self) -> array[float]:
         """Every interval between consecutive keepalives, in seconds (capped)."""
         return self._ka_gaps

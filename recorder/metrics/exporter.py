@@ -408,6 +408,20 @@ class Metrics:
             ("model", "reason"),
             registry=registry,
         )
+        # Set once a second by the live view's walk over the open streams
+        # (recorder.proxy.live): a stall is seen while it lasts, not at its end.
+        self.streams_stalled = Gauge(
+            "llm_streams_stalled",
+            "Open streams whose output has been silent for at least --stall-after right now.",
+            ("endpoint", "provider"),
+            registry=registry,
+        )
+        self.oldest_silence = Gauge(
+            "llm_stream_oldest_silence_seconds",
+            "The longest current output silence among open streams (0: none open).",
+            ("endpoint", "provider"),
+            registry=registry,
+        )
         self.model_overflow = Counter(
             "llm_recorder_model_label_overflow",
             "Records whose model was reported as 'other' (past --max-model-labels).",
@@ -418,8 +432,12 @@ class Metrics:
         # checks its arguments on every call, a dozen times per record otherwise.
         # Bounded: models fold into 'other' past max_model_labels.
         self._children: dict[object, dict[tuple[str, ...], Any]] = {}
+        # (endpoint, provider) pairs the live gauges have a series for
+        self._live_pairs: set[tuple[str, str]] = set(PROVIDERS.items())
         for endpoint, provider in PROVIDERS.items():
             self.in_flight.labels(endpoint, provider).set(0)
+            self.streams_stalled.labels(endpoint, provider).set(0)
+            self.oldest_silence.labels(endpoint, provider).set(0)
 
     def _child(self, metric: Counter | Gauge | Histogram, *values: str) -> Any:
         """``metric.labels(*values)``, remembered."""
@@ -491,6 +509,17 @@ class Metrics:
             self._child(self.token_usage, *base, "input").observe(record.input_tokens)
         if record.output_tokens is not None:
             self._child(self.token_usage, *base, "output").observe(record.output_tokens)
+
+    def live_streams(
+        self, stalled: dict[tuple[str, str], int], oldest: dict[tuple[str, str], float]
+    ) -> None:
+        """The open streams as the live view's walk saw them (its ``on_tick``):
+        stalled ones and the longest output silence, by (endpoint, provider)."""
+        for pair in set(self._live_pairs) | stalled.keys() | oldest.keys():
+            endpoint, provider = _label(pair[0]), _label(pair[1])
+            self._child(self.streams_stalled, endpoint, provider).set(stalled.get(pair, 0))
+            self._child(self.oldest_silence, endpoint, provider).set(oldest.get(pair, 0.0))
+            self._live_pairs.add(pair)
 
     # -- the recorder's health ---------------------------------------------------
 

@@ -3,7 +3,8 @@
 A scrape is answered on the server's own threads, never on mitmproxy's event
 loop: collecting reads the registry under its locks and calls the health
 callables, nothing else. Only ``/metrics`` (and ``/`` with a pointer to it) is
-served; anything else is a 404.
+served, and ``/streams`` when a live view is given (the open and recent streams as
+JSON, taken on the event loop by ``recorder.proxy.live``); anything else is a 404.
 """
 
 from __future__ import annotations
@@ -38,7 +39,13 @@ def _family(host: str, port: int) -> tuple[socket.AddressFamily, str]:
 class MetricsServer:
     """A running ``/metrics`` endpoint; :meth:`close` stops it."""
 
-    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        host: str,
+        port: int,
+        streams: Callable[[], bytes] | None = None,
+    ) -> None:
         metrics_app = make_wsgi_app(registry)
 
         def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
@@ -46,6 +53,16 @@ class MetricsServer:
             if path == "/metrics":
                 result: Iterable[bytes] = metrics_app(environ, start_response)
                 return result
+            if path == "/streams" and streams is not None:
+                try:
+                    body = streams()
+                except Exception:  # the proxy is stopping, or its loop is busy
+                    start_response(
+                        "503 Service Unavailable", [("Content-Type", "text/plain; charset=utf-8")]
+                    )
+                    return [b"the proxy did not answer in time\n"]
+                start_response("200 OK", [("Content-Type", "application/json")])
+                return [body]
             if path == "/":
                 start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8")])
                 return [b"recorder: metrics at /metrics\n"]
@@ -88,10 +105,14 @@ class MetricsServer:
 
 
 def serve_metrics(
-    registry: CollectorRegistry, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT
+    registry: CollectorRegistry,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    streams: Callable[[], bytes] | None = None,
 ) -> MetricsServer:
-    """Serve ``registry`` at ``http://host:port/metrics`` (``port=0``: any free port).
+    """Serve ``registry`` at ``http://host:port/metrics`` (``port=0``: any free port),
+    and ``streams()`` (JSON) at ``/streams`` if given.
 
     Raises ``OSError`` if the address cannot be bound.
     """
-    return MetricsServer(registry, host, port)
+    return MetricsServer(registry, host, port, streams)

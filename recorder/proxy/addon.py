@@ -165,6 +165,8 @@ class Recorder:
         self.on_flow_done: (
             Callable[[http.HTTPFlow, StreamRecord, CapturedBody | None], None] | None
         ) = None
+        # more consumers of each completed record (the live view), after on_record
+        self.consumers: list[Callable[[StreamRecord], None]] = []
         self._flows: dict[str, FlowState] = {}
         # finished flows whose request body is still being read: their record waits
         self._deferred: dict[int, tuple[FlowState, StreamRecord]] = {}
@@ -324,6 +326,11 @@ class Recorder:
             except Exception:
                 self._internal_error("on_flow_done")
             state.flow = None
+        for consume in self.consumers:
+            try:
+                consume(rec)
+            except Exception:
+                self._internal_error("record consumer")
         self.sink.submit(rec)
 
     def _finish_deferred(self, key: int) -> None:

@@ -47,6 +47,7 @@ class ProxySettings:
     ssl_insecure: bool = False  # trust any upstream certificate (tests only)
     web_port: int | None = None  # mitmweb's interface on this port instead of the console
     extra: dict[str, Any] = field(default_factory=dict)
+    addons: Sequence[Any] = ()  # more addons after the recorder (the live view)
 
 
 class _Started:
@@ -97,7 +98,7 @@ def build_master(
         master = DumpMaster(opts, with_termlog=True, with_dumper=False)
     # mitmproxy's own log: warnings and errors only (a bound port, a TLS failure)
     opts.update(termlog_verbosity="warn", ssl_insecure=settings.ssl_insecure, **settings.extra)
-    master.addons.add(recorder)
+    master.addons.add(recorder, *settings.addons)
     if settings.web_port is not None:
         from recorder.proxy.webview import WebView
 

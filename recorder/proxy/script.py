@@ -9,7 +9,12 @@ options and addons. Records go to the same SQL store. Options
 - ``recorder_spool_dir``: where records wait while the database is away
   (default: the working directory);
 - ``recorder_stall_after``: seconds of output silence that count as a stall (30);
-- ``recorder_prices``: a price table file (default: the shipped one).
+- ``recorder_prices``: a price table file (default: the shipped one);
+- ``recorder_quiet``: no console line per stream (false);
+- ``recorder_log_format``: ``text`` (coloured on a terminal) or ``json`` lines;
+- ``recorder_verbose``: also a short line for each flow not metered (false);
+- ``recorder_metrics``: ``HOST:PORT`` where ``/metrics`` and ``/streams`` (for
+  `recorder top`) are served, e.g. ``127.0.0.1:9464`` (default: not served).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from recorder import tokenizers
 from recorder.core.pricing import PriceTableError
 from recorder.prices import load_price_file
 from recorder.proxy.addon import Recorder, RecorderConfig
+from recorder.proxy.live import Live
 from recorder.sinks import MemorySink
 from recorder.store import SqlSink, StoreError, StoreUnavailable, key_secret, upgrade
 from recorder.store.calibration import warm_from
@@ -34,6 +40,9 @@ class ScriptRecorder(Recorder):
     def __init__(self) -> None:
         super().__init__(MemorySink(), RecorderConfig(key_secret=b""))
         self._configured = False
+        self.live = Live(self, background=True)
+        self.addons = [self.live]  # mitmproxy runs its hooks too
+        self.metrics_server: Any = None
 
     def load(self, loader: Any) -> None:
         """Declare the options."""
@@ -55,6 +64,19 @@ class ScriptRecorder(Recorder):
             "",
             "Prices to overlay on the shipped table (default: the shipped table alone).",
         )
+        loader.add_option("recorder_quiet", bool, False, "No console line per stream.")
+        loader.add_option(
+            "recorder_log_format", str, "text", "Console lines: text or json (one object a line)."
+        )
+        loader.add_option(
+            "recorder_verbose", bool, False, "Also a short line for each flow not metered."
+        )
+        loader.add_option(
+            "recorder_metrics",
+            str,
+            "",
+            "HOST:PORT to serve /metrics and /streams on (recorder top); empty: not served.",
+        )
 
     def configure(self, updated: set[str]) -> None:
         """Apply the options (the store is opened once, on the first configure)."""
@@ -67,6 +89,13 @@ class ScriptRecorder(Recorder):
         except ValueError as e:
             raise exceptions.OptionsError(f"recorder_stall_after: {e}") from e
         self.config.stall_after = stall
+        if ctx.options.recorder_log_format not in ("text", "json"):
+            raise exceptions.OptionsError("recorder_log_format: must be text or json")
+        self.live.log_format = ctx.options.recorder_log_format
+        self.live.quiet = ctx.options.recorder_quiet
+        self.live.verbose = ctx.options.recorder_verbose
+        if ctx.options.recorder_metrics and self.metrics_server is None:
+            self._serve_metrics(ctx.options.recorder_metrics)
         if self._configured:
             return
         db, spool = ctx.options.recorder_db, Path(ctx.options.recorder_spool_dir)
@@ -85,3 +114,44 @@ class ScriptRecorder(Recorder):
         warm_from(db, self.estimator)
         tokenizers.preload()
         self._configured = True
+
+    def _serve_metrics(self, where: str) -> None:
+        """/metrics and /streams, wired as `recorder proxy` wires them."""
+        from prometheus_client import CollectorRegistry
+
+        from recorder.core.meter import StreamMeter
+        from recorder.core.record import StreamRecord
+        from recorder.metrics import Metrics, serve_metrics
+
+        host, _, port = where.rpartition(":")
+        try:
+            number = int(port)
+        except ValueError:
+            raise exceptions.OptionsError(
+                f"recorder_metrics: HOST:PORT expected, not {where!r}"
+            ) from None
+        registry = CollectorRegistry()
+        metrics = Metrics(registry)
+
+        def on_start(rec: StreamRecord) -> None:
+            metrics.stream_started(rec.endpoint, rec.provider)
+
+        def on_record(rec: StreamRecord, meter: StreamMeter) -> None:
+            metrics.stream_ended(rec.endpoint, rec.provider)
+            metrics.observe(rec, meter)
+
+        self._on_start, self._on_record = on_start, on_record
+        metrics.watch_health(self.health)
+        self.live.on_tick = metrics.live_streams
+        try:
+            self.metrics_server = serve_metrics(
+                registry, host.strip("[]") or "127.0.0.1", number, streams=self.live.snapshot_json
+            )
+        except OSError as e:
+            raise exceptions.OptionsError(f"recorder_metrics: cannot serve on {where}: {e}") from e
+
+    def done(self) -> None:
+        """Shutdown: finish the records, then stop serving metrics."""
+        super().done()
+        if self.metrics_server is not None:
+            self.metrics_server.close()

@@ -27,8 +27,9 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ["bench_load.py", "--long", "--quick", "--no-pin"],
         ["bench_in_situ.py", "--quick"],
         ["bench_masking.py", "--quick"],
+        ["bench_live.py", "--quick"],
     ],
-    ids=["overhead", "load", "long", "in-situ", "masking"],
+    ids=["overhead", "load", "long", "in-situ", "masking", "live"],
 )
 def test_bench_runs_and_its_checks_hold(argv: list[str]) -> None:
     proc = subprocess.run(

@@ -46,6 +46,8 @@ CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
     "llm_stream_keepalive_gap_seconds": ("histogram", STREAM),
     "llm_stream_stalls_total": ("counter", STREAM),
     "llm_stream_max_output_gap_seconds": ("histogram", STREAM),
+    "llm_streams_stalled": ("gauge", ("endpoint", "provider")),
+    "llm_stream_oldest_silence_seconds": ("gauge", ("endpoint", "provider")),
 }
 
 
@@ -271,6 +273,26 @@ def test_in_flight_gauge() -> None:
     assert get("llm_streams_in_flight", {"endpoint": "responses", "provider": "openai"}) == 0
 
 
+def test_live_gauges_follow_each_walk_and_fall_back_to_zero() -> None:
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    get = registry.get_sample_value
+    chat = {"endpoint": "chat.completions", "provider": "openai"}
+    msgs = {"endpoint": "messages", "provider": "anthropic"}
+    assert get("llm_streams_stalled", chat) == 0 == get("llm_stream_oldest_silence_seconds", msgs)
+    metrics.live_streams(
+        {("chat.completions", "openai"): 2},
+        {("chat.completions", "openai"): 45.5, ("messages", "anthropic"): 3.0},
+    )
+    assert get("llm_streams_stalled", chat) == 2 and get("llm_streams_stalled", msgs) == 0
+    assert get("llm_stream_oldest_silence_seconds", chat) == 45.5
+    assert get("llm_stream_oldest_silence_seconds", msgs) == 3.0
+    metrics.live_streams({}, {})  # the stalled streams ended, nothing open
+    assert get("llm_streams_stalled", chat) == 0
+    assert get("llm_stream_oldest_silence_seconds", chat) == 0
+    assert get("llm_stream_oldest_silence_seconds", msgs) == 0
+
+
 def test_interval_histogram_matches_the_library_histogram() -> None:
     values = [0.0, 0.001, 0.0011, 0.02, 0.5, 1.0, 29.9, 30.0, 31.0, 150.0, 301.0, 1e6]
     ours_registry, lib_registry = CollectorRegistry(), CollectorRegistry()
@@ -354,6 +376,27 @@ def test_server_serves_metrics_on_loopback_and_closes() -> None:
         url = server.url
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(url, timeout=2)
+
+
+def test_server_serves_streams_only_when_given_a_live_view() -> None:
+    registry = CollectorRegistry()
+    with serve_metrics(registry, port=0) as server:
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(server.url.replace("/metrics", "/streams"), timeout=5)
+        assert e.value.code == 404
+    with serve_metrics(registry, port=0, streams=lambda: b'{"open": []}') as server:
+        url = server.url.replace("/metrics", "/streams")
+        with urllib.request.urlopen(url, timeout=5) as r:
+            assert r.headers["Content-Type"] == "application/json"
+            assert r.read() == b'{"open": []}'
+
+    def busy() -> bytes:
+        raise TimeoutError
+
+    with serve_metrics(registry, port=0, streams=busy) as server:
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(server.url.replace("/metrics", "/streams"), timeout=5)
+        assert e.value.code == 503
 
 
 def test_server_on_ipv6_loopback() -> None:

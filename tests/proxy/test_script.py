@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
+import orjson
 import pytest
 import sqlalchemy as sa
 from mitmproxy import exceptions
@@ -16,9 +20,22 @@ from recorder.core.record import StreamRecord
 from recorder.proxy.script import ScriptRecorder
 from recorder.simulate import run_in_thread
 from recorder.store import SqlSink, upgrade
+from tests.cli.test_top import post_stream
 from tests.e2e.conftest import free_port
 
 ROOT = Path(__file__).parents[2]
+
+
+def wait_listening(port: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def test_bad_stall_option_is_an_options_error(tmp_path: Path) -> None:
@@ -108,3 +125,70 @@ def test_the_script_estimates_with_the_stored_calibration(tmp_path: Path) -> Non
         tctx.configure(addon, recorder_db=db, recorder_spool_dir=str(tmp_path))
         assert addon.estimator.calibration.ratio("claude-sonnet-4-5", "output", "latin") == 2.0
         addon.sink.close()
+
+
+def test_mitmdump_with_the_script_shows_streams_and_stalls_live(tmp_path: Path) -> None:
+    """§1-§3 of the live view through `mitmdump -s`: JSON console lines, a stall seen
+    while it lasts (console, gauge, /streams), the finished stream's line."""
+    mitmdump = str(Path(sys.executable).parent / "mitmdump")
+    port, metrics_port = free_port(), free_port()
+    model = "gpt-4o+keepalive=0.3+stall=4"
+    with run_in_thread() as sim:
+        proc = subprocess.Popen(
+            [
+                mitmdump,
+                "-q",
+                "-s",
+                str(ROOT / "addons" / "recorder_addon.py"),
+                "--mode",
+                f"reverse:{sim.url}",
+                "--listen-host",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "--set",
+                f"recorder_db=sqlite:///{tmp_path / 'r.db'}",
+                "--set",
+                f"recorder_spool_dir={tmp_path}",
+                "--set",
+                "recorder_stall_after=1",
+                "--set",
+                "recorder_log_format=json",
+                "--set",
+                f"recorder_metrics=127.0.0.1:{metrics_port}",
+            ],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            wait_listening(port)
+            wait_listening(metrics_port)  # mitmdump loads the script after it listens
+            done: list[bytes] = []
+            client = threading.Thread(target=lambda: done.append(post_stream(port, model)))
+            client.start()
+            base = f"http://127.0.0.1:{metrics_port}"
+            deadline = time.monotonic() + 20
+            stalled: list[dict[str, object]] = []
+            metrics = ""
+            while not stalled and time.monotonic() < deadline:
+                time.sleep(0.3)
+                with urllib.request.urlopen(f"{base}/streams", timeout=5) as resp:
+                    stalled = [r for r in orjson.loads(resp.read())["open"] if r["stalled"]]
+                with urllib.request.urlopen(f"{base}/metrics", timeout=5) as resp:
+                    metrics = resp.read().decode()
+            assert stalled and stalled[0]["model"] == model
+            client.join(30)
+            assert done
+        finally:
+            proc.terminate()
+            out, _ = proc.communicate(timeout=60)
+    assert 'llm_stream_oldest_silence_seconds{endpoint="chat.completions"' in metrics
+    lines = [orjson.loads(x) for x in out.splitlines() if x.startswith("{")]
+    kinds = [x["type"] for x in lines]
+    assert kinds == ["stall", "stall_over", "stream"], out
+    stall, over, line = lines
+    assert stall["id"] == over["id"] == line["id"] == stalled[0]["id"]
+    assert over["how"] == "output resumed" and over["stall_s"] >= 3.5
+    assert line["outcome"] == "completed" and line["stalls"] == 1

@@ -1,0 +1,276 @@
+"""`recorder top`: the proxy's open streams, live, in the terminal.
+
+Reads ``GET /streams`` from a running `recorder proxy` (or ``mitmdump -s
+addons/recorder_addon.py --set recorder_metrics=HOST:PORT``) once a second and
+shows the open streams, longest current output silence first, stalled ones
+highlighted, the recently finished ones below, and the last minute's streams/s,
+tokens/s and spend per hour on top. Keys: ``s`` sort by silence, ``a`` by age,
+``o`` by output tokens, ``q`` quit. Rendered with Rich.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import select
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from recorder.proxy.live import money
+
+DEFAULT_URL = "http://127.0.0.1:9464"
+SORTS = {"s": "silence", "a": "age", "o": "output tokens"}
+FINISHED_SHOWN = 15
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register the `top` command."""
+    p = sub.add_parser(
+        "top",
+        help="watch the proxy's open streams live (stalls while they happen)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--url",
+        default=os.environ.get("RECORDER_TOP_URL") or DEFAULT_URL,
+        help=f"the proxy's metrics server (default {DEFAULT_URL})",
+    )
+    p.add_argument(
+        "--interval", type=float, default=1.0, metavar="SECONDS", help="refresh (default 1)"
+    )
+    p.add_argument(
+        "--once", action="store_true", help="print one screen and exit (1 if no proxy answers)"
+    )
+    p.add_argument("--svg", metavar="FILE", help="with --once: also save the screen as SVG")
+    p.set_defaults(func=run)
+
+
+class NoProxy(Exception):
+    """Nothing answers at the URL."""
+
+
+def fetch(url: str, timeout: float = 3.0) -> dict[str, Any]:
+    """The proxy's ``/streams`` document."""
+    target = url.rstrip("/").removesuffix("/metrics") + "/streams"
+    try:
+        with urllib.request.urlopen(target, timeout=timeout) as resp:
+            doc: dict[str, Any] = orjson.loads(resp.read())
+            return doc
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            raise NoProxy(f"{target} answers 404: not a recorder proxy, or too old") from None
+        raise NoProxy(f"{target} answers HTTP {e.code}") from None
+    except (OSError, ValueError) as e:
+        reason = getattr(e, "reason", None) or e
+        raise NoProxy(f"no proxy answers at {target} ({reason})") from None
+
+
+def _s(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2f}s" if value < 10 else f"{value:.1f}s" if value < 100 else f"{value:.0f}s"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else _s(value / 1000.0)
+
+
+def _n(value: Any, estimated: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"~{value}" if estimated else str(value)
+
+
+def _sorted(rows: list[dict[str, Any]], sort: str) -> list[dict[str, Any]]:
+    if sort == "age":
+        return sorted(rows, key=lambda r: -(r.get("age_s") or 0.0))
+    if sort == "output tokens":
+        return sorted(rows, key=lambda r: -(r.get("output_tokens") or 0))
+    return sorted(rows, key=lambda r: -(r.get("silence_s") or 0.0))
+
+
+def render(doc: dict[str, Any] | None, url: str, sort: str, problem: str | None = None) -> Group:
+    """One screen: the header, the open streams, the finished ones."""
+    keys = "  keys: s silence · a age · o output tokens · q quit"
+    if doc is None:
+        title = Text(f"recorder top — {url}", style="bold")
+        msg = Text(
+            f"\n{problem}\n\nStart the proxy (`recorder proxy`), or point --url at its"
+            " metrics server.\nRetrying every second.",
+            style="bold red",
+        )
+        return Group(title, msg, Text(keys, style="dim"))
+    rows = _sorted(doc.get("open") or [], sort)
+    stalled = sum(1 for r in rows if r.get("stalled"))
+    minute = doc.get("last_minute") or {}
+    header = Text()
+    header.append(f"recorder top — {url}", style="bold")
+    header.append(f"   open {len(rows)}   ")
+    header.append(f"stalled {stalled}", style="bold red" if stalled else "")
+    header.append(f"   (stall after {doc.get('stall_after_s', '?')} s)\n")
+    header.append(
+        f"last minute: {minute.get('streams_per_s', 0):.2f} streams/s"
+        f"   {minute.get('tokens_per_s', 0):.1f} tokens/s"
+        f"   ${minute.get('usd_per_hour', 0):.4f}/hour"
+        f"   sorted by {sort}"
+    )
+
+    open_table = Table(title="open streams", title_justify="left", expand=True, box=None)
+    for col, just in (
+        ("state", "left"),
+        ("silence", "right"),
+        ("id", "left"),
+        ("endpoint", "left"),
+        ("model", "left"),
+        ("key", "left"),
+        ("age", "right"),
+        ("ttft", "right"),
+        ("events", "right"),
+        ("ka", "right"),
+        ("chars", "right"),
+        ("tokens", "right"),
+    ):
+        open_table.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
+    for r in rows:
+        stall = bool(r.get("stalled"))
+        open_table.add_row(
+            "STALLED" if stall else "streaming",
+            _s(r.get("silence_s")),
+            (r.get("id") or "-")[:18],
+            r.get("endpoint") or "-",
+            r.get("model") or "-",
+            r.get("key_last4") or "-",
+            _s(r.get("age_s")),
+            _s(r.get("ttft_s")),
+            _n(r.get("events")),
+            _n(r.get("keepalives")),
+            _n(r.get("output_chars")),
+            _n(r.get("output_tokens"), bool(r.get("output_tokens_estimated"))),
+            style="bold white on red" if stall else None,
+        )
+    if not rows:
+        open_table.add_row("(none)", style="dim")
+
+    done = Table(title="finished", title_justify="left", expand=True, box=None)
+    for col, just in (
+        ("id", "left"),
+        ("endpoint", "left"),
+        ("model", "left"),
+        ("status", "right"),
+        ("outcome", "left"),
+        ("ttft", "right"),
+        ("duration", "right"),
+        ("in", "right"),
+        ("out", "right"),
+        ("cost", "right"),
+        ("stalls", "right"),
+    ):
+        done.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
+    for f in (doc.get("finished") or [])[:FINISHED_SHOWN]:
+        outcome = f.get("outcome") or "-"
+        colour = "green" if outcome == "completed" else "yellow"
+        if outcome not in ("completed", "http_error", "client_disconnect"):
+            colour = "red"
+        done.add_row(
+            (f.get("id") or "-")[:18],
+            f.get("endpoint") or "-",
+            f.get("model") or "-",
+            _n(f.get("http_status")),
+            Text(outcome, style=colour),
+            _ms(f.get("ttft_ms")),
+            _ms(f.get("duration_ms")),
+            _n(f.get("input_tokens"), f.get("input_source") == "estimated"),
+            _n(f.get("output_tokens"), f.get("output_source") == "estimated"),
+            money(f.get("cost_usd")),
+            Text(str(f.get("stalls") or 0), style="yellow" if f.get("stalls") else ""),
+        )
+    parts: list[Any] = [header, Text(""), open_table, Text(""), done]
+    if problem:
+        parts.insert(1, Text(problem, style="bold red"))
+    parts.append(Text(keys, style="dim"))
+    return Group(*parts)
+
+
+@contextlib.contextmanager
+def _keys() -> Iterator[int | None]:
+    """stdin in cbreak mode (keys without Enter), or None when it is no terminal."""
+    if not sys.stdin.isatty():
+        yield None
+        return
+    import termios
+    import tty
+
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    try:
+        tty.setcbreak(fd)
+        yield fd
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute `recorder top`."""
+    url = args.url.rstrip("/")
+    if args.interval <= 0:
+        print("recorder top: --interval must be positive", file=sys.stderr)
+        return 2
+    if args.once:
+        try:
+            first = fetch(url)
+        except NoProxy as e:
+            print(f"recorder top: {e}", file=sys.stderr)
+            return 1
+        console = Console(record=bool(args.svg))
+        console.print(render(first, url, "silence"))
+        if args.svg:
+            console.save_svg(args.svg, title="recorder top")
+        return 0
+    sort = "silence"
+    doc: dict[str, Any] | None = None
+    problem: str | None = None
+    # stdout is not redirected: Rich would then measure the terminal through its
+    # proxy, which has no size, and draw 80 columns in any terminal
+    live = Live(
+        console=Console(),
+        auto_refresh=False,
+        screen=True,
+        transient=True,
+        redirect_stdout=False,
+        redirect_stderr=False,
+    )
+    with _keys() as fd, live:
+        while True:
+            try:
+                doc, problem = fetch(url), None
+            except NoProxy as e:
+                problem = str(e)
+            live.update(render(doc if problem is None else None, url, sort, problem))
+            live.refresh()
+            deadline = time.monotonic() + args.interval
+            while (left := deadline - time.monotonic()) > 0:
+                if fd is None:
+                    time.sleep(left)
+                    break
+                ready, _, _ = select.select([fd], [], [], left)
+                if not ready:
+                    break
+                key = os.read(fd, 1).decode("ascii", "replace").lower()
+                if key == "q":
+                    return 0
+                if key in SORTS:
+                    sort = SORTS[key]
+                    live.update(render(doc if problem is None else None, url, sort, problem))
+                    live.refresh()

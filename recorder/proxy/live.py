@@ -1,0 +1,594 @@
+"""Watching the proxy live: a console line per stream, stalls while they last,
+and the open and recent streams for ``GET /streams`` (`recorder top`).
+
+A mitmproxy addon beside :class:`~recorder.proxy.addon.Recorder`, fed by it:
+
+- the registry of open streams is the recorder's own (``Recorder._flows``),
+  read, never copied; nothing here runs per event;
+- once a second a timer on the event loop walks the open flows and reads each
+  meter's last output time (:attr:`StreamMeter.last_output_at`): a stream whose
+  output has been silent for ``stall_after`` seconds (the meter's own stall
+  threshold, ``--stall-after``) is reported now, and again when output resumes
+  or the stream ends; the same walk sets the stall gauges. Pieces the tap keeps
+  to meter in a batch (``BATCH_PIECES``) are metered by the walk once the
+  oldest has waited a second, so a silence is never an artefact of batching
+  (each piece keeps its own arrival time: no figure of the record changes);
+- a finished record (the recorder's ``consumers``, called when the record is
+  completed, off the stream's path) prints its line and joins the last
+  ``FINISHED_KEPT``;
+- ``GET /streams`` (served on the metrics server's thread) asks the event loop
+  for a snapshot and waits for it: the open streams' state is only read on the
+  loop, and only when someone asks.
+
+In the proxy, lines are written by a thread of their own (``Printer``): a console
+that stops reading (a terminal paused with Ctrl-S, a pipe nobody drains) holds that
+thread, never the event loop; past 10,000 waiting lines, more are dropped.
+
+The console gets plain text, coloured on a terminal with mitmproxy's own styling
+(as mitmdump colours its flow lines; Rich is kept for `recorder top`), or one JSON
+object per line (``log_format="json"``). Lines never hold prompt or completion
+text, nor a query string (where some gateways carry keys).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal, InvalidOperation
+from typing import TYPE_CHECKING, Any, TextIO
+
+import orjson
+from mitmproxy.contrib import click as miniclick
+from mitmproxy.utils import vt_codes
+
+from recorder.core.endpoints import endpoint_for
+from recorder.core.estimate import OutputCounts
+from recorder.core.record import StreamRecord
+
+if TYPE_CHECKING:
+    from mitmproxy import http
+
+    from recorder.proxy.addon import FlowState, Recorder
+
+TICK_S = 1.0
+FINISHED_KEPT = 100
+# Characters of the record id shown: a UUIDv7's time (to the millisecond) and
+# 12 random bits, a unique prefix `recorder show` takes in practice.
+ID_CHARS = 18
+# Pieces waiting to be metered in a batch longer than this are metered by the tick.
+BATCH_WAIT_S = 1.0
+WINDOW_S = 60  # the header figures of `recorder top`: the last minute
+SNAPSHOT_SLICE = 50  # open streams read per event-loop callback for GET /streams
+
+LabelKey = tuple[str, str]  # (endpoint, provider)
+TickCallback = Callable[[dict[LabelKey, int], dict[LabelKey, float]], None]
+
+
+def short_id(record_id: str | None) -> str:
+    """The first characters of a record id, as the console shows them."""
+    return (record_id or "-")[:ID_CHARS]
+
+
+def key_last4(api_key_id: str | None) -> str | None:
+    """The key's last four characters, from a record's ``api_key_id`` (``…abcd:…``)."""
+    if not api_key_id:
+        return None
+    return api_key_id.split(":", 1)[0].lstrip("…") or None
+
+
+def summary(rec: StreamRecord) -> dict[str, Any]:
+    """A finished record's summary: the console line's figures, and ``/streams``'s."""
+    return {
+        "id": rec.id,
+        "started_at": rec.started_at,
+        "endpoint": rec.endpoint,
+        "provider": rec.provider,
+        "model": rec.model or rec.response_model,
+        "key_last4": key_last4(rec.api_key_id),
+        "http_status": rec.http_status,
+        "outcome": rec.outcome,
+        "ttft_ms": rec.ttft_ms,
+        "duration_ms": rec.duration_ms,
+        "input_tokens": rec.input_tokens,
+        "input_source": rec.input_source,
+        "output_tokens": rec.output_tokens,
+        "output_source": rec.output_source,
+        "cost_usd": rec.cost_usd,
+        "stalls": rec.stalls,
+        "stall_ms": rec.stall_ms,
+        "keepalives": rec.keepalives,
+        "events": rec.events,
+    }
+
+
+# -- console text -----------------------------------------------------------------
+
+
+def _paint(text: str, colour: str | None, on: bool) -> str:
+    """``text`` styled as mitmdump styles its flow lines (mitmproxy's own helper)."""
+    if not on or colour is None:
+        return text
+    if colour == "dim":
+        return str(miniclick.style(text, dim=True))
+    return str(miniclick.style(text, fg=colour))
+
+
+def _secs(ms: float | None) -> str:
+    if ms is None:
+        return "-"
+    s = ms / 1000.0
+    return f"{s:.2f}s" if s < 10 else f"{s:.1f}s" if s < 100 else f"{s:.0f}s"
+
+
+def _tokens(value: int | None, source: str) -> str:
+    if value is None:
+        return "-"
+    return f"~{value}" if source == "estimated" else str(value)
+
+
+def money(cost: str | None) -> str:
+    """A cost as the console shows it: ``$0.00047`` (``$-``: not costed)."""
+    if cost is None:
+        return "$-"
+    try:
+        return "$" + format(Decimal(cost).normalize(), "f")
+    except (InvalidOperation, ValueError):
+        return f"${cost}"
+
+
+def _outcome_colour(outcome: str | None) -> str:
+    if outcome == "completed":
+        return "green"
+    if outcome in ("http_error", "client_disconnect"):
+        return "yellow"
+    return "red"
+
+
+def stream_line(s: dict[str, Any], *, colour: bool = False, clock: str = "") -> str:
+    """One finished stream, the way ``mitmdump`` prints a flow (estimated figures ``~``)."""
+    cost = s["cost_usd"]
+    stalls = s["stalls"] or 0
+    parts = [
+        clock,
+        _paint(str(s["endpoint"]), "cyan", colour),
+        str(s["model"] or "-"),
+        str(s["http_status"] if s["http_status"] is not None else "-"),
+        _paint(str(s["outcome"]), _outcome_colour(s["outcome"]), colour),
+        f"ttft {_secs(s['ttft_ms'])}",
+        f"dur {_secs(s['duration_ms'])}",
+        f"in {_tokens(s['input_tokens'], s['input_source'])}",
+        f"out {_tokens(s['output_tokens'], s['output_source'])}",
+        money(cost),
+        _paint(f"stalls {stalls}", "yellow" if stalls else None, colour),
+        f"ka {s['keepalives'] or 0}",
+        _paint(short_id(s["id"]), "dim", colour),
+    ]
+    return " ".join(p for p in parts if p)
+
+
+# -- the console, off the event loop ------------------------------------------------
+
+
+def _write(out: TextIO, lines: list[str]) -> None:
+    try:
+        out.write("".join(line + "\n" for line in lines))
+        out.flush()
+    except (OSError, ValueError):  # a closed or broken console: not the traffic's problem
+        pass
+
+
+class Printer:
+    """Writes console lines on its own thread: a console that does not read (a paused
+    terminal, a pipe nobody drains) blocks this thread, never the event loop. At most
+    ``limit`` lines wait; past that they are counted in ``dropped`` and not printed."""
+
+    def __init__(self, out: TextIO, limit: int = 10_000) -> None:
+        self.out = out
+        self.dropped = 0
+        self._queue: queue.Queue[str] = queue.Queue(limit)
+        self._thread = threading.Thread(target=self._run, name="recorder-console", daemon=True)
+        self._thread.start()
+
+    def put(self, line: str) -> None:
+        """Queue one line (never blocks)."""
+        try:
+            self._queue.put_nowait(line)
+        except queue.Full:
+            self.dropped += 1
+
+    def _run(self) -> None:
+        q = self._queue
+        while True:
+            lines = [q.get()]
+            while len(lines) < 256:  # write what has gathered in one go
+                try:
+                    lines.append(q.get_nowait())
+                except queue.Empty:
+                    break
+            _write(self.out, lines)
+            for _ in lines:
+                q.task_done()
+
+    def flush(self, timeout: float) -> None:
+        """Wait until every queued line is written, ``timeout`` seconds at most."""
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+# -- the live state ---------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Stall:
+    """A stall in progress: since when its stream's output is silent."""
+
+    since: float  # last output (or request start), on the recorder's clock
+    t0: float
+    keepalives: int  # the stream's keepalives when the silence began (as last seen)
+    endpoint: str | None
+    model: str | None
+
+
+class Live:
+    """The live view: a mitmproxy addon; construct it with the recorder it watches."""
+
+    def __init__(
+        self,
+        recorder: Recorder,
+        *,
+        out: TextIO | None = None,
+        log_format: str = "text",
+        quiet: bool = False,
+        verbose: bool = False,
+        colour: bool | None = None,
+        on_tick: TickCallback | None = None,
+        clock: Callable[[], float] | None = None,
+        wall: Callable[[], float] = time.time,
+        background: bool = False,
+    ) -> None:
+        if log_format not in ("text", "json"):
+            raise ValueError(f"log format must be text or json, not {log_format!r}")
+        self.recorder = recorder
+        self.out = out if out is not None else sys.stdout
+        # with background, lines are written by a thread of their own (the proxy's
+        # console may stop reading; the event loop must not wait for it)
+        self._printer = Printer(self.out) if background else None
+        self.log_format = log_format
+        self.quiet = quiet
+        self.verbose = verbose
+        self.colour = colour
+        self.on_tick = on_tick
+        self._clock = clock or recorder._clock
+        self._wall = wall
+        self._stalls: dict[str, _Stall] = {}
+        # per open stream: (last output, keepalives) as the previous tick saw them
+        self._seen: dict[str, tuple[float | None, int]] = {}
+        self.finished: collections.deque[dict[str, Any]] = collections.deque(maxlen=FINISHED_KEPT)
+        # the last minute by second: second -> [streams, tokens, cost]
+        self._window: dict[int, list[float]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        recorder.consumers.append(self.finished_record)
+
+    @property
+    def stall_after(self) -> float:
+        """The stall threshold: the meter's own (``--stall-after``)."""
+        return self.recorder.config.stall_after
+
+    # -- output ---------------------------------------------------------------
+
+    def _use_colour(self) -> bool:
+        if self.colour is None:  # decided once, as mitmdump does for its own output
+            try:
+                self.colour = bool(vt_codes.ensure_supported(self.out))
+            except (OSError, ValueError, AttributeError):
+                self.colour = False
+        return self.colour
+
+    def _clock_text(self) -> str:
+        return datetime.fromtimestamp(self._wall()).strftime("%H:%M:%S")
+
+    def _emit(self, kind: str, text: str, fields: dict[str, Any]) -> None:
+        if self.quiet:
+            return
+        if self.log_format == "json":
+            obj = {"type": kind, "time": self._wall(), **fields}
+            line = orjson.dumps(obj, default=str).decode()
+        else:
+            line = text
+        if self._printer is not None:
+            self._printer.put(line)
+        else:
+            _write(self.out, [line])
+
+    def flush(self, timeout: float = 2.0) -> None:
+        """Wait (``timeout`` at most) until the lines handed to the console are written."""
+        if self._printer is not None:
+            self._printer.flush(timeout)
+
+    # -- mitmproxy hooks ------------------------------------------------------
+
+    def running(self) -> None:
+        """The proxy runs: start the once-a-second walk over the open streams."""
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._timer = self._loop.call_later(TICK_S, self._on_timer)
+
+    def _on_timer(self) -> None:
+        try:
+            self.tick()
+        except Exception:
+            self.recorder._internal_error("live tick")
+        self._schedule()
+
+    def done(self) -> None:
+        """Shutdown: stop the timer; let the console catch up (2 s at most)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.flush()
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        """With ``verbose``: a short line for a flow the recorder does not meter."""
+        if self.verbose:
+            self._unmetered(flow)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        """With ``verbose``: a short line for a broken flow the recorder does not meter."""
+        if self.verbose:
+            self._unmetered(flow)
+
+    def _unmetered(self, flow: http.HTTPFlow) -> None:
+        try:
+            req = flow.request
+            if endpoint_for(req.method, req.path) is not None:
+                return
+            path = req.path.split("?", 1)[0]  # a query string may carry a key
+            status = flow.response.status_code if flow.response is not None else None
+            err = flow.error.msg if flow.error is not None else None
+            fields = {
+                "method": req.method,
+                "host": req.pretty_host,
+                "path": path,
+                "http_status": status,
+                "error": err,
+            }
+            what = str(status) if status is not None else f"error: {err}"
+            text = f"{self._clock_text()} unmetered {req.method} {req.pretty_host}{path} {what}"
+            self._emit("unmetered", _paint(text, "dim", self._use_colour()), fields)
+        except Exception:
+            self.recorder._internal_error("live unmetered line")
+
+    # -- records --------------------------------------------------------------
+
+    def finished_record(self, rec: StreamRecord) -> None:
+        """A record was completed: its line, its stall's end, the finished list."""
+        s = summary(rec)
+        self.finished.append(s)
+        self._count(s)
+        self._seen.pop(rec.id or "", None)
+        stall = self._stalls.pop(rec.id or "", None)
+        if stall is not None and rec.duration_ms is not None:
+            self._stall_ended_with(rec, stall)
+        clock = self._clock_text()
+        self._emit("stream", stream_line(s, colour=self._use_colour(), clock=clock), s)
+
+    def _stall_ended_with(self, rec: StreamRecord, stall: _Stall) -> None:
+        """The end of a stall still open when its stream ended: the record's own stall
+        gap says whether output came back first (between two ticks) and how long."""
+        assert rec.duration_ms is not None
+        start_ms = (stall.since - stall.t0) * 1000.0
+        length = stall.t0 + rec.duration_ms / 1000.0 - stall.since
+        how = f"stream ended ({rec.outcome})"
+        for gap in rec.gaps:
+            if gap.kind == "stall" and abs(gap.start_ms - start_ms) < 1.0:
+                length = gap.length_ms / 1000.0
+                # a whole stream's stall gaps end at an output; an interrupted one's
+                # last gap may end at the cut instead
+                ended_at_cut = gap.start_ms + gap.length_ms >= rec.duration_ms - 1.0
+                if not (rec.interrupted and ended_at_cut):
+                    how = "output resumed"
+                break
+        self._stall_over(rec.id, stall, length, how)
+
+    def _count(self, s: dict[str, Any]) -> None:
+        second = int(self._wall())
+        bucket = self._window.get(second)
+        if bucket is None:
+            bucket = self._window[second] = [0.0, 0.0, 0.0]
+            for old in [k for k in self._window if k <= second - WINDOW_S]:
+                del self._window[old]
+        bucket[0] += 1
+        bucket[1] += (s["input_tokens"] or 0) + (s["output_tokens"] or 0)
+        with contextlib.suppress(TypeError, ValueError):
+            bucket[2] += float(s["cost_usd"] or 0)
+
+    # -- the walk -------------------------------------------------------------
+
+    def _silence_since(self, state: FlowState, now: float) -> float | None:
+        """Since when the stream's output is silent; None if it cannot stall (an HTTP
+        error, a JSON body: the meter counts no stall there either)."""
+        rec = state.record
+        status = rec.http_status
+        if not rec.streamed or (status is not None and not 200 <= status < 300):
+            return None
+        if state.pieces and now - state.stamps[0] >= BATCH_WAIT_S:
+            try:  # pieces waiting for their batch: meter them, at their own times
+                self.recorder._meter_pieces(state)
+            except Exception as e:
+                self.recorder._tap_failed(state, e)
+        last = state.meter.last_output_at
+        return state.t0 if last is None else last
+
+    def tick(self) -> None:
+        """Walk the open streams once: stalls that began or ended, and the gauges."""
+        now = self._clock()
+        after = self.stall_after
+        stalled: dict[LabelKey, int] = {}
+        oldest: dict[LabelKey, float] = {}
+        seen: dict[str, tuple[float | None, int]] = {}
+        for state in list(self.recorder._flows.values()):
+            rec = state.record
+            since = self._silence_since(state, now)
+            if since is None or rec.id is None:
+                continue
+            meter = state.meter
+            rid = rec.id
+            last = meter.last_output_at
+            before = self._seen.get(rid)
+            # the keepalive count when this silence began, as near as a tick can see it
+            kas = meter.keepalives if before is None or before[0] != last else before[1]
+            seen[rid] = (last, kas)
+            label = (rec.endpoint or "unknown", rec.provider or "unknown")
+            silence = now - since
+            if silence > oldest.get(label, 0.0):
+                oldest[label] = silence
+            stall = self._stalls.get(rid)
+            if stall is not None and stall.since != since:  # output came back
+                del self._stalls[rid]
+                self._stall_over(rid, stall, since - stall.since, "output resumed")
+                stall = None
+            if silence >= after:
+                stalled[label] = stalled.get(label, 0) + 1
+                if stall is None:
+                    stall = _Stall(since, state.t0, kas, rec.endpoint, rec.model)
+                    self._stalls[rid] = stall
+                    self._stall_began(rid, stall, silence, meter.keepalives - kas)
+        self._seen = seen
+        if self.on_tick is not None:
+            self.on_tick(stalled, oldest)
+
+    def _stall_began(self, rid: str, stall: _Stall, silence: float, kas: int) -> None:
+        text = (
+            f"{self._clock_text()} stall: {short_id(rid)}… {stall.endpoint} {stall.model or '-'}"
+            f" silent {silence:.0f} s, {kas} keepalive{'s' if kas != 1 else ''} meanwhile"
+        )
+        fields = {
+            "id": rid,
+            "endpoint": stall.endpoint,
+            "model": stall.model,
+            "silent_s": round(silence, 3),
+            "keepalives": kas,
+        }
+        self._emit("stall", _paint(text, "yellow", self._use_colour()), fields)
+
+    def _stall_over(self, rid: str | None, stall: _Stall, length: float, how: str) -> None:
+        text = (
+            f"{self._clock_text()} stall over: {short_id(rid)}… {stall.endpoint}"
+            f" {stall.model or '-'} {how} after {length:.0f} s silent"
+        )
+        fields = {
+            "id": rid,
+            "endpoint": stall.endpoint,
+            "model": stall.model,
+            "stall_s": round(length, 3),
+            "how": how,
+        }
+        self._emit("stall_over", _paint(text, "yellow", self._use_colour()), fields)
+
+    # -- GET /streams -----------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """The open streams' live state and the recently finished ones (on the loop)."""
+        now = self._clock()
+        after = self.stall_after
+        rows = [self._open_row(state, now, after) for state in list(self.recorder._flows.values())]
+        return self._document(rows)
+
+    def _document(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        rows.sort(key=lambda r: -(r["silence_s"] or 0.0))
+        after = self.stall_after
+        second = int(self._wall())
+        window = [b for k, b in self._window.items() if second - WINDOW_S < k <= second]
+        streams = sum(b[0] for b in window)
+        tokens = sum(b[1] for b in window)
+        cost = sum(b[2] for b in window)
+        return {
+            "stall_after_s": after,
+            "open": rows,
+            "finished": list(reversed(self.finished)),
+            "last_minute": {
+                "streams": int(streams),
+                "tokens": int(tokens),
+                "cost_usd": round(cost, 6),
+                "streams_per_s": round(streams / WINDOW_S, 3),
+                "tokens_per_s": round(tokens / WINDOW_S, 3),
+                "usd_per_hour": round(cost * 3600 / WINDOW_S, 6),
+            },
+        }
+
+    def _open_row(self, state: FlowState, now: float, after: float) -> dict[str, Any]:
+        rec, meter = state.record, state.meter
+        since = self._silence_since(state, now)
+        obs = meter.interpreter.obs
+        first = meter.first_output_at
+        tokens: int | None = None
+        estimated = False
+        usage = obs.usage
+        if usage is not None and usage.output_tokens is not None:
+            tokens = usage.output_tokens
+        elif obs.output_chars:
+            counts = OutputCounts.from_observations(obs)
+            tokens = self.recorder.estimator.output(rec.model, rec.endpoint, counts).tokens
+            estimated = True
+        silence = None if since is None else now - since
+        return {
+            "id": rec.id,
+            "endpoint": rec.endpoint,
+            "provider": rec.provider,
+            "model": rec.model,
+            "key_last4": key_last4(rec.api_key_id),
+            "http_status": rec.http_status,
+            "age_s": round(now - state.t0, 3),
+            "ttft_s": None if first is None else round(first - state.t0, 3),
+            "events": meter.events,
+            "keepalives": meter.keepalives,
+            "output_chars": obs.output_chars,
+            "output_tokens": tokens,
+            "output_tokens_estimated": estimated,
+            "silence_s": None if silence is None else round(silence, 3),
+            "stalled": silence is not None and silence >= after,
+        }
+
+    def snapshot_json(self, timeout: float = 2.0) -> bytes:
+        """:meth:`snapshot` as JSON, from any thread: taken on the event loop."""
+        loop = self._loop
+        if loop is None or loop.is_closed() or not loop.is_running():
+            return orjson.dumps(self.snapshot(), default=str)
+        done: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
+        rows: list[dict[str, Any]] = []
+
+        def take(states: list[FlowState] | None, start: int) -> None:
+            # SNAPSHOT_SLICE streams per callback: the loop serves the connections
+            # between two slices (a row costs some 10 µs, most of it the estimate)
+            try:
+                if states is None:
+                    states = list(self.recorder._flows.values())
+                now, after = self._clock(), self.stall_after
+                for state in states[start : start + SNAPSHOT_SLICE]:
+                    rows.append(self._open_row(state, now, after))
+                if start + SNAPSHOT_SLICE < len(states):
+                    loop.call_soon(take, states, start + SNAPSHOT_SLICE)
+                else:
+                    done.set_result(self._document(rows))
+            except Exception as e:
+                done.set_exception(e)
+
+        loop.call_soon_threadsafe(take, None, 0)
+        return orjson.dumps(done.result(timeout), default=str)
