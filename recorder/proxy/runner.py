@@ -2,8 +2,12 @@
 
 ``recorder proxy`` and ``recorder demo`` (and the end-to-end tests) use this
 instead of shelling out to ``mitmdump -s``, so that they own the sink's
-lifecycle: on SIGINT/SIGTERM mitmproxy stops accepting, the addon's ``done``
-finishes open flows and the sink flushes every record before the process exits.
+lifecycle. On SIGINT/SIGTERM, traffic comes first: the addon's ``done``
+finishes the record of every open flow (``client_disconnect``, "proxy shut
+down") without waiting on the sink, then every connection still open is ended
+(within ``END_CONNECTIONS_S``), and only then is the sink closed, which gives
+the database a bounded time and spools the rest (``SqlSink.close``). A client
+is never kept waiting on the database.
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ from mitmproxy import options
 from mitmproxy.tools.dump import DumpMaster
 
 from recorder.proxy.addon import Recorder
+
+# How long the connections still open at shutdown get to wind down once cancelled.
+END_CONNECTIONS_S = 1.0
 
 
 @dataclass(slots=True)
@@ -80,6 +87,8 @@ def build_master(
     master = DumpMaster(opts, with_termlog=True, with_dumper=False)
     # mitmproxy's own log: warnings and errors only (a bound port, a TLS failure)
     opts.update(termlog_verbosity="warn", ssl_insecure=settings.ssl_insecure, **settings.extra)
+    # the runner closes the sink itself, once the connections are ended (see above)
+    recorder.close_sink_on_done = False
     master.addons.add(recorder)
     if on_started is not None:
         master.addons.add(_Started(on_started))
@@ -112,7 +121,23 @@ async def serve(
         if handle_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
+        await end_connections()
         recorder.close()
+
+
+async def end_connections(timeout: float = END_CONNECTIONS_S) -> None:
+    """End every connection the proxy still serves (their tasks are all that runs
+    besides the caller once the master has stopped), and let the loop close their
+    sockets: the clients see their streams end now, not when the process exits."""
+    current = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=timeout)
+    # a closed transport releases its socket in a callback of the next iterations
+    for _ in range(3):
+        await asyncio.sleep(0)
 
 
 @contextmanager
@@ -137,7 +162,10 @@ def run_in_thread(recorder: Recorder, settings: ProxySettings) -> Iterator[list[
         async def main() -> None:
             master = build_master(recorder, settings, on_started)
             state["master"] = master
-            await master.run()
+            try:
+                await master.run()
+            finally:
+                await end_connections()
 
         try:
             loop.run_until_complete(main())
