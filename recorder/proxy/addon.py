@@ -634,13 +634,21 @@ def _pick_headers(headers: http.Headers, wanted: frozenset[bytes]) -> dict[str, 
 
 
 def _ending(flow: http.HTTPFlow, msg: str) -> str:
-    """Whose side broke. mitmproxy's HTTP/2 layer words it alike for either side
+    """Whose side broke. A request that never arrived whole is the client's.
+    mitmproxy's HTTP/2 layer words it alike for either side
     ("stream reset by client (CANCEL)", "peer closed connection"): it is the
     client's when only the client's connection speaks HTTP/2 (the upstream's HTTP/1
     layer says "peer closed connection" with more after it). When both sides speak
     HTTP/2 the message cannot tell, and the upstream is blamed, as before."""
     low = msg.lower()
     if "client disconnected" in low:
+        return "client_disconnect"
+    req = flow.request
+    if flow.response is None and req.timestamp_end is None and not req.stream:
+        # The request never arrived whole (headers, then part of a body): mitmproxy
+        # reads a request to its end before it goes upstream, so the peer that
+        # closed ("peer closed connection without sending complete message body")
+        # is the client; the upstream never saw the request.
         return "client_disconnect"
     h2_words = low.startswith(("stream reset by client", "http/2 connection closed")) or (
         low == "peer closed connection"
