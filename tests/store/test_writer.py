@@ -529,3 +529,22 @@ def test_an_unexpected_error_spools_the_batch(
     sink.close()
     assert sink.stats()["spooled"] == 10 and sink.stats()["replayed"] == 10
     assert sorted(ids_in_db(db_url)) == sorted(r.id for r in records)
+
+
+def test_the_rejected_file_is_private_whatever_the_umask(tmp_path: Path) -> None:
+    """recorder-rejected.jsonl holds whole records: mode 0600, like the spool."""
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    from recorder.store.migrate import upgrade
+
+    upgrade(db)
+    spool = tmp_path / "spool"
+    bad = simple_record(1, max_output_tokens=2**70)  # no driver binds it
+    old = os.umask(0o022)
+    try:
+        sink = SqlSink(db, spool)
+        sink.submit(bad)
+        sink.close()
+    finally:
+        os.umask(old)
+    assert sink.stats()["failed"] == 1
+    assert (spool / REJECTED_FILE).stat().st_mode & 0o777 == 0o600
