@@ -97,6 +97,14 @@ def _pick(args: argparse.Namespace, name: str, default: str | None) -> str | Non
     return default if value is None else value
 
 
+def _name(args: argparse.Namespace, name: str) -> str:
+    """How the user gave option ``name``, for messages: ``--name``, or the
+    ``RECORDER_NAME`` variable when the value came from the environment."""
+    if getattr(args, name.replace("-", "_"), None) is None and _env(name) is not None:
+        return "RECORDER_" + name.upper().replace("-", "_")
+    return "--" + name
+
+
 def _port(text: str | None, what: str) -> int:
     try:
         port = int(text or "")
@@ -137,14 +145,16 @@ def parse_modes(specs: list[str] | None) -> list[str]:
     """Mode specs from the flags or RECORDER_MODE, validated by mitmproxy's parser."""
     from mitmproxy.proxy.mode_specs import ProxyMode
 
+    what = "--mode"
     if not specs:
         env = _env("mode")
         specs = env.replace(",", " ").split() if env else ["regular"]
+        what = "RECORDER_MODE" if env else what
     for spec in specs:
         try:
             ProxyMode.parse(spec)
         except ValueError as e:
-            raise OptionError(f"invalid --mode {spec!r}: {e}") from None
+            raise OptionError(f"invalid {what} {spec!r}: {e}") from None
     return specs
 
 
@@ -154,12 +164,14 @@ class Settings:
     def __init__(self, args: argparse.Namespace) -> None:
         self.modes = parse_modes(args.mode)
         self.listen_host = _pick(args, "listen-host", "127.0.0.1") or "127.0.0.1"
-        self.listen_port = _port(_pick(args, "listen-port", "8080"), "--listen-port")
+        self.listen_port = _port(_pick(args, "listen-port", "8080"), _name(args, "listen-port"))
         self.db = _pick(args, "db", DEFAULT_DB) or DEFAULT_DB
         self.jsonl = _pick(args, "jsonl", None)
         self.metrics_host = _pick(args, "metrics-host", "127.0.0.1") or "127.0.0.1"
-        self.metrics_port = _port(_pick(args, "metrics-port", "9464"), "--metrics-port")
-        self.stall_after = _positive_float(_pick(args, "stall-after", "30"), "--stall-after")
+        self.metrics_port = _port(_pick(args, "metrics-port", "9464"), _name(args, "metrics-port"))
+        self.stall_after = _positive_float(
+            _pick(args, "stall-after", "30"), _name(args, "stall-after")
+        )
         self.prices = _pick(args, "prices", None)
         from recorder.core.pricing import PriceTableError
         from recorder.prices import load_price_file
@@ -167,22 +179,24 @@ class Settings:
         try:
             self.price_table = load_price_file(self.prices)
         except PriceTableError as e:
-            raise OptionError(f"--prices {e}") from None
+            raise OptionError(f"{_name(args, 'prices')} {e}") from None
         spool = _pick(args, "spool-dir", None)
         self.spool_dir = Path(spool) if spool else self._default_spool_dir()
         labels = _pick(args, "max-model-labels", "50")
         try:
             self.max_model_labels = int(labels or "")
         except ValueError:
-            raise OptionError(f"--max-model-labels must be an integer, not {labels!r}") from None
+            raise OptionError(
+                f"{_name(args, 'max-model-labels')} must be an integer, not {labels!r}"
+            ) from None
         if self.max_model_labels < 1:
-            raise OptionError("--max-model-labels must be at least 1")
+            raise OptionError(f"{_name(args, 'max-model-labels')} must be at least 1")
         capture = args.capture_bodies
         if capture is None:
             capture = (_env("capture-bodies") or "").lower() in ("1", "true", "yes", "on")
         self.capture_bodies = bool(capture)
         self.capture_max_bytes = parse_size(
-            _pick(args, "capture-max-bytes", "8MiB"), "--capture-max-bytes"
+            _pick(args, "capture-max-bytes", "8MiB"), _name(args, "capture-max-bytes")
         )
         self.metrics_url = ""
         self.metrics_port_bound = self.metrics_port
@@ -323,6 +337,12 @@ def open_store(db: str, spool_dir: Path, who: str) -> tuple[bytes, SqlSink] | No
     return secret, sink
 
 
+def _cannot_listen(host: str, port: int, e: OSError) -> str:
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    reason = (e.strerror or str(e)).lower()
+    return f"cannot listen on {where}: {reason}"
+
+
 def run(args: argparse.Namespace) -> int:
     """Execute `recorder proxy`."""
     try:
@@ -335,11 +355,33 @@ def run(args: argparse.Namespace) -> int:
     from recorder.core.meter import StreamMeter
     from recorder.core.record import StreamRecord
     from recorder.metrics import Metrics, serve_metrics
-    from recorder.proxy.runner import ProxySettings, serve
+    from recorder.proxy.runner import ListenError, ProxySettings, probe_listeners, serve
 
     confdir = os.path.expanduser("~/.mitmproxy")
+    proxy = ProxySettings(
+        modes=settings.modes,
+        listen_host=settings.listen_host,
+        listen_port=settings.listen_port,
+        confdir=confdir,
+    )
+    # Listeners first, then the store: a port in use is one line, and leaves no
+    # database behind.
+    try:
+        probe_listeners(proxy)
+    except ListenError as e:
+        hint = "change the port in --mode" if e.custom_port else "use --listen-port"
+        print(f"recorder: {_cannot_listen(e.host, e.port, e.error)} ({hint})", file=sys.stderr)
+        return 1
+    registry = CollectorRegistry()
+    try:
+        server = serve_metrics(registry, settings.metrics_host, settings.metrics_port)
+    except OSError as e:
+        what = _cannot_listen(settings.metrics_host, settings.metrics_port, e)
+        print(f"recorder: {what} (use --metrics-port)", file=sys.stderr)
+        return 1
     opened = open_store(settings.db, settings.spool_dir, "proxy")
     if opened is None:
+        server.close()
         return 1
     secret, store = opened
     sink: Sink = store
@@ -348,10 +390,10 @@ def run(args: argparse.Namespace) -> int:
             sink = FanoutSink(store, JsonlSink(settings.jsonl))
         except OSError as e:
             store.close()
+            server.close()
             print(f"recorder proxy: --jsonl {settings.jsonl}: {e.strerror or e}", file=sys.stderr)
             return 1
 
-    registry = CollectorRegistry()
     metrics = Metrics(registry, max_model_labels=settings.max_model_labels)
 
     def on_start(rec: StreamRecord) -> None:
@@ -388,24 +430,8 @@ def run(args: argparse.Namespace) -> int:
         records_dropped=stat("dropped"),
         records_failed=stat("failed"),
     )
-    try:
-        server = serve_metrics(registry, settings.metrics_host, settings.metrics_port)
-    except OSError as e:
-        recorder.close()
-        print(
-            f"recorder proxy: cannot serve metrics on {settings.metrics_host}:"
-            f"{settings.metrics_port}: {e.strerror or e}",
-            file=sys.stderr,
-        )
-        return 1
     settings.metrics_url = server.url
     settings.metrics_port_bound = server.port
-    proxy = ProxySettings(
-        modes=settings.modes,
-        listen_host=settings.listen_host,
-        listen_port=settings.listen_port,
-        confdir=confdir,
-    )
     try:
         asyncio.run(serve(recorder, proxy, _banner(settings, confdir)))  # type: ignore[arg-type]
     except KeyboardInterrupt:

@@ -16,6 +16,7 @@ import asyncio
 import gc
 import logging
 import signal
+import socket
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -50,6 +51,49 @@ class ProxySettings:
     confdir: str | None = None
     ssl_insecure: bool = False  # trust any upstream certificate (tests only)
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+class ListenError(Exception):
+    """A listener's address cannot be bound (in use, not ours, a privileged port)."""
+
+    def __init__(self, host: str, port: int, error: OSError, custom_port: bool) -> None:
+        self.host, self.port, self.error = host, port, error
+        self.custom_port = custom_port  # the port came from the mode spec (``@PORT``)
+        super().__init__(f"{host}:{port}: {error.strerror or error}")
+
+
+def probe_listeners(settings: ProxySettings) -> None:
+    """Bind (and release) every address the proxy will listen on, as mitmproxy
+    will (``SO_REUSEADDR``, every address the host resolves to); raise ListenError
+    for the first that cannot be. ``recorder proxy`` calls it before it opens the
+    store, so that a port in use is one line and leaves nothing behind."""
+    from mitmproxy.proxy.mode_specs import ProxyMode
+
+    for spec in settings.modes:
+        mode = ProxyMode.parse(spec)
+        port = mode.listen_port(settings.listen_port)
+        if not port:  # a mode without a port, or any free port
+            continue
+        host = mode.listen_host(settings.listen_host)
+        protocols = (
+            ["tcp", "udp"] if mode.transport_protocol == "both" else [mode.transport_protocol]
+        )
+        for proto in protocols:
+            kind = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
+            try:
+                infos = socket.getaddrinfo(host or None, port, type=kind, flags=socket.AI_PASSIVE)
+            except OSError:
+                continue  # mitmproxy reports a name it cannot resolve itself
+            for family, _, _, _, addr in infos:
+                try:
+                    with socket.socket(family, kind) as sock:
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                        if family == socket.AF_INET6:
+                            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                        sock.bind(addr)
+                except OSError as e:
+                    shown = str(addr[0]) if host else host or "*"
+                    raise ListenError(shown, port, e, mode.custom_listen_port is not None) from e
 
 
 class _Started:
