@@ -4,8 +4,9 @@
 instead of shelling out to ``mitmdump -s``, so that they own the sink's
 lifecycle. On SIGINT/SIGTERM, traffic comes first: the addon's ``done``
 finishes the record of every open flow (``client_disconnect``, "proxy shut
-down") without waiting on the sink, then every connection still open is ended
-(within ``END_CONNECTIONS_S``), and only then is the sink closed, which gives
+down") without waiting on the sink, then the proxy stops listening and every
+connection still open is ended (within ``END_CONNECTIONS_S``), and only then is
+the sink closed, which gives
 the database a bounded time and spools the rest (``SqlSink.close``). A client
 is never kept waiting on the database.
 """
@@ -13,6 +14,7 @@ is never kept waiting on the database.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import signal
@@ -165,14 +167,20 @@ async def serve(
         if handle_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
-        await end_connections()
+        await end_connections(master)
         recorder.close()
 
 
-async def end_connections(timeout: float = END_CONNECTIONS_S) -> None:
-    """End every connection the proxy still serves (their tasks are all that runs
-    besides the caller once the master has stopped), and let the loop close their
-    sockets: the clients see their streams end now, not when the process exits."""
+async def end_connections(master: DumpMaster, timeout: float = END_CONNECTIONS_S) -> None:
+    """Stop listening (a new client is refused at once, not left in the backlog
+    while the sink closes), end every connection the proxy still serves (their
+    tasks are all that runs besides the caller once the master has stopped), and
+    let the loop close their sockets: the clients see their streams end now, not
+    when the process exits."""
+    proxyserver: Any = master.addons.get("proxyserver")
+    for server in list(proxyserver.servers) if proxyserver is not None else []:
+        with contextlib.suppress(Exception):  # it may never have started
+            await asyncio.wait_for(server.stop(), timeout)
     current = asyncio.current_task()
     tasks = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
     for task in tasks:
@@ -209,7 +217,7 @@ def run_in_thread(recorder: Recorder, settings: ProxySettings) -> Iterator[list[
             try:
                 await master.run()
             finally:
-                await end_connections()
+                await end_connections(master)
 
         try:
             loop.run_until_complete(main())

@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -136,8 +139,19 @@ def shutdown_while_stuck(
             # their records are finished (0.25 s) and handed to the writer (0.2 s)
             time.sleep(1.0)
             assert not any(f.done() for f in futures.values())
+            exited: Future[float] = Future()
             t0 = time.monotonic()
-            code, took = proxy.stop(timeout=60)
+            proxy.proc.send_signal(signal.SIGTERM)
+            threading.Thread(
+                target=lambda: (proxy.proc.wait(60), exited.set_result(time.monotonic())),
+                daemon=True,
+            ).start()
+            time.sleep(1.5)
+            # a new client is refused at once, not left waiting in the backlog
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.1", proxy.port), timeout=5).close()
+            took = exited.result(timeout=60) - t0
+            code = proxy.proc.returncode
             ends = []
             for rid, f in futures.items():
                 clean, ended = f.result(timeout=60)
