@@ -369,7 +369,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         probe_listeners(proxy)
     except ListenError as e:
-        hint = "change the port in --mode" if e.custom_port else "use --listen-port"
+        hint = "change the port in --mode" if e.option == "--mode" else f"use {e.option}"
         print(f"recorder: {_cannot_listen(e.host, e.port, e.error)} ({hint})", file=sys.stderr)
         return 1
     registry = CollectorRegistry()

@@ -56,11 +56,11 @@ class ProxySettings:
 
 
 class ListenError(Exception):
-    """A listener's address cannot be bound (in use, not ours, a privileged port)."""
+    """A listener's address cannot be bound (in use, not ours, a privileged port);
+    ``option`` is the one that sets its port (``--mode`` when the mode spec does)."""
 
-    def __init__(self, host: str, port: int, error: OSError, custom_port: bool) -> None:
-        self.host, self.port, self.error = host, port, error
-        self.custom_port = custom_port  # the port came from the mode spec (``@PORT``)
+    def __init__(self, host: str, port: int, error: OSError, option: str) -> None:
+        self.host, self.port, self.error, self.option = host, port, error, option
         super().__init__(f"{host}:{port}: {error.strerror or error}")
 
 
@@ -71,31 +71,36 @@ def probe_listeners(settings: ProxySettings) -> None:
     store, so that a port in use is one line and leaves nothing behind."""
     from mitmproxy.proxy.mode_specs import ProxyMode
 
+    wanted: list[tuple[str, int, str, str]] = []  # host, port, protocol, option
     for spec in settings.modes:
         mode = ProxyMode.parse(spec)
         port = mode.listen_port(settings.listen_port)
         if not port:  # a mode without a port, or any free port
             continue
+        option = "--mode" if mode.custom_listen_port is not None else "--listen-port"
         host = mode.listen_host(settings.listen_host)
-        protocols = (
-            ["tcp", "udp"] if mode.transport_protocol == "both" else [mode.transport_protocol]
-        )
-        for proto in protocols:
-            kind = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
+        both = mode.transport_protocol == "both"
+        for proto in ["tcp", "udp"] if both else [mode.transport_protocol]:
+            wanted.append((host, port, proto, option))
+    web_port = getattr(settings, "web_port", None)  # mitmweb's interface, if any
+    if web_port:
+        wanted.append(("127.0.0.1", int(web_port), "tcp", "--web-port"))
+    for host, port, proto, option in wanted:
+        kind = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
+        try:
+            infos = socket.getaddrinfo(host or None, port, type=kind, flags=socket.AI_PASSIVE)
+        except OSError:
+            continue  # mitmproxy reports a name it cannot resolve itself
+        for family, _, _, _, addr in infos:
             try:
-                infos = socket.getaddrinfo(host or None, port, type=kind, flags=socket.AI_PASSIVE)
-            except OSError:
-                continue  # mitmproxy reports a name it cannot resolve itself
-            for family, _, _, _, addr in infos:
-                try:
-                    with socket.socket(family, kind) as sock:
-                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                        if family == socket.AF_INET6:
-                            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-                        sock.bind(addr)
-                except OSError as e:
-                    shown = str(addr[0]) if host else host or "*"
-                    raise ListenError(shown, port, e, mode.custom_listen_port is not None) from e
+                with socket.socket(family, kind) as sock:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    if family == socket.AF_INET6:
+                        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                    sock.bind(addr)
+            except OSError as e:
+                shown = str(addr[0]) if host else "*"
+                raise ListenError(shown, port, e, option) from e
 
 
 class _Started:
