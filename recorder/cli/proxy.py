@@ -358,30 +358,25 @@ def run(args: argparse.Namespace) -> int:
     from recorder.proxy.runner import ListenError, ProxySettings, probe_listeners, serve
 
     confdir = os.path.expanduser("~/.mitmproxy")
-    proxy = ProxySettings(
-        modes=settings.modes,
-        listen_host=settings.listen_host,
-        listen_port=settings.listen_port,
-        confdir=confdir,
-    )
     # Listeners first, then the store: a port in use is one line, and leaves no
-    # database behind.
+    # database behind (mitmproxy and the metrics server bind them again below).
+    web_port = getattr(settings, "web_port", None)  # mitmweb's interface, if any
     try:
-        probe_listeners(proxy)
+        probe_listeners(
+            ProxySettings(
+                modes=settings.modes,
+                listen_host=settings.listen_host,
+                listen_port=settings.listen_port,
+            ),
+            also=[(settings.metrics_host, settings.metrics_port, "--metrics-port")]
+            + ([("127.0.0.1", web_port, "--web-port")] if web_port else []),
+        )
     except ListenError as e:
         hint = "change the port in --mode" if e.option == "--mode" else f"use {e.option}"
         print(f"recorder: {_cannot_listen(e.host, e.port, e.error)} ({hint})", file=sys.stderr)
         return 1
-    registry = CollectorRegistry()
-    try:
-        server = serve_metrics(registry, settings.metrics_host, settings.metrics_port)
-    except OSError as e:
-        what = _cannot_listen(settings.metrics_host, settings.metrics_port, e)
-        print(f"recorder: {what} (use --metrics-port)", file=sys.stderr)
-        return 1
     opened = open_store(settings.db, settings.spool_dir, "proxy")
     if opened is None:
-        server.close()
         return 1
     secret, store = opened
     sink: Sink = store
@@ -390,10 +385,10 @@ def run(args: argparse.Namespace) -> int:
             sink = FanoutSink(store, JsonlSink(settings.jsonl))
         except OSError as e:
             store.close()
-            server.close()
             print(f"recorder proxy: --jsonl {settings.jsonl}: {e.strerror or e}", file=sys.stderr)
             return 1
 
+    registry = CollectorRegistry()
     metrics = Metrics(registry, max_model_labels=settings.max_model_labels)
 
     def on_start(rec: StreamRecord) -> None:
@@ -430,8 +425,24 @@ def run(args: argparse.Namespace) -> int:
         records_dropped=stat("dropped"),
         records_failed=stat("failed"),
     )
+    try:
+        server = serve_metrics(registry, settings.metrics_host, settings.metrics_port)
+    except OSError as e:
+        recorder.close()
+        print(
+            f"recorder proxy: cannot serve metrics on {settings.metrics_host}:"
+            f"{settings.metrics_port}: {e.strerror or e}",
+            file=sys.stderr,
+        )
+        return 1
     settings.metrics_url = server.url
     settings.metrics_port_bound = server.port
+    proxy = ProxySettings(
+        modes=settings.modes,
+        listen_host=settings.listen_host,
+        listen_port=settings.listen_port,
+        confdir=confdir,
+    )
     try:
         asyncio.run(serve(recorder, proxy, _banner(settings, confdir)))  # type: ignore[arg-type]
     except KeyboardInterrupt:

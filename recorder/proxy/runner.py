@@ -64,11 +64,13 @@ class ListenError(Exception):
         super().__init__(f"{host}:{port}: {error.strerror or error}")
 
 
-def probe_listeners(settings: ProxySettings) -> None:
+def probe_listeners(settings: ProxySettings, also: Sequence[tuple[str, int, str]] = ()) -> None:
     """Bind (and release) every address the proxy will listen on, as mitmproxy
-    will (``SO_REUSEADDR``, every address the host resolves to); raise ListenError
-    for the first that cannot be. ``recorder proxy`` calls it before it opens the
-    store, so that a port in use is one line and leaves nothing behind."""
+    will (``SO_REUSEADDR``, every address the host resolves to), and the TCP
+    addresses ``also`` gives (host, port, the option that sets it); raise
+    ListenError for the first that cannot be. ``recorder proxy`` calls it before
+    it opens the store, so that a port in use is one line and leaves nothing
+    behind."""
     from mitmproxy.proxy.mode_specs import ProxyMode
 
     wanted: list[tuple[str, int, str, str]] = []  # host, port, protocol, option
@@ -82,9 +84,7 @@ def probe_listeners(settings: ProxySettings) -> None:
         both = mode.transport_protocol == "both"
         for proto in ["tcp", "udp"] if both else [mode.transport_protocol]:
             wanted.append((host, port, proto, option))
-    web_port = getattr(settings, "web_port", None)  # mitmweb's interface, if any
-    if web_port:
-        wanted.append(("127.0.0.1", int(web_port), "tcp", "--web-port"))
+    wanted += [(host, port, "tcp", option) for host, port, option in also if port]
     for host, port, proto, option in wanted:
         kind = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
         try:
