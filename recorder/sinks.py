@@ -8,6 +8,7 @@ on the sink's own thread. ``close`` drains everything submitted before it.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 from pathlib import Path
@@ -81,7 +82,9 @@ class JsonlSink:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # opened here, so that a file that cannot be written is an error to the
         # caller now, not a writer thread that dies while records pile up
-        self._file = self.path.open("ab")
+        # mode 0600, whatever the umask: the lines are records
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self._file = os.fdopen(fd, "ab")
         self.written = 0
         self.failed = 0
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()

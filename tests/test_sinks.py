@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import orjson
@@ -21,6 +22,18 @@ def test_jsonl_appends_every_record_with_its_gaps(tmp_path: Path) -> None:
     assert [d["id"] for d in docs] == [f"r{i}" for i in range(50)]
     assert docs[0]["gaps"] == [{"kind": "stall", "start_ms": 1.0, "length_ms": 2.0}]
     assert sink.written == 50 and sink.failed == 0
+
+
+def test_a_new_jsonl_file_is_private_whatever_the_umask(tmp_path: Path) -> None:
+    """The lines are records: mode 0600, like the spool and the database."""
+    old = os.umask(0o022)
+    try:
+        sink = JsonlSink(tmp_path / "r.jsonl")
+    finally:
+        os.umask(old)
+    sink.submit(StreamRecord(id="r1"))
+    sink.close()
+    assert (tmp_path / "r.jsonl").stat().st_mode & 0o777 == 0o600
 
 
 def test_an_unwritable_file_fails_at_once(tmp_path: Path) -> None:

@@ -41,13 +41,26 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_parser(sub)
     db.add_parser(sub)
     top.add_parser(sub)
+    _know_usage(parser)
     return parser
+
+
+def _know_usage(parser: argparse.ArgumentParser) -> None:
+    """Every (sub)command parser records itself as a default: after parsing, the
+    deepest one given is the one whose usage fits an unrecognized argument."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                sub.set_defaults(_parser=sub)
+                _know_usage(sub)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the process exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # the usage of the command they were meant for, not the top level's
+        getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

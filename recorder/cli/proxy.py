@@ -143,6 +143,14 @@ def _flag(args: argparse.Namespace, name: str) -> bool:
     return bool(value)
 
 
+def _name(args: argparse.Namespace, name: str) -> str:
+    """How the user gave option ``name``, for messages: ``--name``, or the
+    ``RECORDER_NAME`` variable when the value came from the environment."""
+    if getattr(args, name.replace("-", "_"), None) is None and _env(name) is not None:
+        return "RECORDER_" + name.upper().replace("-", "_")
+    return "--" + name
+
+
 def _port(text: str | None, what: str) -> int:
     try:
         port = int(text or "")
@@ -183,14 +191,16 @@ def parse_modes(specs: list[str] | None) -> list[str]:
     """Mode specs from the flags or RECORDER_MODE, validated by mitmproxy's parser."""
     from mitmproxy.proxy.mode_specs import ProxyMode
 
+    what = "--mode"
     if not specs:
         env = _env("mode")
         specs = env.replace(",", " ").split() if env else ["regular"]
+        what = "RECORDER_MODE" if env else what
     for spec in specs:
         try:
             ProxyMode.parse(spec)
         except ValueError as e:
-            raise OptionError(f"invalid --mode {spec!r}: {e}") from None
+            raise OptionError(f"invalid {what} {spec!r}: {e}") from None
     return specs
 
 
@@ -200,12 +210,14 @@ class Settings:
     def __init__(self, args: argparse.Namespace) -> None:
         self.modes = parse_modes(args.mode)
         self.listen_host = _pick(args, "listen-host", "127.0.0.1") or "127.0.0.1"
-        self.listen_port = _port(_pick(args, "listen-port", "8080"), "--listen-port")
+        self.listen_port = _port(_pick(args, "listen-port", "8080"), _name(args, "listen-port"))
         self.db = _pick(args, "db", DEFAULT_DB) or DEFAULT_DB
         self.jsonl = _pick(args, "jsonl", None)
         self.metrics_host = _pick(args, "metrics-host", "127.0.0.1") or "127.0.0.1"
-        self.metrics_port = _port(_pick(args, "metrics-port", "9464"), "--metrics-port")
-        self.stall_after = _positive_float(_pick(args, "stall-after", "30"), "--stall-after")
+        self.metrics_port = _port(_pick(args, "metrics-port", "9464"), _name(args, "metrics-port"))
+        self.stall_after = _positive_float(
+            _pick(args, "stall-after", "30"), _name(args, "stall-after")
+        )
         self.prices = _pick(args, "prices", None)
         from recorder.core.pricing import PriceTableError
         from recorder.prices import load_price_file
@@ -213,22 +225,24 @@ class Settings:
         try:
             self.price_table = load_price_file(self.prices)
         except PriceTableError as e:
-            raise OptionError(f"--prices {e}") from None
+            raise OptionError(f"{_name(args, 'prices')} {e}") from None
         spool = _pick(args, "spool-dir", None)
         self.spool_dir = Path(spool) if spool else self._default_spool_dir()
         labels = _pick(args, "max-model-labels", "50")
         try:
             self.max_model_labels = int(labels or "")
         except ValueError:
-            raise OptionError(f"--max-model-labels must be an integer, not {labels!r}") from None
+            raise OptionError(
+                f"{_name(args, 'max-model-labels')} must be an integer, not {labels!r}"
+            ) from None
         if self.max_model_labels < 1:
-            raise OptionError("--max-model-labels must be at least 1")
+            raise OptionError(f"{_name(args, 'max-model-labels')} must be at least 1")
         capture = args.capture_bodies
         if capture is None:
             capture = (_env("capture-bodies") or "").lower() in ("1", "true", "yes", "on")
         self.capture_bodies = bool(capture)
         self.capture_max_bytes = parse_size(
-            _pick(args, "capture-max-bytes", "8MiB"), "--capture-max-bytes"
+            _pick(args, "capture-max-bytes", "8MiB"), _name(args, "capture-max-bytes")
         )
         self.live = not _flag(args, "no-live")
         self.quiet = _flag(args, "quiet")
@@ -241,7 +255,9 @@ class Settings:
         web = args.web
         if web is None:
             web = (_env("web") or "").lower() in ("1", "true", "yes", "on")
-        self.web_port = _port(_pick(args, "web-port", "8090"), "--web-port") if web else None
+        self.web_port = (
+            _port(_pick(args, "web-port", "8090"), _name(args, "web-port")) if web else None
+        )
 
     def _default_spool_dir(self) -> Path:
         prefix = "sqlite:///"
@@ -390,6 +406,12 @@ def open_store(db: str, spool_dir: Path, who: str) -> tuple[bytes, SqlSink] | No
     return secret, sink
 
 
+def _cannot_listen(host: str, port: int, e: OSError) -> str:
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    reason = (e.strerror or str(e)).lower()
+    return f"cannot listen on {where}: {reason}"
+
+
 def run(args: argparse.Namespace) -> int:
     """Execute `recorder proxy`."""
     try:
@@ -402,9 +424,26 @@ def run(args: argparse.Namespace) -> int:
     from recorder.core.meter import StreamMeter
     from recorder.core.record import StreamRecord
     from recorder.metrics import Metrics, serve_metrics
-    from recorder.proxy.runner import ProxySettings, serve
+    from recorder.proxy.runner import ListenError, ProxySettings, probe_listeners, serve
 
     confdir = os.path.expanduser("~/.mitmproxy")
+    # Listeners first, then the store: a port in use is one line, and leaves no
+    # database behind (mitmproxy and the metrics server bind them again below).
+    web_port = settings.web_port  # mitmweb's interface, if any
+    try:
+        probe_listeners(
+            ProxySettings(
+                modes=settings.modes,
+                listen_host=settings.listen_host,
+                listen_port=settings.listen_port,
+            ),
+            also=[(settings.metrics_host, settings.metrics_port, "--metrics-port")]
+            + ([("127.0.0.1", web_port, "--web-port")] if web_port else []),
+        )
+    except ListenError as e:
+        hint = "change the port in --mode" if e.option == "--mode" else f"use {e.option}"
+        print(f"recorder: {_cannot_listen(e.host, e.port, e.error)} ({hint})", file=sys.stderr)
+        return 1
     opened = open_store(settings.db, settings.spool_dir, "proxy")
     if opened is None:
         return 1

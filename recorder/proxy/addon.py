@@ -72,6 +72,8 @@ INLINE_PARSE_LIMIT = 16 * 1024
 # held a little longer), and is metered whenever the flow ends.
 BATCH_PIECES = 32
 BATCH_BYTES = 64 * 1024
+# At shutdown, how long ``done`` waits for request bodies still being read, in all.
+DONE_READ_WAIT_S = 1.0
 
 
 @dataclass(slots=True)
@@ -172,6 +174,10 @@ class Recorder:
         self._deferred: dict[int, tuple[FlowState, StreamRecord]] = {}
         self._readers: ThreadPoolExecutor | None = None
         self._closed = False
+        # Whether ``done`` also closes the sink (as under ``mitmdump -s``). The runner
+        # sets it False: it closes the sink itself once connections are ended, so that
+        # no client waits on the database at shutdown.
+        self.close_sink_on_done = True
         # with finish_delay: ended streams waiting to be completed, in order
         self._finishing: list[tuple[FlowState, StreamRecord]] = []
         self._finish_timer: asyncio.TimerHandle | None = None
@@ -563,25 +569,30 @@ class Recorder:
             self._internal_error("error")
 
     def done(self) -> None:
-        """Shutdown: finish what is still open, then flush the sink."""
+        """Shutdown: finish what is still open, then (unless the runner does) close
+        the sink."""
         try:
             now = self._clock()
             for flow_id in list(self._flows):
                 state = self._flows.pop(flow_id)
                 rec = self._close_meter(state, now, "client_disconnect", "proxy shut down")
                 self._finish(state, rec)
-            for key in list(self._deferred):  # shutting down: wait for their bodies
+            # shutting down: wait for their bodies, a bounded time for all of them
+            # (the loop, and so every client, waits meanwhile)
+            deadline = time.monotonic() + DONE_READ_WAIT_S
+            for key in list(self._deferred):
                 state, rec = self._deferred.pop(key)
                 if state.reading is not None:
                     with contextlib.suppress(Exception):
-                        state.reading.result(timeout=10)
+                        state.reading.result(timeout=max(0.0, deadline - time.monotonic()))
                     if not state.reading.done():
                         state.reading = None  # finish without its facts rather than lose it
                 self._finish(state, rec)
             self._complete_all()
         except Exception:
             self._internal_error("done")
-        self.close()
+        if self.close_sink_on_done:
+            self.close()
 
     def close(self) -> None:
         """Flush and close the sink (once)."""
@@ -661,13 +672,21 @@ def _pick_headers(headers: http.Headers, wanted: frozenset[bytes]) -> dict[str, 
 
 
 def _ending(flow: http.HTTPFlow, msg: str) -> str:
-    """Whose side broke. mitmproxy's HTTP/2 layer words it alike for either side
+    """Whose side broke. A request that never arrived whole is the client's.
+    mitmproxy's HTTP/2 layer words it alike for either side
     ("stream reset by client (CANCEL)", "peer closed connection"): it is the
     client's when only the client's connection speaks HTTP/2 (the upstream's HTTP/1
     layer says "peer closed connection" with more after it). When both sides speak
     HTTP/2 the message cannot tell, and the upstream is blamed, as before."""
     low = msg.lower()
     if "client disconnected" in low:
+        return "client_disconnect"
+    req = flow.request
+    if flow.response is None and req.timestamp_end is None and not req.stream:
+        # The request never arrived whole (headers, then part of a body): mitmproxy
+        # reads a request to its end before it goes upstream, so the peer that
+        # closed ("peer closed connection without sending complete message body")
+        # is the client; the upstream never saw the request.
         return "client_disconnect"
     h2_words = low.startswith(("stream reset by client", "http/2 connection closed")) or (
         low == "peer closed connection"

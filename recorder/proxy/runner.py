@@ -2,16 +2,23 @@
 
 ``recorder proxy`` and ``recorder demo`` (and the end-to-end tests) use this
 instead of shelling out to ``mitmdump -s``, so that they own the sink's
-lifecycle: on SIGINT/SIGTERM mitmproxy stops accepting, the addon's ``done``
-finishes open flows and the sink flushes every record before the process exits.
+lifecycle. On SIGINT/SIGTERM, traffic comes first: the addon's ``done``
+finishes the record of every open flow (``client_disconnect``, "proxy shut
+down") without waiting on the sink, then the proxy stops listening and every
+connection still open is ended (within ``END_CONNECTIONS_S``), and only then is
+the sink closed, which gives
+the database a bounded time and spools the rest (``SqlSink.close``). A client
+is never kept waiting on the database.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import signal
+import socket
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -23,6 +30,9 @@ from mitmproxy.master import Master
 from mitmproxy.tools.dump import DumpMaster
 
 from recorder.proxy.addon import Recorder
+
+# How long the connections still open at shutdown get to wind down once cancelled.
+END_CONNECTIONS_S = 1.0
 
 
 @dataclass(slots=True)
@@ -48,6 +58,54 @@ class ProxySettings:
     web_port: int | None = None  # mitmweb's interface on this port instead of the console
     extra: dict[str, Any] = field(default_factory=dict)
     addons: Sequence[Any] = ()  # more addons after the recorder (the live view)
+
+
+class ListenError(Exception):
+    """A listener's address cannot be bound (in use, not ours, a privileged port);
+    ``option`` is the one that sets its port (``--mode`` when the mode spec does)."""
+
+    def __init__(self, host: str, port: int, error: OSError, option: str) -> None:
+        self.host, self.port, self.error, self.option = host, port, error, option
+        super().__init__(f"{host}:{port}: {error.strerror or error}")
+
+
+def probe_listeners(settings: ProxySettings, also: Sequence[tuple[str, int, str]] = ()) -> None:
+    """Bind (and release) every address the proxy will listen on, as mitmproxy
+    will (``SO_REUSEADDR``, every address the host resolves to), and the TCP
+    addresses ``also`` gives (host, port, the option that sets it); raise
+    ListenError for the first that cannot be. ``recorder proxy`` calls it before
+    it opens the store, so that a port in use is one line and leaves nothing
+    behind."""
+    from mitmproxy.proxy.mode_specs import ProxyMode
+
+    wanted: list[tuple[str, int, str, str]] = []  # host, port, protocol, option
+    for spec in settings.modes:
+        mode = ProxyMode.parse(spec)
+        port = mode.listen_port(settings.listen_port)
+        if not port:  # a mode without a port, or any free port
+            continue
+        option = "--mode" if mode.custom_listen_port is not None else "--listen-port"
+        host = mode.listen_host(settings.listen_host)
+        both = mode.transport_protocol == "both"
+        for proto in ["tcp", "udp"] if both else [mode.transport_protocol]:
+            wanted.append((host, port, proto, option))
+    wanted += [(host, port, "tcp", option) for host, port, option in also if port]
+    for host, port, proto, option in wanted:
+        kind = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
+        try:
+            infos = socket.getaddrinfo(host or None, port, type=kind, flags=socket.AI_PASSIVE)
+        except OSError:
+            continue  # mitmproxy reports a name it cannot resolve itself
+        for family, _, _, _, addr in infos:
+            try:
+                with socket.socket(family, kind) as sock:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    if family == socket.AF_INET6:
+                        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                    sock.bind(addr)
+            except OSError as e:
+                shown = str(addr[0]) if host else "*"
+                raise ListenError(shown, port, e, option) from e
 
 
 class _Started:
@@ -98,6 +156,8 @@ def build_master(
         master = DumpMaster(opts, with_termlog=True, with_dumper=False)
     # mitmproxy's own log: warnings and errors only (a bound port, a TLS failure)
     opts.update(termlog_verbosity="warn", ssl_insecure=settings.ssl_insecure, **settings.extra)
+    # the runner closes the sink itself, once the connections are ended (see above)
+    recorder.close_sink_on_done = False
     master.addons.add(recorder, *settings.addons)
     if settings.web_port is not None:
         from recorder.proxy.webview import WebView
@@ -134,7 +194,29 @@ async def serve(
         if handle_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
+        await end_connections(master)
         recorder.close()
+
+
+async def end_connections(master: Master, timeout: float = END_CONNECTIONS_S) -> None:
+    """Stop listening (a new client is refused at once, not left in the backlog
+    while the sink closes), end every connection the proxy still serves (their
+    tasks are all that runs besides the caller once the master has stopped), and
+    let the loop close their sockets: the clients see their streams end now, not
+    when the process exits."""
+    proxyserver: Any = master.addons.get("proxyserver")
+    for server in list(proxyserver.servers) if proxyserver is not None else []:
+        with contextlib.suppress(Exception):  # it may never have started
+            await asyncio.wait_for(server.stop(), timeout)
+    current = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=timeout)
+    # a closed transport releases its socket in a callback of the next iterations
+    for _ in range(3):
+        await asyncio.sleep(0)
 
 
 @contextmanager
@@ -159,7 +241,10 @@ def run_in_thread(recorder: Recorder, settings: ProxySettings) -> Iterator[list[
         async def main() -> None:
             master = build_master(recorder, settings, on_started)
             state["master"] = master
-            await master.run()
+            try:
+                await master.run()
+            finally:
+                await end_connections(master)
 
         try:
             loop.run_until_complete(main())

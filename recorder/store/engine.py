@@ -18,6 +18,9 @@ and give up connecting after ``connect_timeout`` seconds.
 
 from __future__ import annotations
 
+import contextlib
+import os
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
@@ -43,6 +46,10 @@ def normalize_url(url: str | URL) -> URL:
     try:
         u = make_url(url) if isinstance(url, str) else url
     except ArgumentError as e:
+        if isinstance(url, str) and "://" not in url:  # a path: say how to write it
+            raise StoreError(
+                f"not a database URL: {url!r} (for a SQLite file, write sqlite:///{url})"
+            ) from None
         raise StoreError(f"not a database URL: {url!r} ({e})") from None
     backend, _, driver = u.drivername.partition("+")
     if backend == "postgres":
@@ -74,6 +81,25 @@ def sqlite_path(url: str | URL) -> str | None:
     return u.database
 
 
+def create_sqlite_file(url: str | URL) -> bool:
+    """Create the SQLite file of ``url`` empty, mode 0600, if it does not exist yet;
+    True if this call created it. SQLite then creates the ``-wal`` and ``-shm``
+    files with the database file's mode: all three hold records (and the key
+    secret), so none is readable by other users whatever the umask. Raises
+    OSError when the file cannot be created (no such directory, no permission);
+    a URL that asks SQLite for an ``open`` mode (``?mode=ro``) is left to it."""
+    u = normalize_url(url)
+    path = sqlite_path(u)
+    if not path or "mode" in u.query or path.startswith("file:"):
+        return False
+    try:
+        fd = os.open(Path(path).expanduser(), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    return True
+
+
 def make_engine(
     url: str | URL,
     *,
@@ -97,6 +123,13 @@ def make_engine(
 
 def _sqlite_events(engine: Engine, busy_timeout_ms: int) -> None:
     memory = engine.url.database in (None, "", ":memory:")
+
+    @event.listens_for(engine, "do_connect")
+    def _private_file(*_: Any) -> None:
+        # before SQLite creates the file with the umask's mode (0644, usually)
+        if not memory:  # if it cannot, SQLite says why, as an outage of the store
+            with contextlib.suppress(OSError):
+                create_sqlite_file(engine.url)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:

@@ -30,7 +30,13 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from recorder.store.engine import StoreError, make_engine, normalize_url, sqlite_path
+from recorder.store.engine import (
+    StoreError,
+    create_sqlite_file,
+    make_engine,
+    normalize_url,
+    sqlite_path,
+)
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 # pg_advisory_lock key: the bytes of "recorder" as a signed 64-bit integer.
@@ -80,17 +86,25 @@ def _engine_for(target: str | URL | Engine) -> tuple[Engine, bool]:
     return make_engine(target), True
 
 
-def _prepare_sqlite_dir(target: str | URL | Engine) -> None:
+def _prepare_sqlite_file(target: str | URL | Engine) -> None:
+    """A SQLite file that cannot be created is a mistake in its URL, not an outage:
+    say so in one line. Its directory must exist (a typo must not create a tree of
+    directories); the file is created mode 0600 (``create_sqlite_file``)."""
     url = target.url if isinstance(target, Engine) else normalize_url(target)
     path = sqlite_path(url)
-    if path:
-        parent = Path(path).expanduser().resolve().parent
-        try:
-            parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:  # a file where a directory must be, no permission...
-            raise StoreError(
-                f"cannot create the SQLite database's directory {parent}: {e.strerror or e}"
-            ) from e
+    if not path or path.startswith("file:"):
+        return
+    file = Path(path).expanduser()
+    parent = file.absolute().parent
+    if not parent.is_dir():
+        what = "is not a directory" if parent.exists() else "does not exist"
+        raise StoreError(f"cannot create the SQLite database {file}: {parent} {what}")
+    try:
+        create_sqlite_file(url)
+    except OSError as e:  # no permission, a file system that takes no files (/proc)...
+        raise StoreError(
+            f"cannot create the SQLite database {file}: {(e.strerror or str(e)).lower()}"
+        ) from e
 
 
 def upgrade(target: str | URL | Engine, revision: str = "head") -> str | None:
@@ -100,7 +114,7 @@ def upgrade(target: str | URL | Engine, revision: str = "head") -> str | None:
     Raises StoreUnavailable when the database cannot be reached, StoreError when
     it cannot be migrated (a revision this code does not know, no permission...).
     """
-    _prepare_sqlite_dir(target)
+    _prepare_sqlite_file(target)
     engine, own = _engine_for(target)
     try:
         with _ALEMBIC, _migration_connection(engine) as conn:

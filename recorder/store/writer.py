@@ -20,9 +20,15 @@ dropped only when the spool itself cannot be written; that is logged at error
 level and counted (``dropped``). Records the database refuses as data (not as
 an outage) go to ``recorder-rejected.jsonl`` and count as ``failed``.
 
-``close`` drains: everything submitted before it is committed or spooled. If
-the writer is stuck inside the database (a hung connection) past the timeout,
-``close`` spools the queue and the batch in flight itself; a record that both
+``close`` drains: everything submitted before it is committed or spooled,
+within a bounded time (``close(timeout)``, 5 s by default: a shutdown must not
+wait on a database). If the writer is still inside the database then (a hung
+server, a lock held elsewhere), ``close`` spools the queue and the batch in
+flight itself, from the caller's thread, without touching the database, and
+the writer is abandoned: whatever it returns with later is not written again
+(the handover is under ``_handoff``, so no record is both spooled by ``close``
+and lost by the writer, or spooled twice). The writer is a daemon thread, so a
+call that never returns cannot keep the process alive. A record that both
 commits late and sits in the spool is still stored once.
 
 What a kill -9 can lose. By default, the records in the queue and the batch
@@ -109,6 +115,9 @@ _YIELD_EVERY = 32
 # Captured bodies waiting in the queue, in bytes, before records with a body are
 # spooled instead (a queue of 10,000 records must not hold 10,000 bodies).
 DEFAULT_BODY_QUEUE_BYTES = 256 * 1024 * 1024
+# How long ``close`` gives the writer to drain before it spools what is left
+# itself: a shutdown is bounded whatever the database does (docs/reliability.md).
+CLOSE_TIMEOUT_S = 5.0
 
 
 class _Unavailable(Exception):
@@ -161,6 +170,10 @@ class SqlSink:
         self._spool = Spool(self.spool_dir)
         self._stop = threading.Event()
         self._closed = False
+        # close() gave up on the writer: what it holds was spooled by close (under
+        # _handoff), and it must not touch the database or the spool again
+        self._handoff = threading.Lock()
+        self._abandoned = False
         self._thread = threading.Thread(target=self._run, name="recorder-sql-writer", daemon=True)
         self._started = False
         # Counters: the caller's thread (submit, close) and the writer each have their own.
@@ -313,8 +326,9 @@ class SqlSink:
                 q.all_tasks_done.wait(remaining)
         return True
 
-    def close(self, timeout: float = 30.0) -> None:
-        """Write or spool everything submitted, stop the writer, release the spool."""
+    def close(self, timeout: float = CLOSE_TIMEOUT_S) -> None:
+        """Write or spool everything submitted, stop the writer, release the spool;
+        back within about ``timeout`` seconds whatever the database does."""
         if self._closed:
             return
         self._closed = True
@@ -348,19 +362,22 @@ class SqlSink:
                 "recorder: the SQL writer did not finish in time; spooling what is left in %s",
                 self.spool_dir,
             )
-        items = list(self._inflight)
-        while True:
-            try:
-                items.append(self._queue.get_nowait())
-            except queue.Empty:
-                break
-            self._queue.task_done()
-        records = [r for seq, r in items if isinstance(r, StreamRecord) and not seq]
-        in_spool = [seq for seq, r in items if isinstance(r, StreamRecord) and seq]
-        if in_spool:
-            self._spool.mark_dirty(min(in_spool), max(in_spool))
-        if records:
-            self._spill_now(records)
+        with self._handoff:
+            self._abandoned = True
+            items = list(self._inflight)
+            self._inflight = []
+            while True:
+                try:
+                    items.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+                self._queue.task_done()
+            records = [r for seq, r in items if isinstance(r, StreamRecord) and not seq]
+            in_spool = [seq for seq, r in items if isinstance(r, StreamRecord) and seq]
+            if in_spool:
+                self._spool.mark_dirty(min(in_spool), max(in_spool))
+            if records:
+                self._spill_now(records)
         self._spool.close()
 
     def stats(self) -> dict[str, Any]:
@@ -394,6 +411,8 @@ class SqlSink:
                 batch = self._take_batch(wait=not stopping and not replaying)
                 if batch:
                     self._write_queued(batch)
+                if self._abandoned:  # close() spooled what was left; the process is going
+                    return
                 if stopping and self._queue.empty():
                     self._finish()
                     return
@@ -412,6 +431,8 @@ class SqlSink:
         the batch is committed or spooled (``flush`` waits for that)."""
         q = self._queue
         batch: list[tuple[int, StreamRecord]] = []
+        # in flight from the moment it is taken: close() spools it if the writer stalls
+        self._inflight = batch
         deadline: float | None = None
         while len(batch) < self.batch_size:
             try:
@@ -432,7 +453,12 @@ class SqlSink:
                 q.task_done()
                 wait = False
                 continue
-            batch.append(item)
+            with self._handoff:
+                if self._abandoned:  # close() took the batch: spool this one too
+                    self._spill_late(item)
+                    q.task_done()
+                    continue
+                batch.append(item)
             if deadline is None:
                 deadline = time.monotonic() + self.flush_interval
         return batch
@@ -470,8 +496,23 @@ class SqlSink:
             for _ in batch:
                 self._queue.task_done()
 
+    def _spill_late(self, item: tuple[int, StreamRecord]) -> None:
+        """A record the writer took after close() gave up on it (caller holds _handoff)."""
+        seq, rec = item
+        if seq:
+            self._spool.mark_dirty(seq, seq)
+            self._spooled += 1
+        else:
+            self._spill_now([rec])
+
     def _spill_items(self, items: Sequence[tuple[int, StreamRecord]]) -> None:
         """The writer's fallback: records not already in the spool are appended to it."""
+        with self._handoff:
+            if self._abandoned:  # close() spooled them already
+                return
+            self._spill_items_locked(items)
+
+    def _spill_items_locked(self, items: Sequence[tuple[int, StreamRecord]]) -> None:
         in_spool = [s for s, _ in items if s]
         if in_spool:  # spool-first: already on disk, now waiting there for a replay
             self._spool.mark_dirty(min(in_spool), max(in_spool))
@@ -733,7 +774,7 @@ class SqlSink:
         """Stopping: the queue is empty. Replay this process's own spool files while
         the database takes them and time allows (half of ``close``'s timeout), then
         release the spool; files still holding records stay for the next process."""
-        while self._db_ok and time.monotonic() < self._close_deadline:
+        while self._db_ok and not self._abandoned and time.monotonic() < self._close_deadline:
             self._spool.seal()
             self._sort_own_segments()
             if self._replay_iter is None and not self._replay_queue:

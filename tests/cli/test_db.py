@@ -45,8 +45,17 @@ def test_upgrade_creates_the_store(capsys: pytest.CaptureFixture[str], empty_db_
     assert code == 0
 
 
-def test_upgrade_makes_the_directory(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_upgrade_makes_no_directory(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A typo in the path is one line, not a new tree of directories."""
     path = tmp_path / "new" / "dir" / "recorder.db"
+    code, _, err = run(capsys, "db", "upgrade", "--db", f"sqlite:///{path}")
+    assert code == 1
+    assert err.splitlines() == [
+        f"recorder db upgrade: sqlite:///{path}: cannot create the SQLite database {path}:"
+        f" {path.parent} does not exist"
+    ], err
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "new" / "dir").mkdir(parents=True)
     code, _, err = run(capsys, "db", "upgrade", "--db", f"sqlite:///{path}")
     assert code == 0, err
     assert path.is_file()

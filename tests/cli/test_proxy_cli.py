@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 import urllib.request
@@ -158,4 +159,89 @@ def test_options_from_environment(tmp_path: Path) -> None:
     res = subprocess.run(
         [RECORDER, "proxy"], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path
     )
-    assert res.returncode == 2 and "--listen-port must be a port number" in res.stderr
+    assert res.returncode == 2, res.stderr
+    # the message names where the value came from: the variable, not the flag
+    assert (
+        res.stderr == "recorder proxy: RECORDER_LISTEN_PORT must be a port number, not 'notaport'\n"
+    )
+
+
+def run_proxy(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`recorder proxy` that is expected to stop at once."""
+    env = {**os.environ, "HOME": str(tmp_path)}
+    return subprocess.run(
+        [RECORDER, "proxy", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=env,
+    )
+
+
+@pytest.mark.parametrize("which", ["proxy", "reverse", "metrics"])
+def test_a_port_in_use_is_one_line_and_creates_nothing(tmp_path: Path, which: str) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        args = {
+            "proxy": ["--listen-port", str(port), "--metrics-port", "0"],
+            "reverse": ["--mode", f"reverse:http://127.0.0.1:9@{port}", "--metrics-port", "0"],
+            "metrics": ["--listen-port", "0", "--metrics-port", str(port)],
+        }[which]
+        res = run_proxy(tmp_path, *args)
+    hint = {"proxy": "--listen-port", "reverse": "change the port in --mode"}.get(
+        which, "--metrics-port"
+    )
+    assert res.returncode == 1, res.stderr
+    assert res.stderr.splitlines() == [
+        f"recorder: cannot listen on 127.0.0.1:{port}: address already in use ("
+        + ("use " if which != "reverse" else "")
+        + f"{hint})"
+    ], res.stderr
+    assert res.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], "the failed start left files"
+
+
+def test_database_url_mistakes_are_one_line(tmp_path: Path) -> None:
+    cases = {
+        "sqlite:////proc/x.db": "cannot create the SQLite database /proc/x.db: ",
+        f"sqlite:///{tmp_path}/no/dir/x.db": (
+            f"cannot create the SQLite database {tmp_path}/no/dir/x.db: {tmp_path}/no/dir"
+            " does not exist"
+        ),
+        "/tmp/rev.db": "not a database URL: '/tmp/rev.db' (for a SQLite file, write sqlite:////tmp/rev.db)",
+    }
+    for db, want in cases.items():
+        res = run_proxy(tmp_path, "--db", db, "--listen-port", "0", "--metrics-port", "0")
+        assert res.returncode == 1, (db, res.stderr)
+        lines = res.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"recorder proxy: {want}"), (db, lines)
+    assert not (tmp_path / "no").exists()  # no directory made up
+
+
+def test_the_files_holding_records_are_private(tmp_path: Path, sim: Simulator) -> None:
+    """The database, its -wal and -shm, and the --jsonl file: 0600 under umask 022."""
+    old = os.umask(0o022)
+    try:
+        proc, port, _, _ = start_proxy(tmp_path, sim, "--jsonl", str(tmp_path / "out.jsonl"))
+    finally:
+        os.umask(old)
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-modes-1234")
+        client.with_options(max_retries=0).chat.completions.create(
+            model="gpt-4o",
+            messages=MESSAGES,  # type: ignore[arg-type]
+        )
+        files = ["recorder.db", "recorder.db-wal", "recorder.db-shm", "out.jsonl"]
+        deadline = time.monotonic() + 20  # until the record is written to both
+        while time.monotonic() < deadline and not (
+            all((tmp_path / name).exists() for name in files)
+            and (tmp_path / "out.jsonl").stat().st_size
+        ):
+            time.sleep(0.1)
+        modes = {name: oct((tmp_path / name).stat().st_mode & 0o777) for name in files}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    assert modes == dict.fromkeys(files, "0o600"), modes

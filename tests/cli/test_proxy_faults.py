@@ -544,7 +544,7 @@ def test_sigterm_with_100_streams_in_flight(tmp_path: Path, sim: Simulator, stor
         results = {rid: f.result(timeout=30) for rid, f in futures.items()}
     out = proxy.output
     assert code == 0, out
-    assert took < 10, took
+    assert took < 8, took  # the promise (docs/reliability.md)
     for rid in fast:
         body, clean = results[rid]
         assert clean, rid

@@ -214,3 +214,18 @@ def test_timeline_scales_to_the_duration() -> None:
 
 def test_timeline_without_timings() -> None:
     assert "no timings" in sessions.timeline(StreamRecord())
+
+
+@pytest.mark.parametrize("command", [["sessions"], ["db", "upgrade"], ["proxy"]])
+def test_an_unknown_option_shows_the_usage_of_its_command(
+    capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    from recorder.cli.main import main
+
+    with pytest.raises(SystemExit) as exited:
+        main([*command, "--bogus"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    name = "recorder " + " ".join(command)
+    assert err.startswith(f"usage: {name} "), err
+    assert err.rstrip().endswith(f"{name}: error: unrecognized arguments: --bogus"), err

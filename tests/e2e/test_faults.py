@@ -321,3 +321,27 @@ def test_client_leaves(
         assert got.body.endswith(b"\n\n") is (phase == "between_events")
     assert rec.transport_error == "Client disconnected."
     assert_ground_truth(rec, sent, partial=phase == "mid_event")
+
+
+@pytest.mark.parametrize("how", ["rst", "fin"])
+@pytest.mark.parametrize("endpoint", list(PATHS))
+def test_client_leaves_in_the_middle_of_its_request_body(
+    records: RunningProxy, sim: Simulator, endpoint: str, how: str
+) -> None:
+    """Headers and part of the body, then the client goes: the upstream never saw
+    the request, so it is the client's disconnect, not the upstream's."""
+    sid = f"client-mid-request-{endpoint}-{how}"
+    whole = sse_request(PATHS[endpoint], sid, "")
+    cut = whole[: whole.index(b"\r\n\r\n") + 4 + 10]  # 10 bytes of the body
+
+    def leave(_: Received) -> bool:
+        time.sleep(0.2)  # the proxy has read what was sent
+        return True
+
+    got = exchange(records.port(), cut, leave_when=leave, reset=how == "rst")
+    assert got.ended == "left" and not got.head_done
+    rec = the_record(records)
+    assert rec.outcome == "client_disconnect", (rec.outcome, rec.transport_error)
+    assert rec.interrupted is True and rec.http_status is None
+    assert rec.endpoint == endpoint.replace("chat", "chat.completions")
+    assert sid not in sim.sent  # the upstream never saw it

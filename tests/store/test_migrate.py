@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 import threading
@@ -179,5 +180,34 @@ def test_a_database_newer_than_the_code(db_url: str) -> None:
 def test_a_sqlite_path_under_a_file_is_a_clear_error(tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
-    with pytest.raises(StoreError, match="cannot create the SQLite database's directory"):
+    with pytest.raises(
+        StoreError, match=r"cannot create the SQLite database .* is not a directory"
+    ):
         upgrade(f"sqlite:///{blocker}/recorder.db")
+
+
+def test_a_sqlite_path_in_a_missing_directory_creates_nothing(tmp_path: Path) -> None:
+    """A typo in the path is an error, not a new tree of directories."""
+    missing = tmp_path / "no" / "such"
+    with pytest.raises(StoreError, match=f"{missing} does not exist"):
+        upgrade(f"sqlite:///{missing}/recorder.db")
+    assert not (tmp_path / "no").exists()
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o000])
+def test_a_new_sqlite_database_and_its_wal_files_are_private(tmp_path: Path, umask: int) -> None:
+    """The database holds the key secret and the records (and, with capture, the
+    completion text): it, its -wal and its -shm are 0600 whatever the umask."""
+    path = tmp_path / "recorder.db"
+    old = os.umask(umask)
+    try:
+        upgrade(f"sqlite:///{path}")
+        engine = make_engine(f"sqlite:///{path}")
+        with engine.begin() as conn:  # opens the WAL and its index
+            conn.execute(text("CREATE TABLE scratch (x INTEGER)"))
+            modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.glob("recorder.db*")}
+        engine.dispose()
+    finally:
+        os.umask(old)
+    assert set(modes) == {"recorder.db", "recorder.db-wal", "recorder.db-shm"}, modes
+    assert set(modes.values()) == {0o600}, modes

@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 from sqlalchemy import Engine
 from storedb import (
@@ -296,6 +297,33 @@ def test_close_with_a_stuck_writer_spools_the_rest(tmp_path: Path) -> None:
     engine.dispose()
 
 
+def test_a_writer_abandoned_by_close_spools_nothing_twice(tmp_path: Path) -> None:
+    """close gives up on a writer waiting on a lock and spools what it holds; when
+    the writer's wait ends in failure, it does not spool its batch again: the spool
+    holds every record exactly once."""
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    from recorder.store.migrate import upgrade
+
+    upgrade(db)
+    engine = make_engine(db, sqlite_busy_timeout_ms=1_500)
+    spool = tmp_path / "spool"
+    sink = SqlSink(db, spool, engine=engine, batch_size=10, flush_interval=0.01)
+    records = [simple_record(i) for i in range(50)]
+    with outage(db):
+        for r in records:
+            sink.submit(r)
+        time.sleep(0.3)  # the writer is now waiting on the lock with a batch
+        t0 = time.monotonic()
+        sink.close(timeout=0.2)
+        assert time.monotonic() - t0 < 1.0  # close did not wait out the lock
+        time.sleep(2.5)  # the writer's wait ends: "database is locked"
+    lines = [line for path in spool_files(spool) for line in path.read_bytes().splitlines()]
+    spooled = [orjson.loads(line)["id"] for line in lines]
+    assert sorted(spooled) == sorted(r.id for r in records)  # each once, none missing
+    assert count_rows(db) == 0
+    engine.dispose()
+
+
 def test_two_writers_on_one_database_lose_nothing(db_url: str, tmp_path: Path) -> None:
     per_writer = 3000
     batches = [[simple_record(i) for i in range(per_writer)] for _ in range(2)]
@@ -529,3 +557,22 @@ def test_an_unexpected_error_spools_the_batch(
     sink.close()
     assert sink.stats()["spooled"] == 10 and sink.stats()["replayed"] == 10
     assert sorted(ids_in_db(db_url)) == sorted(r.id for r in records)
+
+
+def test_the_rejected_file_is_private_whatever_the_umask(tmp_path: Path) -> None:
+    """recorder-rejected.jsonl holds whole records: mode 0600, like the spool."""
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    from recorder.store.migrate import upgrade
+
+    upgrade(db)
+    spool = tmp_path / "spool"
+    bad = simple_record(1, max_output_tokens=2**70)  # no driver binds it
+    old = os.umask(0o022)
+    try:
+        sink = SqlSink(db, spool)
+        sink.submit(bad)
+        sink.close()
+    finally:
+        os.umask(old)
+    assert sink.stats()["failed"] == 1
+    assert (spool / REJECTED_FILE).stat().st_mode & 0o777 == 0o600
