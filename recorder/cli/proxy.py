@@ -550,6 +550,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"recorder: stopped; {recorder.health.records} records:"
         f" {stats['written']} written to the database, {stats['spooled']} spooled,"
-        f" {stats['dropped']} dropped"
+        f" {stats['dropped']} dropped; {recorder.cut_at_shutdown} streams were still open"
+        " and cut by the shutdown"
     )
     return 0

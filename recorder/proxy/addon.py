@@ -162,6 +162,7 @@ class Recorder:
         self._clock = clock
         self._on_record = on_record
         self._on_start = on_start
+        self.cut_at_shutdown = 0  # streams still open when `done` ended them
         # set by recorder.proxy.webview under mitmweb: the flow, its completed record
         # and the body kept for the UI
         self.on_flow_done: (
@@ -573,6 +574,7 @@ class Recorder:
         the sink."""
         try:
             now = self._clock()
+            self.cut_at_shutdown += len(self._flows)
             for flow_id in list(self._flows):
                 state = self._flows.pop(flow_id)
                 rec = self._close_meter(state, now, "client_disconnect", "proxy shut down")

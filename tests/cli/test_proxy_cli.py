@@ -102,6 +102,7 @@ def test_records_flushed_on_signal_and_metrics_agree_with_the_db(
         out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out
     assert f"{sent} records: {sent} written to the database" in out
+    assert "; 0 streams were still open and cut by the shutdown" in out
 
     engine = sa.create_engine(f"sqlite:///{tmp_path / 'recorder.db'}")
     with engine.connect() as conn:

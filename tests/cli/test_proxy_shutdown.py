@@ -170,6 +170,7 @@ def assert_bounded(proxy: Proxy, took: float, ends: list[float]) -> None:
     assert took < EXIT_BOUND_S, f"exit took {took:.1f} s\n{out}"
     assert max(ends) < CLIENT_BOUND_S, f"clients ended after {max(ends):.1f} s\n{out}"
     assert "60 records:" in out and " 0 dropped" in out, out
+    assert "; 40 streams were still open and cut by the shutdown" in out, out
 
 
 def assert_nothing_lost(stored: list[str], spooled: list[str], ids: list[str]) -> None:
