@@ -1,5 +1,11 @@
 """`recorder db upgrade` / `recorder db prune --before DATE` / `recorder db
-purge-bodies [--before DATE]`: schema and retention.
+purge-bodies [--before DATE]` / `recorder db spool [--spool-dir DIR]`: schema,
+retention, and what waits in a spool directory.
+
+``spool`` lists, by store, the records waiting in a spool directory (by default
+the one of ``--db``): files, records, and how many files a running process holds
+(a running recorder's journal: its records may already be in the database). It
+never connects to a database.
 
 ``prune`` deletes streams with their gaps and captured bodies; ``purge-bodies``
 deletes only the captured response bodies (``--capture-bodies``), keeping the
@@ -142,6 +148,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     pb.add_argument("--dry-run", action="store_true", help="only count what would be deleted")
     add_db_option(pb)
     pb.set_defaults(func=run)
+    sp = dbsub.add_parser("spool", help="what waits in a spool directory, by store")
+    sp.add_argument(
+        "--spool-dir",
+        metavar="DIR",
+        help="the directory to look in (default: the spool directory of --db)",
+    )
+    sp.add_argument("--format", choices=("table", "json", "csv"), default=None)
+    add_db_option(sp)
+    sp.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -151,6 +166,8 @@ def run(args: argparse.Namespace) -> int:
             return _upgrade(args)
         if args.db_command == "purge-bodies":
             return _purge_bodies(args)
+        if args.db_command == "spool":
+            return _spool(args)
         return _prune(args)
     except CliError as e:
         print(f"recorder db {args.db_command}: {e}", file=sys.stderr)
@@ -214,4 +231,41 @@ def _purge_bodies(args: argparse.Namespace) -> int:
         raise CliError(f"{display_url(url)}: {_first_line(e)}") from None
     finally:
         engine.dispose()
+    return 0
+
+
+SPOOL_COLUMNS = ("store", "store_id", "files", "records", "held_files")
+
+
+def _spool(args: argparse.Namespace) -> int:
+    from recorder.cli.render import default_format, emit
+    from recorder.store.identity import default_spool_dir
+    from recorder.store.spool import list_spool
+
+    if args.spool_dir:
+        directory = Path(args.spool_dir)
+    else:
+        try:
+            directory = default_spool_dir(db_url(args))
+        except StoreError as e:
+            raise CliError(str(e), 2) from None
+    if not directory.is_dir():
+        raise CliError(f"no spool directory at {directory}")
+    counts: dict[tuple[str, str | None], list[int]] = {}  # files, records, held files
+    for f in list_spool(directory):
+        store = f.store or "(no store named: written by an older recorder)"
+        c = counts.setdefault((store, f.store_id), [0, 0, 0])
+        c[0] += 1
+        c[1] += f.records
+        c[2] += f.held
+    out = [
+        {"store": s, "store_id": i, "files": c[0], "records": c[1], "held_files": c[2]}
+        for (s, i), c in counts.items()
+    ]
+    if default_format(args.format) == "table":
+        print(f"spool directory {directory}")
+        if not out:
+            print("nothing waits here")
+            return 0
+    emit(out, args.format, columns=SPOOL_COLUMNS)
     return 0

@@ -20,6 +20,7 @@ from recorder.proxy.addon import Recorder, RecorderConfig
 from recorder.sinks import FanoutSink, JsonlSink, Sink
 from recorder.store import SqlSink, StoreError, StoreUnavailable, key_secret, upgrade
 from recorder.store.engine import display_url
+from recorder.store.identity import default_spool_dir
 
 DEFAULT_DB = "sqlite:///recorder.db"
 
@@ -188,10 +189,10 @@ class Settings:
         self.metrics_port_bound = self.metrics_port
 
     def _default_spool_dir(self) -> Path:
-        prefix = "sqlite:///"
-        if self.db.startswith(prefix) and self.db[len(prefix) :] not in ("", ":memory:"):
-            return Path(self.db[len(prefix) :]).resolve().parent
-        return Path.cwd()
+        try:
+            return default_spool_dir(self.db)
+        except StoreError as e:
+            raise OptionError(f"--db {e}") from None
 
 
 def is_loopback(host: str) -> bool:
@@ -316,7 +317,8 @@ def open_store(db: str, spool_dir: Path, who: str) -> tuple[bytes, SqlSink] | No
         return None
     try:
         secret = key_secret(db, cache_dir=spool_dir)
-        sink = SqlSink(db, spool_dir, upgrade=not schema_ready)
+        # journal: finished records reach the spool file within 50 ms (kill -9)
+        sink = SqlSink(db, spool_dir, upgrade=not schema_ready, journal=True)
     except (StoreUnavailable, OSError) as e:
         print(f"recorder {who}: {e}", file=sys.stderr)
         return None

@@ -30,6 +30,13 @@ Records the database refuses (a value it cannot store) are not spooled again:
 they go to ``recorder-rejected.jsonl`` in the same directory, for a person to
 look at, and are counted as ``failed``.
 
+Every file begins with a header line naming the store its records are meant
+for (``{"recorder_spool": 1, "store": KEY, "store_id": ID}``, see
+``recorder.store.identity``): a process claims only the files of its own store
+and leaves every other file where it is, however long it waits there. A file
+without a header (written by an older recorder) names no store and is never
+replayed automatically.
+
 A record that carries a captured body (``--capture-bodies``) has one key more on
 its line, ``body``: the packed body (``recorder.proxy.capture.PackedBody``,
 compressed, its bytes in base64), so a body waits in the spool with its record.
@@ -55,12 +62,14 @@ import orjson
 from recorder.core.record import FIELDS, Gap, StreamRecord
 from recorder.proxy.capture import BodyFormatError, CapturedRecord, PackedBody, body_of
 from recorder.sinks import record_json
+from recorder.store.identity import StoreIdentity
 
 log = logging.getLogger("recorder.store")
 
 SPOOL_PREFIX = "recorder-spool-"
 SPOOL_SUFFIX = ".jsonl"
 REJECTED_FILE = "recorder-rejected.jsonl"
+HEADER_KEY = "recorder_spool"
 _FIELD_SET = frozenset(FIELDS)
 
 
@@ -163,8 +172,10 @@ class Spool:
     """This process's spool files in one directory. Thread-safe: ``lock`` guards
     the current file (held for one ``os.write``)."""
 
-    def __init__(self, directory: str | Path) -> None:
+    def __init__(self, directory: str | Path, identity: StoreIdentity | None = None) -> None:
         self.directory = Path(directory)
+        # the store the records are meant for, written at the head of every file
+        self.identity = identity
         # reentrant: a signal handler that closes the sink may interrupt an append
         self.lock = threading.RLock()
         self.segments: list[Segment] = []  # every file owned, the current one last
@@ -220,6 +231,14 @@ class Spool:
             os.close(fd)
             raise
         seg = Segment(path, fd)
+        if self.identity is not None:
+            header = header_line(self.identity)
+            try:
+                _write_all(fd, header)
+            except OSError:
+                seg.release(remove=True)
+                raise
+            seg.size = len(header)
         self.segments.append(seg)
         self.current = seg
         return seg
@@ -279,17 +298,25 @@ class Spool:
 
     # -- other processes' files ------------------------------------------------
 
-    def claim_orphans(self, exclude: set[Path]) -> list[Segment]:
+    def _owns(self, info: SpoolFile) -> bool:
+        if self.identity is None:  # a spool of no store (tests): files naming none
+            return info.store is None and info.store_id is None
+        return self.identity.owns(info.store, info.store_id)
+
+    def claim_orphans(self, exclude: set[Path]) -> tuple[list[Segment], list[SpoolFile]]:
         """Lock and take over the spool files in the directory that no live process
-        holds (oldest first)."""
+        holds and that belong to this spool's store (oldest first); also return the
+        others found unheld, left untouched (another store's, or a file naming no
+        store)."""
         try:
             names = sorted(os.listdir(self.directory))
         except FileNotFoundError:
-            return []
+            return [], []
         except OSError as e:
             log.error("recorder: cannot list spool directory %s: %s", self.directory, e)
-            return []
-        out = []
+            return [], []
+        out: list[Segment] = []
+        others: list[SpoolFile] = []
         for name in names:
             if not (name.startswith(SPOOL_PREFIX) and name.endswith(SPOOL_SUFFIX)):
                 continue
@@ -297,9 +324,88 @@ class Spool:
             if path in exclude:
                 continue
             seg = claim(path)
-            if seg is not None:
+            if seg is None:
+                continue
+            info = describe(path)
+            if self._owns(info):
                 out.append(seg)
-        return out
+            else:
+                seg.release(remove=False)
+                others.append(info)
+        return out, others
+
+
+@dataclass(slots=True)
+class SpoolFile:
+    """What a spool file says of itself: the store it waits for, how many records."""
+
+    path: Path
+    store: str | None  # None: a file without a header (an older recorder's)
+    store_id: str | None
+    records: int
+    held: bool = False  # a live process holds it
+
+
+def header_line(identity: StoreIdentity) -> bytes:
+    """The first line of a spool file of ``identity``'s store."""
+    doc = {HEADER_KEY: 1, "store": identity.key, "store_id": identity.store_id}
+    return orjson.dumps(doc) + b"\n"
+
+
+def _header_of(line: bytes) -> dict[str, Any] | None:
+    if HEADER_KEY.encode() not in line[:64]:
+        return None
+    try:
+        doc = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return doc if isinstance(doc, dict) and HEADER_KEY in doc else None
+
+
+def describe(path: Path) -> SpoolFile:
+    """Read a spool file's header and count its whole record lines (a file that
+    cannot be read counts as holding none)."""
+    store: str | None = None
+    store_id: str | None = None
+    records = 0
+    try:
+        with path.open("rb") as fh:
+            first = fh.readline()
+            header = _header_of(first) if first.endswith(b"\n") else None
+            if header is not None:
+                store = str(header.get("store") or "") or None
+                sid = header.get("store_id")
+                store_id = str(sid) if sid else None
+            elif first.strip() and first.endswith(b"\n"):
+                records += 1
+            records += sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
+    except OSError:
+        pass
+    return SpoolFile(path, store, store_id, records)
+
+
+def list_spool(directory: Path) -> list[SpoolFile]:
+    """Every spool file in ``directory``, described; ``held`` when a live process
+    holds it (its records may be waiting, or already written: a journal)."""
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        if not (name.startswith(SPOOL_PREFIX) and name.endswith(SPOOL_SUFFIX)):
+            continue
+        path = directory / name
+        seg = claim(path)
+        info = describe(path)
+        if seg is None:
+            if not path.exists():
+                continue
+            info.held = True
+        else:
+            seg.release(remove=False)
+        out.append(info)
+    return out
 
 
 def claim(path: Path) -> Segment | None:
@@ -334,6 +440,8 @@ def read_records(path: Path, batch: int) -> Iterator[list[StreamRecord | BadLine
     out: list[StreamRecord | BadLine] = []
     with path.open("rb") as fh:
         for lineno, line in enumerate(fh, 1):
+            if lineno == 1 and _header_of(line) is not None:
+                continue
             if not line.endswith(b"\n"):
                 out.append(BadLine(lineno, "incomplete last line (torn write)"))
                 break
