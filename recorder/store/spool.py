@@ -128,6 +128,26 @@ class Segment:
     dirty: bool = False  # holds records that did not reach the database otherwise
     sealed: bool = False  # no longer appended to
     opened_at: float = field(default_factory=time.monotonic)
+    # Spool-first: which of its records did not reach the database (seq ranges);
+    # its n-th record line has seq ``first_seq + n``, unless ``mixed`` (lines
+    # without a seq were added, or a failed write left the file uncertain): then
+    # a replay takes every line.
+    dirty_seqs: list[tuple[int, int]] = field(default_factory=list)
+    mixed: bool = False
+    header: bytes = b""  # still to be written, before the first records
+
+    def mark(self, lo: int, hi: int) -> None:
+        """Records ``lo..hi`` (seqs) in this file must be replayed."""
+        self.dirty = True
+        self.dirty_seqs.append((lo, hi))
+
+    def replays(self, n: int) -> bool:
+        """Whether a replay of this file (by its owner) takes its ``n``-th record
+        line (0-based): every line, unless the file says which records are dirty."""
+        if not self.first_seq or self.mixed:
+            return True
+        seq = self.first_seq + n
+        return any(lo <= seq <= hi for lo, hi in self.dirty_seqs)
 
     def release(self, *, remove: bool) -> None:
         """Let go of the file (removing it first if asked); never raises."""
@@ -191,21 +211,23 @@ class Spool:
         seg = self.current
         if seg is None:
             seg = self._open()
+        header = seg.header
         try:
-            _write_all(seg.fd, data)
+            _write_all(seg.fd, header + data if header else data)
         except OSError as e:
             # All or nothing: what part of it reached the file (a disk that filled
             # up half-way) is cut off again, and the file stays the current one. If
             # even that fails it may end in a partial line (read back, it is
             # skipped): retire it.
             if not _cut_back(seg):
-                seg.dirty = True
+                seg.dirty = seg.mixed = True
                 self._seal_locked()
             if e.filename is None:  # say which file: os.write does not
                 raise OSError(e.errno, e.strerror, str(seg.path)) from e
             raise
+        seg.header = b""
         seg.records += records
-        seg.size += len(data)
+        seg.size += len(header) + len(data)
         if seq:
             if not seg.first_seq:
                 seg.first_seq = seq
@@ -217,6 +239,8 @@ class Spool:
         with self.lock:
             seg = self.append_locked(data, records)
             seg.dirty = True
+            if seg.first_seq:  # lines without a seq among sequenced ones
+                seg.mixed = True
             return seg
 
     def _open(self) -> Segment:
@@ -231,14 +255,8 @@ class Spool:
             os.close(fd)
             raise
         seg = Segment(path, fd)
-        if self.identity is not None:
-            header = header_line(self.identity)
-            try:
-                _write_all(fd, header)
-            except OSError:
-                seg.release(remove=True)
-                raise
-            seg.size = len(header)
+        if self.identity is not None:  # written with the first records (all or nothing)
+            seg.header = header_line(self.identity)
         self.segments.append(seg)
         self.current = seg
         return seg
@@ -277,7 +295,7 @@ class Spool:
         with self.lock:
             for seg in self.segments:
                 if seg.records and seg.first_seq <= hi and seg.last_seq >= lo:
-                    seg.dirty = True
+                    seg.mark(lo, hi)
 
     def owned_paths(self) -> set[Path]:
         """Paths of the files this spool holds."""
@@ -329,6 +347,8 @@ class Spool:
             info = describe(path)
             if self._owns(info):
                 out.append(seg)
+            elif not info.records and info.store is None:
+                seg.release(remove=True)  # empty: its owner died before the first write
             else:
                 seg.release(remove=False)
                 others.append(info)

@@ -215,6 +215,7 @@ class SqlSink:
         self._replay_queue: deque[Segment] = deque()
         self._replay_iter: Iterator[list[StreamRecord | BadLine]] | None = None
         self._replay_seg: Segment | None = None
+        self._replay_pos = 0  # record lines of the file being replayed read so far
         self._next_orphan_scan = 0.0
         self._close_deadline = 0.0
         self._journal: Journal | None = None
@@ -270,6 +271,7 @@ class SqlSink:
                 seg = self._spool.append_locked(line, 1, seq)
             except OSError as e:
                 seg, seq = None, 0
+                self._seq -= 1  # seqs stay those of the lines in the files
                 log.error(
                     "recorder: cannot write spool in %s: %s", self.spool_dir, os_error_text(e)
                 )
@@ -278,7 +280,7 @@ class SqlSink:
                     self._loop_dropped += 1
                     self._log_drop(1, "spool unwritable after close", record.id)
                 else:
-                    seg.dirty = True
+                    seg.mark(seq, seq)
                     self._loop_spooled += 1
                     self._spool.close_locked()
                 return
@@ -288,7 +290,7 @@ class SqlSink:
             except queue.Full:
                 pass
             if seg is not None:
-                seg.dirty = True
+                seg.mark(seq, seq)
                 self._loop_spooled += 1
                 return
         self._loop_dropped += 1
@@ -317,6 +319,7 @@ class SqlSink:
                 seg.last_seq = self._seq
             except OSError as e:
                 seg, first = None, 0
+                self._seq -= len(good)  # seqs stay those of the lines in the files
                 log.error(
                     "recorder: cannot write spool in %s: %s", self.spool_dir, os_error_text(e)
                 )
@@ -325,7 +328,7 @@ class SqlSink:
                     self._queue.put_nowait((first + n if seg else 0, r))
                 except queue.Full:
                     if seg is not None:
-                        seg.dirty = True
+                        seg.mark(first + n, first + n)
                         self._loop_spooled += 1
                     else:
                         self._loop_dropped += 1
@@ -810,6 +813,7 @@ class SqlSink:
             first = self._replay_queue.popleft()
             self._replay_seg = first
             self._replay_iter = read_records(first.path, self.batch_size)
+            self._replay_pos = 0
         seg = self._replay_seg
         assert seg is not None
         try:
@@ -828,6 +832,9 @@ class SqlSink:
             return
         records: list[StreamRecord] = []
         for item in chunk:
+            self._replay_pos += 1
+            if not seg.replays(self._replay_pos - 1):
+                continue  # one of this process's records that is in the database already
             if isinstance(item, BadLine):
                 self._dropped += 1
                 self._log_drop(

@@ -19,7 +19,6 @@ from storedb import (
     outage,
     simple_record,
     spool_files,
-    unreachable_url,
     wait_for,
 )
 
@@ -110,15 +109,18 @@ def test_bodies_wait_in_the_spool_through_an_outage(
     request: pytest.FixtureRequest, db_url: str, tmp_path: Path
 ) -> None:
     spool = tmp_path / "spool"
-    down = unreachable_url(kind_of(db_url), tmp_path)
-    first = SqlSink(down, spool, batch_size=20)
+    engine = make_engine(db_url, sqlite_busy_timeout_ms=100)
+    first = SqlSink(db_url, spool, batch_size=20, engine=engine)
+    admin = request.getfixturevalue("pg_admin") if kind_of(db_url) == "postgresql" else None
     records = [captured(i) for i in range(30)]
-    for r in records:
-        first.submit(r)
-    first.close()
+    with outage(db_url, admin):
+        for r in records:
+            first.submit(r)
+        first.close(timeout=10)
+    engine.dispose()
     assert first.stats()["spooled"] == 30 and first.stats()["dropped"] == 0
     (path,) = spool_files(spool)
-    line = orjson.loads(path.read_bytes().splitlines()[0])
+    line = orjson.loads(path.read_bytes().splitlines()[1])  # after the header
     assert line["body"]["encoding"] == "zstd" and line["body"]["size"] == len(SSE)
     second = SqlSink(db_url, spool, batch_size=20)
     wait_for(lambda: count_rows(db_url, "stream_bodies") == 30 and not spool_files(spool))
