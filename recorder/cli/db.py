@@ -154,6 +154,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="DIR",
         help="the directory to look in (default: the spool directory of --db)",
     )
+    sp.add_argument(
+        "--adopt",
+        action="store_true",
+        help="give the files that name no store (an older recorder's) to the store of "
+        "--db: moved, with a header, into its default spool directory (or --into)",
+    )
+    sp.add_argument("--into", metavar="DIR", help="with --adopt: the spool directory to move to")
     sp.add_argument("--format", choices=("table", "json", "csv"), default=None)
     add_db_option(sp)
     sp.set_defaults(func=run)
@@ -237,6 +244,32 @@ def _purge_bodies(args: argparse.Namespace) -> int:
 SPOOL_COLUMNS = ("store", "store_id", "files", "records", "held_files")
 
 
+def _adopt(args: argparse.Namespace, directory: Path) -> int:
+    from recorder.store.identity import StoreIdentity, default_spool_dir, read_cached_id, store_key
+    from recorder.store.spool import adopt, list_spool
+
+    url = db_url(args)
+    try:
+        key = store_key(url)
+        into = Path(args.into) if args.into else default_spool_dir(url)
+    except StoreError as e:
+        raise CliError(str(e), 2) from None
+    identity = StoreIdentity(key, read_cached_id(into, key))
+    files = records = 0
+    for f in list_spool(directory):
+        if f.held or f.store is not None or f.store_id is not None:
+            continue
+        try:
+            n = adopt(f.path, identity, into)
+        except OSError as e:
+            raise CliError(f"cannot adopt {f.path}: {e.strerror or e}") from None
+        if n is not None:
+            files += 1
+            records += n
+    print(f"adopted {files} file(s), {records} record(s), for {key}, into {into}")
+    return 0
+
+
 def _spool(args: argparse.Namespace) -> int:
     from recorder.cli.render import default_format, emit
     from recorder.store.identity import default_spool_dir
@@ -251,6 +284,8 @@ def _spool(args: argparse.Namespace) -> int:
             raise CliError(str(e), 2) from None
     if not directory.is_dir():
         raise CliError(f"no spool directory at {directory}")
+    if args.adopt:
+        return _adopt(args, directory)
     counts: dict[tuple[str, str | None], list[int]] = {}  # files, records, held files
     for f in list_spool(directory):
         store = f.store or "(no store named: written by an older recorder)"

@@ -297,6 +297,11 @@ class Spool:
                 if seg.records and seg.first_seq <= hi and seg.last_seq >= lo:
                     seg.mark(lo, hi)
 
+    def dirty_files(self) -> int:
+        """Owned files holding records that did not reach the database otherwise."""
+        with self.lock:
+            return sum(1 for s in self.segments if s.dirty)
+
     def owned_paths(self) -> set[Path]:
         """Paths of the files this spool holds."""
         with self.lock:
@@ -445,6 +450,34 @@ def claim(path: Path) -> Segment | None:
         os.close(fd)
         return None
     return Segment(path, fd, dirty=True, sealed=True)
+
+
+def adopt(path: Path, identity: StoreIdentity, into: Path) -> int | None:
+    """Give a spool file that names no store (an older recorder's) to
+    ``identity``'s store: copy it, with a header, into ``into`` and remove it.
+    Returns its records, or None if it is held, gone, or already names a store.
+    A crash between the copy and the removal leaves both: the old one is never
+    replayed, and a second adoption is stored once (``ON CONFLICT DO NOTHING``)."""
+    seg = claim(path)
+    if seg is None:
+        return None
+    try:
+        info = describe(path)
+        if info.store is not None or info.store_id is not None:
+            return None
+        into.mkdir(parents=True, exist_ok=True)
+        stamp = f"{os.getpid()}-{time.time_ns() // 1_000_000}"
+        tmp = into / f".adopting-{stamp}-{path.name}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            _write_all(fd, header_line(identity) + path.read_bytes())
+        finally:
+            os.close(fd)
+        os.rename(tmp, into / f"{SPOOL_PREFIX}adopted-{stamp}-{path.name[len(SPOOL_PREFIX) :]}")
+        path.unlink()
+        return info.records
+    finally:
+        seg.release(remove=False)
 
 
 @dataclass(slots=True)

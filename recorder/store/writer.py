@@ -448,7 +448,8 @@ class SqlSink:
             "failed": self._failed,
             "bodies_written": self._bodies_written,
             "bodies_failed": self._bodies_failed,
-            "spool_files": len(self._spool.segments)
+            # files holding records that wait for the database (not the journal's)
+            "spool_files": self._spool.dirty_files()
             + len(self._replay_queue)
             + (self._replay_seg is not None),
             "db_available": self._db_ok,
