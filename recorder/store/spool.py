@@ -181,6 +181,13 @@ def os_error_text(e: OSError) -> str:
     return f"{text} on {e.filename}" if e.filename else text
 
 
+def _size(seg: Segment) -> int:
+    try:
+        return os.fstat(seg.fd).st_size
+    except OSError:
+        return -1
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -330,7 +337,7 @@ class Spool:
         """Lock and take over the spool files in the directory that no live process
         holds and that belong to this spool's store (oldest first); also return the
         others found unheld, left untouched (another store's, or a file naming no
-        store)."""
+        store; their records not counted: ``describe`` does)."""
         try:
             names = sorted(os.listdir(self.directory))
         except FileNotFoundError:
@@ -349,10 +356,10 @@ class Spool:
             seg = claim(path)
             if seg is None:
                 continue
-            info = describe(path)
+            info = describe(path, count=False)  # the header says whose it is
             if self._owns(info):
                 out.append(seg)
-            elif not info.records and info.store is None:
+            elif info.store is None and _size(seg) == 0:
                 seg.release(remove=True)  # empty: its owner died before the first write
             else:
                 seg.release(remove=False)
@@ -387,9 +394,9 @@ def _header_of(line: bytes) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) and HEADER_KEY in doc else None
 
 
-def describe(path: Path) -> SpoolFile:
-    """Read a spool file's header and count its whole record lines (a file that
-    cannot be read counts as holding none)."""
+def describe(path: Path, *, count: bool = True) -> SpoolFile:
+    """Read a spool file's header and (``count``) count its whole record lines (a
+    file that cannot be read counts as holding none)."""
     store: str | None = None
     store_id: str | None = None
     records = 0
@@ -403,7 +410,10 @@ def describe(path: Path) -> SpoolFile:
                 store_id = str(sid) if sid else None
             elif first.strip() and first.endswith(b"\n"):
                 records += 1
-            records += sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
+            if count:
+                records += sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
+            elif first.endswith(b"\n") and fh.read(1):
+                records += 1  # at least one: enough to tell an empty file
     except OSError:
         pass
     return SpoolFile(path, store, store_id, records)

@@ -104,6 +104,7 @@ from recorder.store.spool import (
     Spool,
     SpoolFile,
     append_rejected,
+    describe,
     os_error_text,
     read_records,
     record_line,
@@ -775,7 +776,7 @@ class SqlSink:
             return
         self._reported.update(f.path for f in new)
         waiting: dict[str, int] = {}
-        for f in others:
+        for f in map(describe, (f.path for f in others)):  # read through, to count
             name = f.store or "no store named (an older recorder's files)"
             if f.store_id:
                 name += f" (store id {f.store_id})"
