@@ -325,8 +325,15 @@ class SqlSink:
                     "recorder: cannot write spool in %s: %s", self.spool_dir, os_error_text(e)
                 )
             for n, r in enumerate(good):
+                body = body_of(r)
+                size = body.queued_bytes if body is not None else 0
                 try:
+                    if size and self._body_bytes_in - self._body_bytes_out + size > (
+                        self.body_queue_bytes
+                    ):
+                        raise queue.Full  # bodies pile up: it waits in the spool alone
                     self._queue.put_nowait((first + n if seg else 0, r))
+                    self._body_bytes_in += size
                 except queue.Full:
                     if seg is not None:
                         seg.mark(first + n, first + n)
@@ -520,7 +527,7 @@ class SqlSink:
         self._inflight = batch
         for seq, r in batch:  # their bodies no longer wait in the queue
             body = body_of(r)
-            if body is not None and not seq:
+            if body is not None and (not seq or self._journal is not None):
                 self._body_bytes_out += body.queued_bytes
         try:
             if not self._may_use_db():

@@ -147,21 +147,30 @@ def test_an_outage_in_process_loses_no_body(
     assert stored_body(db_url, records[-1].id).body() == SSE
 
 
-def test_too_many_waiting_bodies_go_to_the_spool(tmp_path: Path) -> None:
+@pytest.mark.parametrize("journal", [False, True])
+def test_too_many_waiting_bodies_go_to_the_spool(tmp_path: Path, journal: bool) -> None:
     """Past ``body_queue_bytes`` of queued bodies, a record with a body is spooled
-    (its body packed there) rather than queued; all arrive in the end."""
+    (its body packed there) rather than queued; all arrive in the end. With the
+    journal too: every record is in the spool already, it is just not queued."""
     db = f"sqlite:///{tmp_path / 'r.db'}"
     from recorder.store.migrate import upgrade
 
     upgrade(db)
     engine = make_engine(db, sqlite_busy_timeout_ms=60_000)
     spool = tmp_path / "spool"
-    sink = SqlSink(db, spool, engine=engine, body_queue_bytes=3 * len(SSE), retry_min=0.05)
+    sink = SqlSink(
+        db,
+        spool,
+        engine=engine,
+        body_queue_bytes=3 * len(SSE),
+        retry_min=0.05,
+        journal=journal,
+    )
     records = [captured(i) for i in range(20)]
     with outage(db):  # the writer waits in the database: the queue does not drain
         for r in records:
             sink.submit(r)
-        assert sink.stats()["spooled"] >= 20 - 4
+        wait_for(lambda: sink.stats()["spooled"] >= 20 - 4, 10)
         assert sink.stats()["queue_depth"] <= 4
     wait_for(lambda: count_rows(db, "stream_bodies") == 20 and not spool_files(spool))
     sink.close()
