@@ -68,7 +68,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--prices", metavar="FILE", help="price table (default: the shipped one)")
     p.add_argument(
-        "--spool-dir", metavar="DIR", help="where records wait while the database is unreachable"
+        "--spool-dir",
+        metavar="DIR",
+        help="where records wait while the database is unreachable (default: one directory "
+        "per store: FILE.spool beside a SQLite FILE, else under ~/.local/state/recorder/spool)",
     )
     p.add_argument(
         "--max-model-labels",
