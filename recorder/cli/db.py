@@ -283,7 +283,10 @@ def _spool(args: argparse.Namespace) -> int:
         except StoreError as e:
             raise CliError(str(e), 2) from None
     if not directory.is_dir():
-        raise CliError(f"no spool directory at {directory}")
+        if args.spool_dir:
+            raise CliError(f"no spool directory at {directory}")
+        print(f"nothing waits: no spool directory at {directory}")  # never spooled
+        return 0
     if args.adopt:
         return _adopt(args, directory)
     counts: dict[tuple[str, str | None], list[int]] = {}  # files, records, held files
