@@ -302,7 +302,9 @@ class SqlSink:
         ``os.write``), then queue them, as ``_submit_spool_first`` does one."""
         lines: list[bytes] = []
         good: list[StreamRecord] = []
-        for r in records:
+        for n, r in enumerate(records, 1):
+            if not n % _YIELD_EVERY:
+                time.sleep(0)  # let the event loop have the GIL, as the writer does
             try:
                 lines.append(record_line(r))
                 good.append(r)

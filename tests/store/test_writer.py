@@ -380,7 +380,7 @@ from recorder.store.writer import SqlSink
 url, spool, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 engine = make_engine(url, sqlite_busy_timeout_ms=600_000)
 sink = SqlSink(url, spool, engine=engine, spool_first=(mode == "spool_first"),
-               batch_size=50, queue_size=100_000)
+               journal=(mode == "journal"), batch_size=50, queue_size=100_000)
 
 def stop(signum, frame):
     sink.close(timeout=2)
@@ -452,6 +452,36 @@ def test_kill_9_loses_nothing_when_spooling_first(tmp_path: Path) -> None:
     spool = tmp_path / "spool"
     with outage(db):
         p = _child(db, spool, "spool_first")
+        p.kill()
+        p.communicate(timeout=30)
+    assert count_rows(db) == 0
+    replay = SqlSink(db, spool)
+    wait_for(lambda: count_rows(db) == 1000 and not spool_files(spool))
+    replay.close()
+    assert len(set(ids_in_db(db))) == 1000
+
+
+def test_kill_9_loses_nothing_the_journal_wrote(tmp_path: Path) -> None:
+    """The writer is stuck in a locked database; the journal still puts every record
+    in the spool, off the caller's thread. A kill -9 then loses none of them, and the
+    next process stores each once."""
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    from recorder.store.migrate import upgrade
+
+    upgrade(db)
+    spool = tmp_path / "spool"
+
+    def journaled() -> int:
+        return sum(
+            line.count(b'"id"')
+            for p in spool_files(spool)
+            for line in p.read_bytes().splitlines()
+            if b"recorder_spool" not in line
+        )
+
+    with outage(db):
+        p = _child(db, spool, "journal")
+        wait_for(lambda: journaled() == 1000, 30)
         p.kill()
         p.communicate(timeout=30)
     assert count_rows(db) == 0
