@@ -474,6 +474,8 @@ def _spooled(run: Run) -> None:
             continue
         for line in p.read_bytes().splitlines():
             doc = orjson.loads(line)
+            if "recorder_spool" in doc:  # a spool file's header: the store it waits for
+                continue
             run.spooled.append(doc)
             body = doc.get("body")
             if body:

@@ -1,5 +1,11 @@
 """`recorder db upgrade` / `recorder db prune --before DATE` / `recorder db
-purge-bodies [--before DATE]`: schema and retention.
+purge-bodies [--before DATE]` / `recorder db spool [--spool-dir DIR]`: schema,
+retention, and what waits in a spool directory.
+
+``spool`` lists, by store, the records waiting in a spool directory (by default
+the one of ``--db``): files, records, and how many files a running process holds
+(a running recorder's journal: its records may already be in the database). It
+never connects to a database.
 
 ``prune`` deletes streams with their gaps and captured bodies; ``purge-bodies``
 deletes only the captured response bodies (``--capture-bodies``), keeping the
@@ -147,6 +153,22 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     pb.add_argument("--dry-run", action="store_true", help="only count what would be deleted")
     add_db_option(pb)
     pb.set_defaults(func=run)
+    sp = dbsub.add_parser("spool", help="what waits in a spool directory, by store")
+    sp.add_argument(
+        "--spool-dir",
+        metavar="DIR",
+        help="the directory to look in (default: the spool directory of --db)",
+    )
+    sp.add_argument(
+        "--adopt",
+        action="store_true",
+        help="give the files that name no store (an older recorder's) to the store of "
+        "--db: moved, with a header, into its default spool directory (or --into)",
+    )
+    sp.add_argument("--into", metavar="DIR", help="with --adopt: the spool directory to move to")
+    sp.add_argument("--format", choices=("table", "json", "csv"), default=None)
+    add_db_option(sp)
+    sp.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -156,6 +178,8 @@ def run(args: argparse.Namespace) -> int:
             return _upgrade(args)
         if args.db_command == "purge-bodies":
             return _purge_bodies(args)
+        if args.db_command == "spool":
+            return _spool(args)
         return _prune(args)
     except CliError as e:
         print(f"recorder db {args.db_command}: {e}", file=sys.stderr)
@@ -219,4 +243,72 @@ def _purge_bodies(args: argparse.Namespace) -> int:
         raise CliError(f"{display_url(url)}: {_first_line(e)}") from None
     finally:
         engine.dispose()
+    return 0
+
+
+SPOOL_COLUMNS = ("store", "store_id", "files", "records", "held_files")
+
+
+def _adopt(args: argparse.Namespace, directory: Path) -> int:
+    from recorder.store.identity import StoreIdentity, default_spool_dir, read_cached_id, store_key
+    from recorder.store.spool import adopt, list_spool
+
+    url = db_url(args)
+    try:
+        key = store_key(url)
+        into = Path(args.into) if args.into else default_spool_dir(url)
+    except StoreError as e:
+        raise CliError(str(e), 2) from None
+    identity = StoreIdentity(key, read_cached_id(into, key))
+    files = records = 0
+    for f in list_spool(directory):
+        if f.held or f.store is not None or f.store_id is not None:
+            continue
+        try:
+            n = adopt(f.path, identity, into)
+        except OSError as e:
+            raise CliError(f"cannot adopt {f.path}: {e.strerror or e}") from None
+        if n is not None:
+            files += 1
+            records += n
+    print(f"adopted {files} file(s), {records} record(s), for {key}, into {into}")
+    return 0
+
+
+def _spool(args: argparse.Namespace) -> int:
+    from recorder.cli.render import default_format, emit
+    from recorder.store.identity import default_spool_dir
+    from recorder.store.spool import list_spool
+
+    if args.spool_dir:
+        directory = Path(args.spool_dir)
+    else:
+        try:
+            directory = default_spool_dir(db_url(args))
+        except StoreError as e:
+            raise CliError(str(e), 2) from None
+    if not directory.is_dir():
+        if args.spool_dir:
+            raise CliError(f"no spool directory at {directory}")
+        print(f"nothing waits: no spool directory at {directory}")  # never spooled
+        return 0
+    if args.adopt:
+        return _adopt(args, directory)
+    counts: dict[tuple[str, str | None], list[int]] = {}  # files, records, held files
+    for f in list_spool(directory):
+        store = f.store or "(no store named: written by an older recorder)"
+        c = counts.setdefault((store, f.store_id), [0, 0, 0])
+        c[0] += 1
+        c[1] += f.records
+        c[2] += f.held
+    out = [
+        {"store": s, "store_id": i, "files": c[0], "records": c[1], "held_files": c[2]}
+        for (s, i), c in counts.items()
+    ]
+    if default_format(args.format) == "table":
+        print(f"spool directory {directory}")
+        if not out:
+            print("nothing waits here")
+            return 0
+    emit(out, args.format, columns=SPOOL_COLUMNS)
     return 0

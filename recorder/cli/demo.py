@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 from recorder.cli.render import add_table_options, command, emit, fold
 
@@ -70,10 +69,14 @@ def run(args: argparse.Namespace) -> int:
     from recorder.cli.proxy import open_store
     from recorder.demo import DEMO_KEY, SCENARIOS, run_demo
     from recorder.keys import fingerprint
+    from recorder.store import StoreError
+    from recorder.store.identity import default_spool_dir
 
-    spool_dir = Path.cwd()
-    if args.db.startswith("sqlite:///") and args.db[len("sqlite:///") :] not in ("", ":memory:"):
-        spool_dir = Path(args.db[len("sqlite:///") :]).resolve().parent
+    try:
+        spool_dir = default_spool_dir(args.db)
+    except StoreError as e:
+        print(f"recorder demo: --db {e}", file=sys.stderr)
+        return 2
     opened = open_store(args.db, spool_dir, "demo")
     if opened is None:
         return 1

@@ -7,7 +7,7 @@ options and addons. Records go to the same SQL store. Options
 
 - ``recorder_db``: SQLAlchemy URL of the store (default ``sqlite:///recorder.db``);
 - ``recorder_spool_dir``: where records wait while the database is away
-  (default: the working directory);
+  (default: one directory per store, ``recorder.db.spool`` beside a SQLite file);
 - ``recorder_stall_after``: seconds of output silence that count as a stall (30);
 - ``recorder_prices``: a price table file (default: the shipped one);
 - ``recorder_quiet``: no console line per stream (false);
@@ -32,6 +32,7 @@ from recorder.proxy.live import Live
 from recorder.sinks import MemorySink
 from recorder.store import SqlSink, StoreError, StoreUnavailable, key_secret, upgrade
 from recorder.store.calibration import warm_from
+from recorder.store.identity import default_spool_dir
 
 
 class ScriptRecorder(Recorder):
@@ -52,8 +53,9 @@ class ScriptRecorder(Recorder):
         loader.add_option(
             "recorder_spool_dir",
             str,
-            ".",
-            "Where records wait while the database is unreachable.",
+            "",
+            "Where records wait while the database is unreachable (default: one directory"
+            " per store, see docs/storage.md).",
         )
         loader.add_option(
             "recorder_stall_after", str, "30", "Seconds of output silence that count as a stall."
@@ -98,8 +100,10 @@ class ScriptRecorder(Recorder):
             self._serve_metrics(ctx.options.recorder_metrics)
         if self._configured:
             return
-        db, spool = ctx.options.recorder_db, Path(ctx.options.recorder_spool_dir)
+        db = ctx.options.recorder_db
         try:
+            given = ctx.options.recorder_spool_dir
+            spool = Path(given) if given else default_spool_dir(db)
             self.config.prices = load_price_file(ctx.options.recorder_prices or None)
             try:
                 upgrade(db)
@@ -107,7 +111,7 @@ class ScriptRecorder(Recorder):
             except StoreUnavailable:
                 ready = False  # records are spooled until the database answers
             self.config.key_secret = key_secret(db, cache_dir=spool)
-            self.sink = SqlSink(db, spool, upgrade=not ready)
+            self.sink = SqlSink(db, spool, upgrade=not ready, journal=True)
         except (PriceTableError, StoreError, OSError) as e:
             raise exceptions.OptionsError(f"recorder: {e}") from e
         # as `recorder proxy` does: the stored streams' calibration, the vocabularies

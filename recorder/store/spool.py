@@ -30,6 +30,13 @@ Records the database refuses (a value it cannot store) are not spooled again:
 they go to ``recorder-rejected.jsonl`` in the same directory, for a person to
 look at, and are counted as ``failed``.
 
+Every file begins with a header line naming the store its records are meant
+for (``{"recorder_spool": 1, "store": KEY, "store_id": ID}``, see
+``recorder.store.identity``): a process claims only the files of its own store
+and leaves every other file where it is, however long it waits there. A file
+without a header (written by an older recorder) names no store and is never
+replayed automatically.
+
 A record that carries a captured body (``--capture-bodies``) has one key more on
 its line, ``body``: the packed body (``recorder.proxy.capture.PackedBody``,
 compressed, its bytes in base64), so a body waits in the spool with its record.
@@ -55,12 +62,14 @@ import orjson
 from recorder.core.record import FIELDS, Gap, StreamRecord
 from recorder.proxy.capture import BodyFormatError, CapturedRecord, PackedBody, body_of
 from recorder.sinks import record_json
+from recorder.store.identity import StoreIdentity
 
 log = logging.getLogger("recorder.store")
 
 SPOOL_PREFIX = "recorder-spool-"
 SPOOL_SUFFIX = ".jsonl"
 REJECTED_FILE = "recorder-rejected.jsonl"
+HEADER_KEY = "recorder_spool"
 _FIELD_SET = frozenset(FIELDS)
 
 
@@ -119,6 +128,26 @@ class Segment:
     dirty: bool = False  # holds records that did not reach the database otherwise
     sealed: bool = False  # no longer appended to
     opened_at: float = field(default_factory=time.monotonic)
+    # Spool-first: which of its records did not reach the database (seq ranges);
+    # its n-th record line has seq ``first_seq + n``, unless ``mixed`` (lines
+    # without a seq were added, or a failed write left the file uncertain): then
+    # a replay takes every line.
+    dirty_seqs: list[tuple[int, int]] = field(default_factory=list)
+    mixed: bool = False
+    header: bytes = b""  # still to be written, before the first records
+
+    def mark(self, lo: int, hi: int) -> None:
+        """Records ``lo..hi`` (seqs) in this file must be replayed."""
+        self.dirty = True
+        self.dirty_seqs.append((lo, hi))
+
+    def replays(self, n: int) -> bool:
+        """Whether a replay of this file (by its owner) takes its ``n``-th record
+        line (0-based): every line, unless the file says which records are dirty."""
+        if not self.first_seq or self.mixed:
+            return True
+        seq = self.first_seq + n
+        return any(lo <= seq <= hi for lo, hi in self.dirty_seqs)
 
     def release(self, *, remove: bool) -> None:
         """Let go of the file (removing it first if asked); never raises."""
@@ -152,6 +181,13 @@ def os_error_text(e: OSError) -> str:
     return f"{text} on {e.filename}" if e.filename else text
 
 
+def _size(seg: Segment) -> int:
+    try:
+        return os.fstat(seg.fd).st_size
+    except OSError:
+        return -1
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -163,8 +199,10 @@ class Spool:
     """This process's spool files in one directory. Thread-safe: ``lock`` guards
     the current file (held for one ``os.write``)."""
 
-    def __init__(self, directory: str | Path) -> None:
+    def __init__(self, directory: str | Path, identity: StoreIdentity | None = None) -> None:
         self.directory = Path(directory)
+        # the store the records are meant for, written at the head of every file
+        self.identity = identity
         # reentrant: a signal handler that closes the sink may interrupt an append
         self.lock = threading.RLock()
         self.segments: list[Segment] = []  # every file owned, the current one last
@@ -180,21 +218,23 @@ class Spool:
         seg = self.current
         if seg is None:
             seg = self._open()
+        header = seg.header
         try:
-            _write_all(seg.fd, data)
+            _write_all(seg.fd, header + data if header else data)
         except OSError as e:
             # All or nothing: what part of it reached the file (a disk that filled
             # up half-way) is cut off again, and the file stays the current one. If
             # even that fails it may end in a partial line (read back, it is
             # skipped): retire it.
             if not _cut_back(seg):
-                seg.dirty = True
+                seg.dirty = seg.mixed = True
                 self._seal_locked()
             if e.filename is None:  # say which file: os.write does not
                 raise OSError(e.errno, e.strerror, str(seg.path)) from e
             raise
+        seg.header = b""
         seg.records += records
-        seg.size += len(data)
+        seg.size += len(header) + len(data)
         if seq:
             if not seg.first_seq:
                 seg.first_seq = seq
@@ -206,6 +246,8 @@ class Spool:
         with self.lock:
             seg = self.append_locked(data, records)
             seg.dirty = True
+            if seg.first_seq:  # lines without a seq among sequenced ones
+                seg.mixed = True
             return seg
 
     def _open(self) -> Segment:
@@ -220,6 +262,8 @@ class Spool:
             os.close(fd)
             raise
         seg = Segment(path, fd)
+        if self.identity is not None:  # written with the first records (all or nothing)
+            seg.header = header_line(self.identity)
         self.segments.append(seg)
         self.current = seg
         return seg
@@ -258,7 +302,12 @@ class Spool:
         with self.lock:
             for seg in self.segments:
                 if seg.records and seg.first_seq <= hi and seg.last_seq >= lo:
-                    seg.dirty = True
+                    seg.mark(lo, hi)
+
+    def dirty_files(self) -> int:
+        """Owned files holding records that did not reach the database otherwise."""
+        with self.lock:
+            return sum(1 for s in self.segments if s.dirty)
 
     def owned_paths(self) -> set[Path]:
         """Paths of the files this spool holds."""
@@ -279,17 +328,25 @@ class Spool:
 
     # -- other processes' files ------------------------------------------------
 
-    def claim_orphans(self, exclude: set[Path]) -> list[Segment]:
+    def _owns(self, info: SpoolFile) -> bool:
+        if self.identity is None:  # a spool of no store (tests): files naming none
+            return info.store is None and info.store_id is None
+        return self.identity.owns(info.store, info.store_id)
+
+    def claim_orphans(self, exclude: set[Path]) -> tuple[list[Segment], list[SpoolFile]]:
         """Lock and take over the spool files in the directory that no live process
-        holds (oldest first)."""
+        holds and that belong to this spool's store (oldest first); also return the
+        others found unheld, left untouched (another store's, or a file naming no
+        store; their records not counted: ``describe`` does)."""
         try:
             names = sorted(os.listdir(self.directory))
         except FileNotFoundError:
-            return []
+            return [], []
         except OSError as e:
             log.error("recorder: cannot list spool directory %s: %s", self.directory, e)
-            return []
-        out = []
+            return [], []
+        out: list[Segment] = []
+        others: list[SpoolFile] = []
         for name in names:
             if not (name.startswith(SPOOL_PREFIX) and name.endswith(SPOOL_SUFFIX)):
                 continue
@@ -297,9 +354,93 @@ class Spool:
             if path in exclude:
                 continue
             seg = claim(path)
-            if seg is not None:
+            if seg is None:
+                continue
+            info = describe(path, count=False)  # the header says whose it is
+            if self._owns(info):
                 out.append(seg)
-        return out
+            elif info.store is None and _size(seg) == 0:
+                seg.release(remove=True)  # empty: its owner died before the first write
+            else:
+                seg.release(remove=False)
+                others.append(info)
+        return out, others
+
+
+@dataclass(slots=True)
+class SpoolFile:
+    """What a spool file says of itself: the store it waits for, how many records."""
+
+    path: Path
+    store: str | None  # None: a file without a header (an older recorder's)
+    store_id: str | None
+    records: int
+    held: bool = False  # a live process holds it
+
+
+def header_line(identity: StoreIdentity) -> bytes:
+    """The first line of a spool file of ``identity``'s store."""
+    doc = {HEADER_KEY: 1, "store": identity.key, "store_id": identity.store_id}
+    return orjson.dumps(doc) + b"\n"
+
+
+def _header_of(line: bytes) -> dict[str, Any] | None:
+    if HEADER_KEY.encode() not in line[:64]:
+        return None
+    try:
+        doc = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return doc if isinstance(doc, dict) and HEADER_KEY in doc else None
+
+
+def describe(path: Path, *, count: bool = True) -> SpoolFile:
+    """Read a spool file's header and (``count``) count its whole record lines (a
+    file that cannot be read counts as holding none)."""
+    store: str | None = None
+    store_id: str | None = None
+    records = 0
+    try:
+        with path.open("rb") as fh:
+            first = fh.readline()
+            header = _header_of(first) if first.endswith(b"\n") else None
+            if header is not None:
+                store = str(header.get("store") or "") or None
+                sid = header.get("store_id")
+                store_id = str(sid) if sid else None
+            elif first.strip() and first.endswith(b"\n"):
+                records += 1
+            if count:
+                records += sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
+            elif first.endswith(b"\n") and fh.read(1):
+                records += 1  # at least one: enough to tell an empty file
+    except OSError:
+        pass
+    return SpoolFile(path, store, store_id, records)
+
+
+def list_spool(directory: Path) -> list[SpoolFile]:
+    """Every spool file in ``directory``, described; ``held`` when a live process
+    holds it (its records may be waiting, or already written: a journal)."""
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        if not (name.startswith(SPOOL_PREFIX) and name.endswith(SPOOL_SUFFIX)):
+            continue
+        path = directory / name
+        seg = claim(path)
+        info = describe(path)
+        if seg is None:
+            if not path.exists():
+                continue
+            info.held = True
+        else:
+            seg.release(remove=False)
+        out.append(info)
+    return out
 
 
 def claim(path: Path) -> Segment | None:
@@ -321,6 +462,34 @@ def claim(path: Path) -> Segment | None:
     return Segment(path, fd, dirty=True, sealed=True)
 
 
+def adopt(path: Path, identity: StoreIdentity, into: Path) -> int | None:
+    """Give a spool file that names no store (an older recorder's) to
+    ``identity``'s store: copy it, with a header, into ``into`` and remove it.
+    Returns its records, or None if it is held, gone, or already names a store.
+    A crash between the copy and the removal leaves both: the old one is never
+    replayed, and a second adoption is stored once (``ON CONFLICT DO NOTHING``)."""
+    seg = claim(path)
+    if seg is None:
+        return None
+    try:
+        info = describe(path)
+        if info.store is not None or info.store_id is not None:
+            return None
+        into.mkdir(parents=True, exist_ok=True)
+        stamp = f"{os.getpid()}-{time.time_ns() // 1_000_000}"
+        tmp = into / f".adopting-{stamp}-{path.name}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            _write_all(fd, header_line(identity) + path.read_bytes())
+        finally:
+            os.close(fd)
+        os.rename(tmp, into / f"{SPOOL_PREFIX}adopted-{stamp}-{path.name[len(SPOOL_PREFIX) :]}")
+        path.unlink()
+        return info.records
+    finally:
+        seg.release(remove=False)
+
+
 @dataclass(slots=True)
 class BadLine:
     """A spool line that is not a record (a torn write, or damage)."""
@@ -334,6 +503,8 @@ def read_records(path: Path, batch: int) -> Iterator[list[StreamRecord | BadLine
     out: list[StreamRecord | BadLine] = []
     with path.open("rb") as fh:
         for lineno, line in enumerate(fh, 1):
+            if lineno == 1 and _header_of(line) is not None:
+                continue
             if not line.endswith(b"\n"):
                 out.append(BadLine(lineno, "incomplete last line (torn write)"))
                 break

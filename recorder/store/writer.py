@@ -51,6 +51,16 @@ the caller's thread, as ``spool_first`` does for every record). A body that
 cannot be packed is logged and counted (``bodies_failed``); its record is
 stored without it.
 
+With ``journal=True`` (what ``recorder proxy`` runs) the same holds, without the
+work on the loop: ``submit`` hands the record to a journal thread
+(``recorder.store.journal``), which appends records to the spool in groups,
+every ``journal_interval`` seconds, and then queues them. A kill -9 loses at
+most what finished in the last ``journal_interval``.
+
+Every spool file names the store its records are meant for
+(``recorder.store.identity``); the writer replays only its own store's files
+and says, once, what waits in the directory for other stores.
+
 Health: ``stats()`` gives ``queue_depth``, ``written``, ``spooled``,
 ``replayed``, ``dropped``, ``failed``, ``bodies_written``, ``bodies_failed`` and
 the state of the database link.
@@ -85,12 +95,22 @@ from recorder.core.record import StreamRecord
 from recorder.proxy.capture import CapturedRecord, PackedBody, body_of
 from recorder.store import migrate
 from recorder.store.engine import SUPPORTED, StoreError, display_url, make_engine
+from recorder.store.identity import (
+    StoreIdentity,
+    cache_id,
+    get_or_create_store_id,
+    read_cached_id,
+    store_key,
+)
+from recorder.store.journal import DEFAULT_INTERVAL, Journal
 from recorder.store.models import BulkRows
 from recorder.store.spool import (
     BadLine,
     Segment,
     Spool,
+    SpoolFile,
     append_rejected,
+    describe,
     os_error_text,
     read_records,
     record_line,
@@ -145,6 +165,8 @@ class SqlSink:
         engine: Engine | None = None,
         start: bool = True,
         body_queue_bytes: int = DEFAULT_BODY_QUEUE_BYTES,
+        journal: bool = False,
+        journal_interval: float = DEFAULT_INTERVAL,
     ) -> None:
         if batch_size < 1 or queue_size < 1 or flush_interval <= 0:
             raise ValueError("batch_size and queue_size must be >= 1, flush_interval > 0")
@@ -152,7 +174,8 @@ class SqlSink:
         self.spool_dir = Path(spool_dir)
         self.batch_size = batch_size
         self.flush_interval = flush_interval
-        self.spool_first = spool_first
+        # the journal is spool-first with the spooling done on its own thread
+        self.spool_first = spool_first or journal
         self.retry_min = retry_min
         self.retry_max = retry_max
         self.orphan_scan_interval = orphan_scan_interval
@@ -167,7 +190,11 @@ class SqlSink:
             {"sqlite_begin": "IMMEDIATE"} if self._engine.dialect.name == "sqlite" else {}
         )
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
-        self._spool = Spool(self.spool_dir)
+        key = store_key(url)
+        self.identity = StoreIdentity(key, read_cached_id(self.spool_dir, key))
+        self._identity_read = False
+        self._reported: set[Path] = set()  # other stores' spool files already told of
+        self._spool = Spool(self.spool_dir, self.identity)
         self._stop = threading.Event()
         self._closed = False
         # close() gave up on the writer: what it holds was spooled by close (under
@@ -202,8 +229,12 @@ class SqlSink:
         self._replay_queue: deque[Segment] = deque()
         self._replay_iter: Iterator[list[StreamRecord | BadLine]] | None = None
         self._replay_seg: Segment | None = None
+        self._replay_pos = 0  # record lines of the file being replayed read so far
         self._next_orphan_scan = 0.0
         self._close_deadline = 0.0
+        self._journal: Journal | None = None
+        if journal:
+            self._journal = Journal(self._journal_group, interval=journal_interval)
         if start:
             self.start()
 
@@ -218,6 +249,9 @@ class SqlSink:
     def submit(self, record: StreamRecord) -> None:
         """Queue a record for writing; spool it if the queue is full."""
         try:
+            if self._journal is not None and not self._closed:
+                self._journal.add(record)
+                return
             if self.spool_first:
                 self._submit_spool_first(record)
                 return
@@ -251,6 +285,7 @@ class SqlSink:
                 seg = self._spool.append_locked(line, 1, seq)
             except OSError as e:
                 seg, seq = None, 0
+                self._seq -= 1  # seqs stay those of the lines in the files
                 log.error(
                     "recorder: cannot write spool in %s: %s", self.spool_dir, os_error_text(e)
                 )
@@ -259,7 +294,7 @@ class SqlSink:
                     self._loop_dropped += 1
                     self._log_drop(1, "spool unwritable after close", record.id)
                 else:
-                    seg.dirty = True
+                    seg.mark(seq, seq)
                     self._loop_spooled += 1
                     self._spool.close_locked()
                 return
@@ -269,11 +304,58 @@ class SqlSink:
             except queue.Full:
                 pass
             if seg is not None:
-                seg.dirty = True
+                seg.mark(seq, seq)
                 self._loop_spooled += 1
                 return
         self._loop_dropped += 1
         self._log_drop(1, "queue full and spool unwritable", record.id)
+
+    def _journal_group(self, records: list[StreamRecord]) -> None:
+        """The journal's thread: append a group of records to the spool (one
+        ``os.write``), then queue them, as ``_submit_spool_first`` does one."""
+        lines: list[bytes] = []
+        good: list[StreamRecord] = []
+        for n, r in enumerate(records, 1):
+            if not n % _YIELD_EVERY:
+                time.sleep(0)  # let the event loop have the GIL, as the writer does
+            try:
+                lines.append(record_line(r))
+                good.append(r)
+            except Exception as e:
+                self._loop_dropped += 1
+                self._log_drop(1, f"cannot encode it for the spool: {e}", getattr(r, "id", None))
+        if not good:
+            return
+        with self._spool.lock:
+            first = self._seq + 1
+            self._seq += len(good)
+            seg: Segment | None
+            try:
+                seg = self._spool.append_locked(b"".join(lines), len(good), first)
+                seg.last_seq = self._seq
+            except OSError as e:
+                seg, first = None, 0
+                self._seq -= len(good)  # seqs stay those of the lines in the files
+                log.error(
+                    "recorder: cannot write spool in %s: %s", self.spool_dir, os_error_text(e)
+                )
+            for n, r in enumerate(good):
+                body = body_of(r)
+                size = body.queued_bytes if body is not None else 0
+                try:
+                    if size and self._body_bytes_in - self._body_bytes_out + size > (
+                        self.body_queue_bytes
+                    ):
+                        raise queue.Full  # bodies pile up: it waits in the spool alone
+                    self._queue.put_nowait((first + n if seg else 0, r))
+                    self._body_bytes_in += size
+                except queue.Full:
+                    if seg is not None:
+                        seg.mark(first + n, first + n)
+                        self._loop_spooled += 1
+                    else:
+                        self._loop_dropped += 1
+                        self._log_drop(1, "queue full and spool unwritable", r.id)
 
     def _spill_now(self, records: Sequence[StreamRecord]) -> None:
         """Spool from the caller's thread (queue full, or after close)."""
@@ -331,6 +413,8 @@ class SqlSink:
         back within about ``timeout`` seconds whatever the database does."""
         if self._closed:
             return
+        if self._journal is not None:  # what it holds goes to the spool and the queue
+            self._journal.stop()
         self._closed = True
         self._close_deadline = time.monotonic() + timeout / 2
         self._stop.set()
@@ -391,7 +475,8 @@ class SqlSink:
             "failed": self._failed,
             "bodies_written": self._bodies_written,
             "bodies_failed": self._bodies_failed,
-            "spool_files": len(self._spool.segments)
+            # files holding records that wait for the database (not the journal's)
+            "spool_files": self._spool.dirty_files()
             + len(self._replay_queue)
             + (self._replay_seg is not None),
             "db_available": self._db_ok,
@@ -470,7 +555,7 @@ class SqlSink:
         self._inflight = batch
         for seq, r in batch:  # their bodies no longer wait in the queue
             body = body_of(r)
-            if body is not None and not seq:
+            if body is not None and (not seq or self._journal is not None):
                 self._body_bytes_out += body.queued_bytes
         try:
             if not self._may_use_db():
@@ -693,16 +778,64 @@ class SqlSink:
             except _Unavailable:
                 return
         self._sort_own_segments()
-        if now >= self._next_orphan_scan:
+        if now >= self._next_orphan_scan and self._read_identity():
             self._next_orphan_scan = now + self.orphan_scan_interval
             exclude = self._spool.owned_paths() | {s.path for s in self._replay_queue}
             if self._replay_seg is not None:
                 exclude.add(self._replay_seg.path)
-            for seg in self._spool.claim_orphans(exclude):
+            mine, others = self._spool.claim_orphans(exclude)
+            for seg in mine:
                 log.warning("recorder: replaying spool file %s left by another process", seg.path)
                 self._replay_queue.append(seg)
+            self._tell_of_others(others)
         if self._queue.qsize() < self.batch_size:  # the queue comes first
             self._replay_step()
+
+    def _read_identity(self) -> bool:
+        """Read the store id from the database once (creating it on first use) and
+        cache it beside the spool; False while the database cannot be read."""
+        if self._identity_read:
+            return True
+        try:
+            self._ensure_schema()
+            store_id = get_or_create_store_id(self._engine)
+        except _Unavailable:
+            return False
+        except SQLAlchemyError as e:
+            self._outage(e)
+            return False
+        known = self.identity.store_id
+        if known is not None and known != store_id:
+            log.warning(
+                "recorder: %s is another store than the one this spool directory knew"
+                " there (store id %s, was %s); the old one's spool files are left alone",
+                self.url,
+                store_id,
+                known,
+            )
+        with self._spool.lock:  # new spool files carry the id from now on
+            self.identity.store_id = store_id
+        cache_id(self.spool_dir, self.identity.key, store_id)
+        self._identity_read = True
+        return True
+
+    def _tell_of_others(self, others: list[SpoolFile]) -> None:
+        """Say once, in one line, what waits in the spool directory for other stores."""
+        new = [f for f in others if f.path not in self._reported]
+        if not new:
+            return
+        self._reported.update(f.path for f in new)
+        waiting: dict[str, int] = {}
+        for f in map(describe, (f.path for f in others)):  # read through, to count
+            name = f.store or "no store named (an older recorder's files)"
+            if f.store_id:
+                name += f" (store id {f.store_id})"
+            waiting[name] = waiting.get(name, 0) + f.records
+        log.warning(
+            "recorder: spool directory %s holds records for other stores, left untouched: %s",
+            self.spool_dir,
+            "; ".join(f"{n} for {name}" for name, n in waiting.items()),
+        )
 
     def _sort_own_segments(self) -> None:
         spool = self._spool
@@ -732,6 +865,7 @@ class SqlSink:
             first = self._replay_queue.popleft()
             self._replay_seg = first
             self._replay_iter = read_records(first.path, self.batch_size)
+            self._replay_pos = 0
         seg = self._replay_seg
         assert seg is not None
         try:
@@ -750,6 +884,9 @@ class SqlSink:
             return
         records: list[StreamRecord] = []
         for item in chunk:
+            self._replay_pos += 1
+            if not seg.replays(self._replay_pos - 1):
+                continue  # one of this process's records that is in the database already
             if isinstance(item, BadLine):
                 self._dropped += 1
                 self._log_drop(

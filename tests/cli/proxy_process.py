@@ -15,14 +15,17 @@ RECORDER = str(Path(sys.executable).parent / "recorder")
 
 
 def start_proxy(
-    tmp_path: Path, sim: Simulator, *extra: str
+    tmp_path: Path, sim: Simulator, *extra: str, env: dict[str, str] | None = None
 ) -> tuple[subprocess.Popen[str], int, int, str]:
-    """`recorder proxy` in reverse mode before ``sim``, on SQLite in ``tmp_path``;
-    returns the process, its proxy and metrics ports, and its start-up banner."""
+    """`recorder proxy` in reverse mode before ``sim``, on SQLite in ``tmp_path``
+    (``extra`` may name another ``--db``); ``env`` adds to its environment.
+    Returns the process, its proxy and metrics ports, and its start-up banner."""
     port, metrics_port = free_port(), free_port()
     db = f"sqlite:///{tmp_path / 'recorder.db'}"
+    given = env or {}
     env = {**os.environ, "HOME": str(tmp_path), "RECORDER_STALL_AFTER": "1"}
     env.pop("RECORDER_KEY_SECRET", None)
+    env.update(given)
     proc = subprocess.Popen(
         [
             RECORDER,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,9 @@ from storedb import (
 )
 
 from recorder.cli import db
+from recorder.store.identity import default_spool_dir, store_key
 from recorder.store.migrate import head_revision
+from recorder.store.spool import record_line
 from recorder.store.writer import SqlSink
 
 __all__ = ["db_url", "empty_db_url", "pg_admin", "pg_template", "sqlite_template"]
@@ -103,3 +107,48 @@ def test_subcommand_is_required() -> None:
     db.add_parser(sub)
     with pytest.raises(SystemExit):
         parser.parse_args(["db"])
+
+
+def test_spool_lists_what_waits_by_store_and_adopts_an_older_recorders_files(
+    capsys: pytest.CaptureFixture[str],
+    db_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Files an older recorder left (no header: they name no store) are listed and
+    never replayed on their own; `--adopt` gives them to a store, whose next
+    writer replays them exactly once."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    old = tmp_path / "old"
+    old.mkdir()
+    records = [simple_record(i) for i in range(7)]
+    legacy = old / "recorder-spool-1-2-0001.jsonl"
+    legacy.write_bytes(b"".join(record_line(r) for r in records))
+    code, out, err = run(capsys, "db", "spool", "--spool-dir", str(old), "--format", "json")
+    assert code == 0, err
+    (row,) = json.loads(out)
+    assert row["records"] == 7 and row["files"] == 1 and row["store_id"] is None
+    assert "no store named" in row["store"]
+
+    code, out, err = run(capsys, "db", "spool", "--spool-dir", str(old), "--adopt", "--db", db_url)
+    assert code == 0, err
+    assert "adopted 1 file(s), 7 record(s)" in out
+    assert not legacy.exists()
+    home = default_spool_dir(db_url)
+    code, out, _ = run(capsys, "db", "spool", "--db", db_url, "--format", "json")
+    assert [(r["store"], r["records"]) for r in json.loads(out)] == [(store_key(db_url), 7)]
+
+    sink = SqlSink(db_url, home)
+    sink.flush(10)
+    deadline = time.monotonic() + 30
+    while count_rows(db_url) < 7 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sink.close()
+    assert count_rows(db_url) == 7 and sink.stats()["replayed"] == 7
+
+
+def test_spool_of_a_directory_that_is_not_there(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, _, err = run(capsys, "db", "spool", "--spool-dir", str(tmp_path / "none"))
+    assert code == 1 and "no spool directory at" in err

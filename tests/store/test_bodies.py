@@ -19,7 +19,6 @@ from storedb import (
     outage,
     simple_record,
     spool_files,
-    unreachable_url,
     wait_for,
 )
 
@@ -110,15 +109,18 @@ def test_bodies_wait_in_the_spool_through_an_outage(
     request: pytest.FixtureRequest, db_url: str, tmp_path: Path
 ) -> None:
     spool = tmp_path / "spool"
-    down = unreachable_url(kind_of(db_url), tmp_path)
-    first = SqlSink(down, spool, batch_size=20)
+    engine = make_engine(db_url, sqlite_busy_timeout_ms=100)
+    first = SqlSink(db_url, spool, batch_size=20, engine=engine)
+    admin = request.getfixturevalue("pg_admin") if kind_of(db_url) == "postgresql" else None
     records = [captured(i) for i in range(30)]
-    for r in records:
-        first.submit(r)
-    first.close()
+    with outage(db_url, admin):
+        for r in records:
+            first.submit(r)
+        first.close(timeout=10)
+    engine.dispose()
     assert first.stats()["spooled"] == 30 and first.stats()["dropped"] == 0
     (path,) = spool_files(spool)
-    line = orjson.loads(path.read_bytes().splitlines()[0])
+    line = orjson.loads(path.read_bytes().splitlines()[1])  # after the header
     assert line["body"]["encoding"] == "zstd" and line["body"]["size"] == len(SSE)
     second = SqlSink(db_url, spool, batch_size=20)
     wait_for(lambda: count_rows(db_url, "stream_bodies") == 30 and not spool_files(spool))
@@ -145,21 +147,30 @@ def test_an_outage_in_process_loses_no_body(
     assert stored_body(db_url, records[-1].id).body() == SSE
 
 
-def test_too_many_waiting_bodies_go_to_the_spool(tmp_path: Path) -> None:
+@pytest.mark.parametrize("journal", [False, True])
+def test_too_many_waiting_bodies_go_to_the_spool(tmp_path: Path, journal: bool) -> None:
     """Past ``body_queue_bytes`` of queued bodies, a record with a body is spooled
-    (its body packed there) rather than queued; all arrive in the end."""
+    (its body packed there) rather than queued; all arrive in the end. With the
+    journal too: every record is in the spool already, it is just not queued."""
     db = f"sqlite:///{tmp_path / 'r.db'}"
     from recorder.store.migrate import upgrade
 
     upgrade(db)
     engine = make_engine(db, sqlite_busy_timeout_ms=60_000)
     spool = tmp_path / "spool"
-    sink = SqlSink(db, spool, engine=engine, body_queue_bytes=3 * len(SSE), retry_min=0.05)
+    sink = SqlSink(
+        db,
+        spool,
+        engine=engine,
+        body_queue_bytes=3 * len(SSE),
+        retry_min=0.05,
+        journal=journal,
+    )
     records = [captured(i) for i in range(20)]
     with outage(db):  # the writer waits in the database: the queue does not drain
         for r in records:
             sink.submit(r)
-        assert sink.stats()["spooled"] >= 20 - 4
+        wait_for(lambda: sink.stats()["spooled"] >= 20 - 4, 10)
         assert sink.stats()["queue_depth"] <= 4
     wait_for(lambda: count_rows(db, "stream_bodies") == 20 and not spool_files(spool))
     sink.close()

@@ -7,10 +7,11 @@ import logging
 from pathlib import Path
 
 import pytest
-from storedb import simple_record, unreachable_url
+from storedb import outage, simple_record
 
 from recorder.cli import sessions
 from recorder.keys import fingerprint
+from recorder.store.engine import make_engine
 from recorder.store.migrate import upgrade
 from recorder.store.secret import key_secret
 from recorder.store.writer import SqlSink
@@ -42,10 +43,13 @@ def test_no_key_in_database_spool_or_logs(
 
     records = [simple_record(i, api_key_id=fp) for i in range(30)]
     # some go through the spool (database away), some straight in, one is refused
-    away = SqlSink(unreachable_url("sqlite", tmp_path), spool)
-    for r in records[:10]:
-        away.submit(r)
-    away.close()
+    engine = make_engine(db, sqlite_busy_timeout_ms=100)
+    away = SqlSink(db, spool, engine=engine)
+    with outage(db):
+        for r in records[:10]:
+            away.submit(r)
+        away.close(timeout=10)
+    engine.dispose()
     sink = SqlSink(db, spool, queue_size=5, batch_size=5)
     for r in records[10:]:
         sink.submit(r)

@@ -57,7 +57,7 @@ def test_an_owned_file_cannot_be_claimed(tmp_path: Path) -> None:
     spool = Spool(tmp_path)
     seg = spool.append(record_line(simple_record()), 1)
     assert claim(seg.path) is None  # held (flock is per open file, even in-process)
-    assert spool.claim_orphans(exclude=set()) == []
+    assert spool.claim_orphans(exclude=set()) == ([], [])
     spool.close()
     taken = claim(seg.path)
     assert taken is not None
@@ -70,7 +70,7 @@ def test_orphans_are_claimed_oldest_first(tmp_path: Path) -> None:
     for name in ("recorder-spool-9-2-0002.jsonl", "recorder-spool-9-1-0001.jsonl", "other.txt"):
         (tmp_path / name).write_bytes(record_line(simple_record()))
     spool = Spool(tmp_path)
-    segs = spool.claim_orphans(exclude=set())
+    segs, _ = spool.claim_orphans(exclude=set())
     assert [s.path.name for s in segs] == [
         "recorder-spool-9-1-0001.jsonl",
         "recorder-spool-9-2-0002.jsonl",

@@ -27,7 +27,8 @@ from storedb import (
 )
 
 from recorder.store.engine import make_engine
-from recorder.store.spool import REJECTED_FILE, record_line
+from recorder.store.identity import StoreIdentity, store_key
+from recorder.store.spool import REJECTED_FILE, header_line, record_line
 from recorder.store.writer import SqlSink
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,12 +148,14 @@ def test_outage_then_a_new_process_replays(
     request: pytest.FixtureRequest, db_url: str, tmp_path: Path
 ) -> None:
     spool = tmp_path / "spool"
-    down = unreachable_url(kind_of(db_url), tmp_path)
-    first = SqlSink(down, spool, batch_size=50)
+    engine = make_engine(db_url, sqlite_busy_timeout_ms=100)
+    first = SqlSink(db_url, spool, batch_size=50, engine=engine)
     records = [simple_record(i) for i in range(300)]
-    for r in records:
-        first.submit(r)
-    first.close()
+    with outage(db_url, admin_for(request, db_url)):
+        for r in records:
+            first.submit(r)
+        first.close(timeout=10)
+    engine.dispose()
     stats = first.stats()
     assert stats["spooled"] == 300 and stats["written"] == 0 and stats["dropped"] == 0
     assert not stats["db_available"] and stats["last_error"]
@@ -192,10 +195,13 @@ def test_outage_and_recovery_in_process(
     engine.dispose()
 
 
-def _spool_file(d: Path, lines: list[bytes], name: str = "recorder-spool-1-2-0001.jsonl") -> Path:
+def _spool_file(
+    d: Path, store: str, lines: list[bytes], name: str = "recorder-spool-1-2-0001.jsonl"
+) -> Path:
+    """A spool file a dead process of ``store`` left."""
     d.mkdir(parents=True, exist_ok=True)
     path = d / name
-    path.write_bytes(b"".join(lines))
+    path.write_bytes(header_line(StoreIdentity(store_key(store))) + b"".join(lines))
     return path
 
 
@@ -208,7 +214,7 @@ def test_a_dead_process_spool_is_replayed_exactly_once(db_url: str, tmp_path: Pa
         early.submit(r)
     early.close()
     torn = record_line(simple_record(77))[:-20]  # killed mid-write
-    path = _spool_file(spool, [record_line(r) for r in records] + [torn])
+    path = _spool_file(spool, db_url, [record_line(r) for r in records] + [torn])
     sink = SqlSink(db_url, spool)
     wait_for(lambda: not path.exists())
     sink.close()
@@ -222,7 +228,7 @@ def test_a_live_process_spool_is_left_alone(db_url: str, tmp_path: Path) -> None
 
     spool = tmp_path / "spool"
     records = [simple_record(i) for i in range(5)]
-    path = _spool_file(spool, [record_line(r) for r in records])
+    path = _spool_file(spool, db_url, [record_line(r) for r in records])
     fd = os.open(path, os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX)  # as its live owner holds it
     sink = SqlSink(db_url, spool, orphan_scan_interval=0.2)
@@ -402,7 +408,7 @@ from recorder.store.writer import SqlSink
 url, spool, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 engine = make_engine(url, sqlite_busy_timeout_ms=600_000)
 sink = SqlSink(url, spool, engine=engine, spool_first=(mode == "spool_first"),
-               batch_size=50, queue_size=100_000)
+               journal=(mode == "journal"), batch_size=50, queue_size=100_000)
 
 def stop(signum, frame):
     sink.close(timeout=2)
@@ -474,6 +480,36 @@ def test_kill_9_loses_nothing_when_spooling_first(tmp_path: Path) -> None:
     spool = tmp_path / "spool"
     with outage(db):
         p = _child(db, spool, "spool_first")
+        p.kill()
+        p.communicate(timeout=30)
+    assert count_rows(db) == 0
+    replay = SqlSink(db, spool)
+    wait_for(lambda: count_rows(db) == 1000 and not spool_files(spool))
+    replay.close()
+    assert len(set(ids_in_db(db))) == 1000
+
+
+def test_kill_9_loses_nothing_the_journal_wrote(tmp_path: Path) -> None:
+    """The writer is stuck in a locked database; the journal still puts every record
+    in the spool, off the caller's thread. A kill -9 then loses none of them, and the
+    next process stores each once."""
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    from recorder.store.migrate import upgrade
+
+    upgrade(db)
+    spool = tmp_path / "spool"
+
+    def journaled() -> int:
+        return sum(
+            line.count(b'"id"')
+            for p in spool_files(spool)
+            for line in p.read_bytes().splitlines()
+            if b"recorder_spool" not in line
+        )
+
+    with outage(db):
+        p = _child(db, spool, "journal")
+        wait_for(lambda: journaled() == 1000, 30)
         p.kill()
         p.communicate(timeout=30)
     assert count_rows(db) == 0

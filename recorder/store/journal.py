@@ -1,0 +1,105 @@
+"""The journal: finished records on disk within a few tens of milliseconds,
+whatever the database is doing, so that a kill -9 loses (almost) nothing.
+
+Theory of operation. ``add`` runs on the caller's thread (mitmproxy's event
+loop): one ``deque.append``, nothing else. A thread of its own wakes every
+``interval`` seconds (sooner once ``group`` records wait), takes what is waiting
+and hands it, as one group, to ``write``: the ``SqlSink`` appends the group to
+its spool file with one ``os.write`` (the records' JSON encoding happens on this
+thread, not on the loop) and only then queues the records for the database.
+The writer thread may be stuck in a database that hangs or is locked, with its
+queue full behind it: the journal does not wait for it.
+
+An ``os.write`` puts the bytes in the kernel's page cache, which a killed
+process does not take with it (no ``fsync``: a power cut may still lose the last
+seconds). A record is thus safe from a kill -9 at most ``interval`` (plus the
+time the thread waits for the interpreter lock) after ``add``. The spool file is
+removed once every record in it is committed; a process that dies leaves it,
+and the next process of the same store replays it: ``INSERT ... ON CONFLICT DO
+NOTHING`` on the record id, so the records already committed are stored once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+
+from recorder.core.record import StreamRecord
+
+log = logging.getLogger("recorder.store")
+
+DEFAULT_INTERVAL = 0.05
+DEFAULT_GROUP = 256
+
+
+class Journal:
+    """Groups of records handed to ``write`` on a thread of their own."""
+
+    def __init__(
+        self,
+        write: Callable[[list[StreamRecord]], None],
+        *,
+        interval: float = DEFAULT_INTERVAL,
+        group: int = DEFAULT_GROUP,
+    ) -> None:
+        if interval <= 0 or group < 1:
+            raise ValueError("interval must be > 0, group >= 1")
+        self.interval = interval
+        self.group = group
+        self._write = write
+        self._pending: deque[StreamRecord] = deque()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._lock = threading.Lock()  # one group written at a time, in order
+        self._thread = threading.Thread(target=self._run, name="recorder-journal", daemon=True)
+        self._thread.start()
+
+    def add(self, record: StreamRecord) -> None:
+        """Take a record (the caller's thread; never blocks)."""
+        self._pending.append(record)
+        if len(self._pending) >= self.group:
+            self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stopping:
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            try:
+                self._drain()
+            except Exception:  # the thread must outlive any bug
+                log.exception("recorder: internal error in the journal")
+
+    def _drain(self) -> None:
+        with self._lock:
+            while self._pending:
+                records: list[StreamRecord] = []
+                pending = self._pending
+                while pending and len(records) < self.group:
+                    records.append(pending.popleft())
+                self._write(records)
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Write what waits and stop the thread; what it could not write in
+        ``timeout`` is written on the caller's thread."""
+        self._stopping = True
+        self._wake.set()
+        self._thread.join(timeout)
+        if self._lock.acquire(timeout=timeout):
+            try:
+                while self._pending:
+                    records = [self._pending.popleft() for _ in range(len(self._pending))]
+                    self._write(records)
+            finally:
+                self._lock.release()
+        elif self._pending:
+            log.error(
+                "recorder: the journal is stuck writing; %d record(s) not journaled",
+                len(self._pending),
+            )
+
+    @property
+    def waiting(self) -> int:
+        """Records taken and not yet handed to ``write``."""
+        return len(self._pending)
