@@ -28,14 +28,13 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-import orjson
 import pytest
 import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
 
 from pgcluster import PgCluster, pg_cluster
-from storedb import pg_admin, pg_template, spool_files, sqlite_template
+from storedb import pg_admin, pg_template, spool_files, spooled_docs, sqlite_template
 
 from recorder.simulate import Simulator, run_in_thread
 from recorder.store import upgrade
@@ -104,12 +103,7 @@ def timed_stream(base: str, rid: str, faults: str, seen: set[str]) -> tuple[bool
 
 
 def spooled_request_ids(spool: Path) -> list[str]:
-    return [
-        orjson.loads(line)["request_id"]
-        for path in spool_files(spool)
-        for line in path.read_bytes().splitlines()
-        if line.strip()
-    ]
+    return [doc["request_id"] for doc in spooled_docs(spool)]
 
 
 def shutdown_while_stuck(
@@ -174,14 +168,11 @@ def assert_bounded(proxy: Proxy, took: float, ends: list[float]) -> None:
 
 
 def assert_nothing_lost(stored: list[str], spooled: list[str], ids: list[str]) -> None:
-    """Every request is exactly once in the database or the spool: nothing lost,
-    nothing spooled twice (neither database took anything once it stopped
-    answering, so none can be in both)."""
+    """Every request is in the database or the spool: nothing lost, nothing stored
+    twice. (The spool's journal may still hold records the database took before it
+    stopped answering; the next process's replay skips those, see the callers.)"""
     assert len(set(stored)) == len(stored), "a record stored twice"
-    assert sorted(stored + spooled) == sorted(ids), (
-        sorted(set(ids) - set(stored) - set(spooled)),
-        sorted(r for r in set(stored + spooled) if (stored + spooled).count(r) > 1),
-    )
+    assert set(stored) | set(spooled) == set(ids), sorted(set(ids) - set(stored) - set(spooled))
 
 
 def replay_healthy(tmp_path: Path, sim: Simulator, db: str, spool: Path, n: int) -> Proxy:

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
@@ -314,3 +315,15 @@ def wait_for(cond: Callable[[], bool], timeout: float = 30.0) -> None:
 def spool_files(d: Path) -> list[Path]:
     """The spool files waiting in ``d``."""
     return sorted(d.glob(f"{SPOOL_PREFIX}*.jsonl")) if d.is_dir() else []
+
+
+def spooled_docs(d: Path) -> list[dict[str, Any]]:
+    """The records waiting in the spool files of ``d`` (each file's first line is a
+    header naming its store, not a record)."""
+    docs = [
+        orjson.loads(line)
+        for path in spool_files(d)
+        for line in path.read_bytes().splitlines()
+        if line.strip()
+    ]
+    return [doc for doc in docs if "recorder_spool" not in doc]

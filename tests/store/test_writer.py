@@ -12,7 +12,6 @@ import threading
 import time
 from pathlib import Path
 
-import orjson
 import pytest
 from sqlalchemy import Engine
 from storedb import (
@@ -22,6 +21,7 @@ from storedb import (
     outage,
     simple_record,
     spool_files,
+    spooled_docs,
     unreachable_url,
     wait_for,
 )
@@ -323,8 +323,7 @@ def test_a_writer_abandoned_by_close_spools_nothing_twice(tmp_path: Path) -> Non
         sink.close(timeout=0.2)
         assert time.monotonic() - t0 < 1.0  # close did not wait out the lock
         time.sleep(2.5)  # the writer's wait ends: "database is locked"
-    lines = [line for path in spool_files(spool) for line in path.read_bytes().splitlines()]
-    spooled = [orjson.loads(line)["id"] for line in lines]
+    spooled = [doc["id"] for doc in spooled_docs(spool)]
     assert sorted(spooled) == sorted(r.id for r in records)  # each once, none missing
     assert count_rows(db) == 0
     engine.dispose()
