@@ -87,6 +87,18 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="with --capture-bodies: bytes kept per stream, beyond which a body is counted "
         "and marked truncated (default 8MiB; K, M, G suffixes are powers of 1024)",
     )
+    p.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        help="also export one OpenTelemetry span per stream to this OTLP collector "
+        "(e.g. http://127.0.0.1:4318; default: OTEL_EXPORTER_OTLP_ENDPOINT, else off)",
+    )
+    p.add_argument(
+        "--otlp-protocol",
+        choices=("http/protobuf", "grpc"),
+        help="OTLP transport (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf; "
+        "grpc needs the otlp-grpc extra)",
+    )
     p.set_defaults(func=run)
 
 
@@ -184,6 +196,15 @@ class Settings:
         self.capture_max_bytes = parse_size(
             _pick(args, "capture-max-bytes", "8MiB"), "--capture-max-bytes"
         )
+        from recorder.otel.export import OtlpConfigError, env_endpoint, env_protocol, traces_url
+
+        self.otlp_endpoint = _pick(args, "otlp-endpoint", None) or env_endpoint()
+        self.otlp_protocol = _pick(args, "otlp-protocol", None) or env_protocol()
+        try:
+            if self.otlp_endpoint:
+                traces_url(self.otlp_endpoint, self.otlp_protocol)
+        except OtlpConfigError as e:
+            raise OptionError(str(e)) from None
         self.metrics_url = ""
         self.metrics_port_bound = self.metrics_port
 
@@ -283,6 +304,12 @@ def _banner(settings: Settings, confdir: str) -> object:
                 f" up to {_size(settings.capture_max_bytes)} each; they hold completion text)"
             )
         lines.append(f"  metrics:  {settings.metrics_url}")
+        if settings.otlp_endpoint:
+            from recorder.otel.export import shown_url
+
+            lines.append(
+                f"  traces:   OTLP {settings.otlp_protocol} to {shown_url(settings.otlp_endpoint)}"
+            )
         lines += exposure_warnings(
             [(lst.mode, lst.host, lst.port) for lst in listeners],
             (settings.metrics_host, settings.metrics_port_bound),
@@ -375,6 +402,19 @@ def run(args: argparse.Namespace) -> int:
         on_start=on_start,
     )
     metrics.watch_health(recorder.health)
+    spans = None
+    if settings.otlp_endpoint:
+        from recorder.otel import OtlpConfigError, SpanExport
+        from recorder.otel.metrics import register
+
+        try:
+            spans = SpanExport(settings.otlp_endpoint, protocol=settings.otlp_protocol)
+        except OtlpConfigError as e:
+            recorder.close()
+            print(f"recorder proxy: {e}", file=sys.stderr)
+            return 2
+        register(registry, spans)
+        recorder.on_span = spans.export
 
     def stat(name: str) -> Callable[[], float]:
         return lambda: float(store.stats()[name])
@@ -412,6 +452,8 @@ def run(args: argparse.Namespace) -> int:
         pass
     finally:
         recorder.close()  # drains the writer: every record written or spooled
+        if spans is not None:
+            spans.close()  # a few seconds at most; what is left is counted dropped
         server.close()
     stats = store.stats()
     print(

@@ -111,6 +111,7 @@ class FlowState:
         "stamps",
         "streaming",
         "t0",
+        "trace",
         "unmetered",
     )
 
@@ -132,6 +133,8 @@ class FlowState:
         self.pieces: list[bytes] = []
         self.stamps: list[float] = []
         self.buffered = 0  # bytes in self.pieces
+        # the request's W3C trace context (traceparent, tracestate), for on_span
+        self.trace: tuple[str, str | None] | None = None
 
 
 class Recorder:
@@ -146,6 +149,7 @@ class Recorder:
         clock: Callable[[], float] = time.monotonic,
         on_record: Callable[[StreamRecord, StreamMeter], None] | None = None,
         on_start: Callable[[StreamRecord], None] | None = None,
+        on_span: Callable[[StreamRecord, str | None, str | None], None] | None = None,
     ) -> None:
         self.sink = sink
         self.config = config
@@ -153,6 +157,9 @@ class Recorder:
         self._clock = clock
         self._on_record = on_record
         self._on_start = on_start
+        # called with each completed record and its request's traceparent and
+        # tracestate headers (recorder.otel exports it as a span); settable later
+        self.on_span = on_span
         self._flows: dict[str, FlowState] = {}
         # finished flows whose request body is still being read: their record waits
         self._deferred: dict[int, tuple[FlowState, StreamRecord]] = {}
@@ -298,6 +305,11 @@ class Recorder:
                 self._on_record(rec, state.meter)
             except Exception:
                 self._internal_error("on_record")
+        if self.on_span is not None:
+            try:
+                self.on_span(rec, *(state.trace or (None, None)))
+            except Exception:
+                self._internal_error("on_span")
         self.sink.submit(rec)
 
     def _finish_deferred(self, key: int) -> None:
@@ -341,6 +353,8 @@ class Recorder:
             )
             state = FlowState(meter, rec, t0)
             state.key = key
+            if "traceparent" in headers:  # forwarded untouched; read for the span only
+                state.trace = (headers["traceparent"], headers.get("tracestate"))
             self._flows[flow.id] = state
             self.health.in_flight += 1
             if self._on_start is not None:
@@ -600,6 +614,8 @@ _REQUEST_HEADERS = frozenset(
         b"anthropic-workspace",
         b"openai-organization",
         b"accept-encoding",
+        b"traceparent",
+        b"tracestate",
     }
 )
 _RESPONSE_HEADERS = frozenset(

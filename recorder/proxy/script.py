@@ -9,7 +9,10 @@ options and addons. Records go to the same SQL store. Options
 - ``recorder_spool_dir``: where records wait while the database is away
   (default: the working directory);
 - ``recorder_stall_after``: seconds of output silence that count as a stall (30);
-- ``recorder_prices``: a price table file (default: the shipped one).
+- ``recorder_prices``: a price table file (default: the shipped one);
+- ``recorder_otlp_endpoint``: export one OpenTelemetry span per stream to this OTLP
+  collector (default: OTEL_EXPORTER_OTLP_ENDPOINT, else off; the other OTEL_*
+  variables apply too). Dropped spans are logged (no /metrics here).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from typing import Any
 from mitmproxy import exceptions
 
 from recorder.core.pricing import PriceTableError
+from recorder.otel import OtlpConfigError, SpanExport
+from recorder.otel.export import env_endpoint
 from recorder.prices import load_price_file
 from recorder.proxy.addon import Recorder, RecorderConfig
 from recorder.sinks import MemorySink
@@ -32,6 +37,7 @@ class ScriptRecorder(Recorder):
     def __init__(self) -> None:
         super().__init__(MemorySink(), RecorderConfig(key_secret=b""))
         self._configured = False
+        self._spans: SpanExport | None = None
 
     def load(self, loader: Any) -> None:
         """Declare the options."""
@@ -49,6 +55,13 @@ class ScriptRecorder(Recorder):
         )
         loader.add_option(
             "recorder_prices", str, "", "Price table file (default: the one shipped)."
+        )
+        loader.add_option(
+            "recorder_otlp_endpoint",
+            str,
+            "",
+            "OTLP collector to export one span per stream to (default: "
+            "OTEL_EXPORTER_OTLP_ENDPOINT, else off).",
         )
 
     def configure(self, updated: set[str]) -> None:
@@ -74,6 +87,16 @@ class ScriptRecorder(Recorder):
                 ready = False  # records are spooled until the database answers
             self.config.key_secret = key_secret(db, cache_dir=spool)
             self.sink = SqlSink(db, spool, upgrade=not ready)
-        except (PriceTableError, StoreError, OSError) as e:
+            endpoint = ctx.options.recorder_otlp_endpoint or env_endpoint()
+            if endpoint:
+                self._spans = SpanExport(endpoint)
+                self.on_span = self._spans.export
+        except (PriceTableError, StoreError, OSError, OtlpConfigError) as e:
             raise exceptions.OptionsError(f"recorder: {e}") from e
         self._configured = True
+
+    def close(self) -> None:
+        """Flush the store, then the spans (a few seconds at most)."""
+        super().close()
+        if self._spans is not None:
+            self._spans.close()
