@@ -234,7 +234,9 @@ def test_no_content_and_no_key_reach_the_span() -> None:
     rec = record(outcome="error", error_type="x", error_message="bad request")
     span = export_one(rec)
     names = set(span.attributes or {}) | {k for e in span.events for k in (e.attributes or {})}
-    assert not {n for n in names if n.startswith(("gen_ai.input", "gen_ai.output", "gen_ai.prompt"))}
+    assert not {
+        n for n in names if n.startswith(("gen_ai.input", "gen_ai.output", "gen_ai.prompt"))
+    }
     assert not {n for n in names if "message" in n and n.startswith("gen_ai")}
 
 
