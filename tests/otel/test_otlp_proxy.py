@@ -200,10 +200,13 @@ def test_each_stream_is_a_span_in_phoenix_child_of_its_callers_span(
 
 
 def test_a_collector_that_is_down_drops_spans_counted_and_leaves_traffic_alone(
-    tmp_path: Path, sim: Simulator
+    tmp_path: Path, sim: Simulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # the standard variable alone turns export on
     nobody = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    proc, port, metrics_port, _ = start_proxy(tmp_path, sim, "--otlp-endpoint", nobody)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", nobody)
+    proc, port, metrics_port, banner = start_proxy(tmp_path, sim)
+    assert f"traces:   OTLP http/protobuf to {nobody}" in banner
     try:
         rids = [f"otel-down-{i}" for i in range(5)]
         received = {rid: stream(port, rid, "gpt-4o") for rid in rids}

@@ -305,3 +305,13 @@ def test_endpoint_urls() -> None:
     for bad in ("127.0.0.1:4318", "ftp://c", "http://"):
         with pytest.raises(OtlpConfigError):
             traces_url(bad)
+
+
+def test_service_name_defaults_and_follows_otel_service_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    first = export_one(record())
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "team-a-proxy")
+    second = export_one(record())
+    assert first.resource.attributes["service.name"] == "llm-recorder"
+    assert second.resource.attributes["service.name"] == "team-a-proxy"

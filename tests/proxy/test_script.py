@@ -80,3 +80,28 @@ def test_mitmdump_with_the_script_records_to_sqlite(tmp_path: Path) -> None:
     with sa.create_engine(f"sqlite:///{db}").connect() as conn:
         rows = conn.execute(sa.text("SELECT outcome, output_tokens FROM streams")).all()
     assert len(rows) == 1 and rows[0][0] == "completed" and rows[0][1] > 0
+
+
+def test_otlp_endpoint_option_turns_span_export_on(tmp_path: Path) -> None:
+    addon = ScriptRecorder()
+    with taddons.context(addon) as tctx:
+        assert addon.on_span is None  # off by default
+        tctx.configure(
+            addon,
+            recorder_db=f"sqlite:///{tmp_path}/x.db",
+            recorder_spool_dir=str(tmp_path),
+            recorder_otlp_endpoint=f"http://127.0.0.1:{free_port()}",
+        )
+        assert addon.on_span is not None
+        addon.close()  # bounded, although nothing listens there
+
+
+def test_a_bad_otlp_endpoint_is_an_options_error(tmp_path: Path) -> None:
+    addon = ScriptRecorder()
+    with taddons.context(addon) as tctx, pytest.raises(exceptions.OptionsError, match="otlp"):
+        tctx.configure(
+            addon,
+            recorder_db=f"sqlite:///{tmp_path}/x.db",
+            recorder_spool_dir=str(tmp_path),
+            recorder_otlp_endpoint="collector:4318",
+        )
