@@ -28,6 +28,10 @@ AttributeValue = str | bool | int | float | list[str]
 _OPERATION = "chat"
 _PROVIDERS = {"openai": "openai", "anthropic": "anthropic"}
 
+# Stall events per span: the SDK keeps 128 events per span by default; the record
+# has them all (and the stall count is an attribute).
+MAX_STALL_EVENTS = 100
+
 # Error texts are cut: a span attribute is not a log, and a backend may cap it.
 MAX_ERROR_TEXT = 256
 
@@ -157,15 +161,9 @@ def plan_span(rec: StreamRecord, now_ns: int) -> SpanPlan:
     first_token = _at(start, rec.ttft_ms)
     if first_token is not None:
         events.append(SpanEvent("recorder.first_output_token", first_token))
-    for gap in rec.gaps:
-        if gap.kind == "stall":
-            events.append(
-                SpanEvent(
-                    "recorder.stall",
-                    start + int(gap.start_ms * 1_000_000),
-                    {"recorder.stall.length_ms": gap.length_ms},
-                )
-            )
+    for gap in [g for g in rec.gaps if g.kind == "stall"][:MAX_STALL_EVENTS]:
+        at = start + int(gap.start_ms * 1_000_000)
+        events.append(SpanEvent("recorder.stall", at, {"recorder.stall.length_ms": gap.length_ms}))
     if rec.outcome == "error" and rec.http_status == 200:
         # an error event inside a stream that had begun well; it ends the stream
         details: dict[str, AttributeValue | None] = {

@@ -315,3 +315,13 @@ def test_service_name_defaults_and_follows_otel_service_name(
     second = export_one(record())
     assert first.resource.attributes["service.name"] == "llm-recorder"
     assert second.resource.attributes["service.name"] == "team-a-proxy"
+
+
+def test_a_stream_with_many_stalls_keeps_its_ending_events() -> None:
+    gaps = [Gap("stall", 100.0 + i, 1.0) for i in range(500)]
+    rec = record(outcome="upstream_disconnect", interrupted=True, gaps=gaps, stalls=500)
+    span = export_one(rec)
+    names = [e.name for e in span.events]
+    assert names.count("recorder.stall") == 100
+    assert names[-1] == "recorder.interrupted"  # not pushed out by the SDK's event limit
+    assert dict(span.attributes or {})["recorder.stalls"] == 500
