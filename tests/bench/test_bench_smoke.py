@@ -25,8 +25,9 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ["bench_load.py", "--quick", "--no-pin"],
         ["bench_load.py", "--long", "--quick", "--no-pin"],
         ["bench_in_situ.py", "--quick"],
+        ["bench_otel.py", "--quick"],
     ],
-    ids=["overhead", "load", "long", "in-situ"],
+    ids=["overhead", "load", "long", "in-situ", "otel"],
 )
 def test_bench_runs_and_its_checks_hold(argv: list[str]) -> None:
     proc = subprocess.run(
