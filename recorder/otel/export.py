@@ -78,7 +78,10 @@ def shown_url(url: str) -> str:
 
 
 def env_endpoint() -> str | None:
-    """The collector the standard variables name, if any (traces first)."""
+    """The collector the standard variables name, if any (traces first); none when
+    OTEL_SDK_DISABLED is true."""
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
     for name in ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"):
         value = os.environ.get(name, "").strip()
         if value:

@@ -325,3 +325,17 @@ def test_a_stream_with_many_stalls_keeps_its_ending_events() -> None:
     assert names.count("recorder.stall") == 100
     assert names[-1] == "recorder.interrupted"  # not pushed out by the SDK's event limit
     assert dict(span.attributes or {})["recorder.stalls"] == 500
+
+
+def test_the_standard_variables_name_the_collector_unless_the_sdk_is_disabled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from recorder.otel.export import env_endpoint
+
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318")
+    assert env_endpoint() == "http://c:4318"
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://t:4318/v1/traces")
+    assert env_endpoint() == "http://t:4318/v1/traces"
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    assert env_endpoint() is None
