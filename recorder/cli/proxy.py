@@ -198,7 +198,9 @@ class Settings:
         )
         from recorder.otel.export import OtlpConfigError, env_endpoint, env_protocol, traces_url
 
-        self.otlp_endpoint = _pick(args, "otlp-endpoint", None) or env_endpoint()
+        # the flag's URL goes to the exporter; the variables' it reads itself
+        self.otlp_flag = _pick(args, "otlp-endpoint", None)
+        self.otlp_endpoint = self.otlp_flag or env_endpoint()
         self.otlp_protocol = _pick(args, "otlp-protocol", None) or env_protocol()
         try:
             if self.otlp_endpoint:
@@ -408,7 +410,7 @@ def run(args: argparse.Namespace) -> int:
         from recorder.otel.metrics import register
 
         try:
-            spans = SpanExport(settings.otlp_endpoint, protocol=settings.otlp_protocol)
+            spans = SpanExport(settings.otlp_flag, protocol=settings.otlp_protocol)
         except OtlpConfigError as e:
             recorder.close()
             print(f"recorder proxy: {e}", file=sys.stderr)

@@ -58,7 +58,10 @@ def traces_url(endpoint: str, protocol: str = "http/protobuf") -> str:
     ``/v1/traces`` is added unless it is there already."""
     parts = urlsplit(endpoint)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise OtlpConfigError(f"--otlp-endpoint must be an http(s) URL, not {endpoint!r}")
+        raise OtlpConfigError(
+            f"the OTLP endpoint must be an http(s) URL such as http://127.0.0.1:4318, not"
+            f" {endpoint!r} (--otlp-endpoint, recorder_otlp_endpoint or OTEL_EXPORTER_OTLP_*)"
+        )
     if protocol == "grpc":
         return endpoint
     path = parts.path.rstrip("/")

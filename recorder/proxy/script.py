@@ -87,9 +87,9 @@ class ScriptRecorder(Recorder):
                 ready = False  # records are spooled until the database answers
             self.config.key_secret = key_secret(db, cache_dir=spool)
             self.sink = SqlSink(db, spool, upgrade=not ready)
-            endpoint = ctx.options.recorder_otlp_endpoint or env_endpoint()
-            if endpoint:
-                self._spans = SpanExport(endpoint)
+            flag = ctx.options.recorder_otlp_endpoint or None
+            if flag or env_endpoint():  # the variables' URL the exporter reads itself
+                self._spans = SpanExport(flag)
                 self.on_span = self._spans.export
         except (PriceTableError, StoreError, OSError, OtlpConfigError) as e:
             raise exceptions.OptionsError(f"recorder: {e}") from e
