@@ -305,13 +305,13 @@ def _banner(settings: Settings, confdir: str) -> object:
                 "            with SSE response bodies, compressed (--capture-bodies:"
                 f" up to {_size(settings.capture_max_bytes)} each; they hold completion text)"
             )
-        lines.append(f"  metrics:  {settings.metrics_url}")
         if settings.otlp_endpoint:
             from recorder.otel.export import shown_url
 
             lines.append(
                 f"  traces:   OTLP {settings.otlp_protocol} to {shown_url(settings.otlp_endpoint)}"
             )
+        lines.append(f"  metrics:  {settings.metrics_url}")
         lines += exposure_warnings(
             [(lst.mode, lst.host, lst.port) for lst in listeners],
             (settings.metrics_host, settings.metrics_port_bound),
