@@ -131,6 +131,8 @@ class _Counts:
         self.queued = 0  # in the batch processor's queue (as far as we can tell)
         self.exported = 0
         self.dropped = 0
+        # set at close once what is left is counted dropped: later sends count nothing
+        self.settled = False
         self._next_log = 1
 
     def drop(self, n: int, why: str) -> None:
@@ -161,6 +163,8 @@ class _CountingExporter(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         n = len(spans)
         with self.counts.lock:
+            if self.counts.settled:  # counted dropped already, at close
+                return SpanExportResult.FAILURE
             self.counts.queued = max(0, self.counts.queued - n)
         try:
             result = self.inner.export(spans)
@@ -233,8 +237,7 @@ class SpanExport:
         self.endpoint = endpoint or env_endpoint() or ""
         self.protocol = protocol
         self._counts = _Counts()
-        self._max_queue_size = max_queue_size
-        attrs: dict[str, Any] = {"telemetry.sdk.name": "opentelemetry"}
+        attrs: dict[str, Any] = {}
         if not os.environ.get("OTEL_SERVICE_NAME"):
             attrs["service.name"] = service_name or DEFAULT_SERVICE_NAME
         self._provider = TracerProvider(resource=Resource.create(attrs))
@@ -308,5 +311,6 @@ class SpanExport:
             closing.join(1.0)
         with self._counts.lock:
             left, self._counts.queued = self._counts.queued, 0
+            self._counts.settled = True
         if left:
             self._counts.drop(left, "not sent before shutdown")
