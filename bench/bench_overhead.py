@@ -24,6 +24,13 @@ the client's. Two kinds of traffic:
 - **flood**: ``--flood-streams`` streams of ``--flood-deltas`` deltas with no pause,
   for the CPU cost per event when mitmproxy is saturated.
 
+With ``--otlp`` a third proxy runs: (c) ``recorder proxy --otlp-endpoint`` exporting
+one span per stream to a local OTLP receiver (this process answers ``POST
+/v1/traces`` with 200 and counts the bytes; ``--otlp-endpoint URL`` sends to a
+receiver of your own instead, e.g. Arize Phoenix). Its rows and the ratios c/b say
+what the export costs; bytes per span are the request bytes the receiver got over
+the spans exported. The run fails if a span is dropped.
+
 Every round runs the paths in a rotating order, so noise falls on all of them; a
 figure is the median of ``--rounds`` rounds, with its spread (min-max). Per round:
 the proxy's CPU seconds (every thread, ``/proc/<pid>/task/*/schedstat``) per 10,000
@@ -50,6 +57,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -146,6 +154,12 @@ def main() -> int:
         metavar="ARG",
         help="an argument added to `recorder proxy` (repeatable), e.g. --recorder-arg=--no-live",
     )
+    parser.add_argument(
+        "--otlp", action="store_true", help="also run the recorder with OTLP export on"
+    )
+    parser.add_argument(
+        "--otlp-endpoint", metavar="URL", help="with --otlp: export there (default: a local sink)"
+    )
     args = parser.parse_args()
     if args.child_sim:
         child_sim()
@@ -175,9 +189,19 @@ def main() -> int:
         "mitmproxy": Proxy.start("mitmproxy", upstream, proxy_cpu),
         "recorder": Proxy.start("recorder", upstream, proxy_cpu, extra=args.recorder_arg),
     }
+    otlp_sink = None
+    if args.otlp:
+        endpoint = args.otlp_endpoint
+        if endpoint is None:
+            otlp_sink = OtlpSink.start()
+            endpoint = otlp_sink.url
+        proxies["otlp"] = Proxy.start(
+            "recorder", upstream, proxy_cpu, extra=["--otlp-endpoint", endpoint]
+        )
+    recorders = [k for k in proxies if k != "mitmproxy"]
     ports = {"direct": sim.port, **{k: p.port for k, p in proxies.items()}}
     failures: list[str] = []
-    sent_to_recorder = 0
+    sent_to = dict.fromkeys(recorders, 0)
     seq = 0
 
     def check(streams: list[Stream], where: str, times: dict[str, list[float]]) -> None:
@@ -189,7 +213,7 @@ def main() -> int:
                 )
 
     def run(path: str, kind: str) -> Round:
-        nonlocal seq, sent_to_recorder
+        nonlocal seq
         seq += 1
         prefix = f"{kind}{seq}-{path}"
         proxy = proxies.get(path)
@@ -203,8 +227,8 @@ def main() -> int:
             streams = asyncio.run(flood(ports[path], prefix, args.flood_streams, args.flood_deltas))
         wall = max(s.end for s in streams) - t0
         c1 = proxy.cpu_seconds() if proxy else 0.0
-        if path == "recorder":
-            sent_to_recorder += len(streams)
+        if path in sent_to:
+            sent_to[path] += len(streams)
         times = {s.sim_id: sim.write_times(s.sim_id) for s in streams}
         check(streams, f"{kind} {path}", times)
         r = Round(events=sum(len(s.arrivals) for s in streams), cpu=c1 - c0, wall=wall)
@@ -213,40 +237,58 @@ def main() -> int:
                 r.lat.extend(a - w for a, w in zip(s.arrivals, times[s.sim_id], strict=True))
         return r
 
-    paced_rounds: dict[str, list[Round]] = {p: [] for p in ("direct", "mitmproxy", "recorder")}
-    flood_rounds: dict[str, list[Round]] = {p: [] for p in ("mitmproxy", "recorder")}
+    proxied = ("mitmproxy", *recorders)
+    paced_rounds: dict[str, list[Round]] = {p: [] for p in ("direct", *proxied)}
+    flood_rounds: dict[str, list[Round]] = {p: [] for p in proxied}
     rss: dict[str, float] = {}
-    db_rows = streams_total = -1.0
+    streams_total: dict[str, float] = {}
+    spans: dict[str, float] = {}
     try:
         # warm-up: first connections, lazy imports, the recorder's templates and DB
         for path in ports:
             run(path, "warm")
         for r in range(args.rounds):
-            order = ("direct", "mitmproxy", "recorder")
-            order = order[r % 3 :] + order[: r % 3]
-            for path in order:
+            order = ("direct", *proxied)
+            k = r % len(order)
+            for path in order[k:] + order[:k]:
                 paced_rounds[path].append(run(path, "paced"))
         for r in range(args.rounds):
-            for path in ("mitmproxy", "recorder")[:: 1 if r % 2 == 0 else -1]:
+            k = r % len(proxied)
+            for path in proxied[k:] + proxied[:k]:
                 flood_rounds[path].append(run(path, "flood"))
         rss = {k: p.rss_mib() for k, p in proxies.items()}
-        streams_total = proxies["recorder"].wait_metric("llm_streams_total", sent_to_recorder)
+        for name in recorders:
+            streams_total[name] = proxies[name].wait_metric("llm_streams_total", sent_to[name])
+        if "otlp" in proxies:
+            want = sent_to["otlp"]
+            exported = "llm_recorder_otlp_exported_total"
+            spans["exported"] = proxies["otlp"].wait_metric(exported, want)
+            spans["dropped"] = proxies["otlp"].metric_sum("llm_recorder_otlp_dropped_total")
     finally:
         codes = {k: p.stop() for k, p in proxies.items()}
         sim.stop()
-    rec = proxies["recorder"]
+        if otlp_sink is not None:
+            otlp_sink.stop()
+    db_rows: dict[str, tuple[int, int]] = {}
     try:
-        with sqlite3.connect(rec.workdir / "recorder.db") as db:
-            db_rows = db.execute("SELECT count(*), count(DISTINCT id) FROM streams").fetchone()
+        for name in recorders:
+            with sqlite3.connect(proxies[name].workdir / "recorder.db") as db:
+                db_rows[name] = db.execute(
+                    "SELECT count(*), count(DISTINCT id) FROM streams"
+                ).fetchone()
     finally:
         for p in proxies.values():
             p.cleanup()
-    if codes["recorder"] != 0:
-        failures.append(f"recorder proxy exited {codes['recorder']}")
-    if db_rows != (sent_to_recorder, sent_to_recorder):
-        failures.append(f"{sent_to_recorder} requests through the recorder, rows {db_rows}")
-    if streams_total != sent_to_recorder:
-        failures.append(f"llm_streams_total {streams_total}, requests {sent_to_recorder}")
+    for name in recorders:
+        sent = sent_to[name]
+        if codes[name] != 0:
+            failures.append(f"{name} proxy exited {codes[name]}")
+        if db_rows.get(name) != (sent, sent):
+            failures.append(f"{sent} requests through {name}, rows {db_rows.get(name)}")
+        if streams_total.get(name) != sent:
+            failures.append(f"{name}: llm_streams_total {streams_total.get(name)}, requests {sent}")
+    if spans and (spans["dropped"] or spans["exported"] != sent_to["otlp"]):
+        failures.append(f"otlp: {spans}, requests {sent_to['otlp']}")
     elapsed = time.monotonic() - t_begin
 
     # -- report
@@ -257,12 +299,20 @@ def main() -> int:
         f" flood: {args.flood_streams} x {args.flood_deltas} deltas;"
         f" {args.rounds} rounds; {elapsed:.0f} s in all"
     )
-    print(
-        f"# recorder: {sent_to_recorder} requests,"
-        f" {db_rows[0] if isinstance(db_rows, tuple) else db_rows}"
-        f" rows, llm_streams_total {streams_total:.0f}; RSS at the end:"
-        f" mitmproxy {rss.get('mitmproxy', 0):.0f} MiB, recorder {rss.get('recorder', 0):.0f} MiB"
-    )
+    for name in recorders:
+        print(
+            f"# {name}: {sent_to[name]} requests, {db_rows.get(name, (-1,))[0]} rows,"
+            f" llm_streams_total {streams_total.get(name, -1):.0f}"
+        )
+    print("# RSS at the end: " + ", ".join(f"{k} {v:.0f} MiB" for k, v in rss.items()))
+    if spans:
+        print(f"# otlp: {spans['exported']:.0f} spans exported, {spans['dropped']:.0f} dropped")
+        if otlp_sink is not None and otlp_sink.requests:
+            print(
+                f"# otlp: {otlp_sink.bytes / max(1, spans['exported']):,.0f} bytes per span"
+                f" (protobuf, uncompressed; {otlp_sink.requests} requests,"
+                f" {otlp_sink.bytes:,} bytes)"
+            )
     print()
 
     def fmt(values: list[float], spec: str = ".2f") -> str:
@@ -326,7 +376,75 @@ def main() -> int:
     if gain_ratio:
         print(f"- paced, p99 latency gained over direct, b/a: {fmt(gain_ratio)}")
     print(f"- flood, CPU b/a: {fmt(flood_cpu)}; events/s b/a: {fmt(flood_eps)}")
+    if "otlp" in proxies:
+        c = paced_rounds["otlp"]
+        fc = flood_rounds["otlp"]
+        print()
+        print("OTLP export on (c) against off (b), per round, median [min-max]:")
+        print()
+        print(
+            "- paced, CPU c/b: **"
+            + fmt([z.cpu_per_10k / y.cpu_per_10k for y, z in zip(b, c, strict=True)])
+            + "**; CPU µs per event c-b: "
+            + fmt([(z.cpu_per_10k - y.cpu_per_10k) * 100 for y, z in zip(b, c, strict=True)])
+            + "; CPU ms per stream (one span) c-b: "
+            + fmt([(z.cpu - y.cpu) * 1e3 / args.streams for y, z in zip(b, c, strict=True)])
+        )
+        print(
+            "- paced, latency c-b: p50 "
+            + fmt([z.p(0.5) - y.p(0.5) for y, z in zip(b, c, strict=True)])
+            + " ms, p99 "
+            + fmt([z.p(0.99) - y.p(0.99) for y, z in zip(b, c, strict=True)])
+            + " ms"
+        )
+        print(
+            "- flood, CPU c/b: "
+            + fmt([z.cpu_per_10k / y.cpu_per_10k for y, z in zip(fb, fc, strict=True)])
+            + "; events/s c/b: "
+            + fmt([(z.events / z.wall) / (y.events / y.wall) for y, z in zip(fb, fc, strict=True)])
+        )
     return exit_status(failures)
+
+
+class OtlpSink:
+    """A local OTLP/HTTP receiver for the bench: answers every POST with 200 and an
+    empty ExportTraceServiceResponse, counts requests and body bytes."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.bytes = 0
+        self.url = ""
+        self._server: Any = None
+
+    @classmethod
+    def start(cls) -> OtlpSink:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        sink = cls()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                n = int(self.headers.get("content-length") or 0)
+                self.rfile.read(n)
+                sink.requests += 1
+                sink.bytes += n
+                self.send_response(200)
+                self.send_header("content-type", "application/x-protobuf")
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        sink._server = server
+        sink.url = f"http://127.0.0.1:{server.server_address[1]}"
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return sink
+
+    def stop(self) -> None:
+        self._server.shutdown()
 
 
 if __name__ == "__main__":

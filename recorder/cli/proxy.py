@@ -130,6 +130,18 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="none of the live view: no console lines, no live stall gauges, no /streams"
         " (to measure what it costs)",
     )
+    p.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        help="also export one OpenTelemetry span per stream to this OTLP collector "
+        "(e.g. http://127.0.0.1:4318; default: OTEL_EXPORTER_OTLP_ENDPOINT, else off)",
+    )
+    p.add_argument(
+        "--otlp-protocol",
+        choices=("http/protobuf", "grpc"),
+        help="OTLP transport (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf; "
+        "grpc needs the otlp-grpc extra)",
+    )
     p.set_defaults(func=run)
 
 
@@ -254,6 +266,17 @@ class Settings:
         self.log_format = _pick(args, "log-format", "text") or "text"
         if self.log_format not in ("text", "json"):
             raise OptionError(f"--log-format must be text or json, not {self.log_format!r}")
+        from recorder.otel.export import OtlpConfigError, env_endpoint, env_protocol, traces_url
+
+        # the flag's URL goes to the exporter; the variables' it reads itself
+        self.otlp_flag = _pick(args, "otlp-endpoint", None)
+        self.otlp_endpoint = self.otlp_flag or env_endpoint()
+        self.otlp_protocol = _pick(args, "otlp-protocol", None) or env_protocol()
+        try:
+            if self.otlp_endpoint:
+                traces_url(self.otlp_endpoint, self.otlp_protocol)
+        except OtlpConfigError as e:
+            raise OptionError(str(e)) from None
         self.metrics_url = ""
         self.metrics_port_bound = self.metrics_port
         web = args.web
@@ -364,6 +387,12 @@ def _banner(settings: Settings, confdir: str) -> object:
             lines.append(
                 "            with SSE response bodies, compressed (--capture-bodies:"
                 f" up to {_size(settings.capture_max_bytes)} each; they hold completion text)"
+            )
+        if settings.otlp_endpoint:
+            from recorder.otel.export import shown_url
+
+            lines.append(
+                f"  traces:   OTLP {settings.otlp_protocol} to {shown_url(settings.otlp_endpoint)}"
             )
         lines.append(f"  metrics:  {settings.metrics_url}")
         if settings.live:
@@ -504,6 +533,19 @@ def run(args: argparse.Namespace) -> int:
         if settings.live
         else None
     )
+    spans = None
+    if settings.otlp_endpoint:
+        from recorder.otel import OtlpConfigError, SpanExport
+        from recorder.otel.metrics import register
+
+        try:
+            spans = SpanExport(settings.otlp_flag, protocol=settings.otlp_protocol)
+        except OtlpConfigError as e:
+            recorder.close()
+            print(f"recorder proxy: {e}", file=sys.stderr)
+            return 2
+        register(registry, spans)
+        recorder.on_span = spans.export
 
     def stat(name: str) -> Callable[[], float]:
         return lambda: float(store.stats()[name])
@@ -548,6 +590,8 @@ def run(args: argparse.Namespace) -> int:
         pass
     finally:
         recorder.close()  # drains the writer: every record written or spooled
+        if spans is not None:
+            spans.close()  # a few seconds at most; what is left is counted dropped
         server.close()
         if live is not None:
             live.flush()  # the last records' lines

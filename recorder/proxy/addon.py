@@ -118,6 +118,7 @@ class FlowState:
         "stamps",
         "streaming",
         "t0",
+        "trace",
         "unmetered",
     )
 
@@ -141,6 +142,8 @@ class FlowState:
         self.stamps: list[float] = []
         self.buffered = 0  # bytes in self.pieces
         self.flow: http.HTTPFlow | None = None  # kept only for the web UI (keep_for_ui)
+        # the request's W3C trace context (traceparent, tracestate), for on_span
+        self.trace: tuple[str, str | None] | None = None
 
 
 class Recorder:
@@ -155,6 +158,7 @@ class Recorder:
         clock: Callable[[], float] = time.monotonic,
         on_record: Callable[[StreamRecord, StreamMeter], None] | None = None,
         on_start: Callable[[StreamRecord], None] | None = None,
+        on_span: Callable[[StreamRecord, str | None, str | None], None] | None = None,
     ) -> None:
         self.sink = sink
         self.config = config
@@ -170,6 +174,9 @@ class Recorder:
         ) = None
         # more consumers of each completed record (the live view), after on_record
         self.consumers: list[Callable[[StreamRecord], None]] = []
+        # called with each completed record and its request's traceparent and
+        # tracestate headers (recorder.otel exports it as a span); settable later
+        self.on_span = on_span
         self._flows: dict[str, FlowState] = {}
         # finished flows whose request body is still being read: their record waits
         self._deferred: dict[int, tuple[FlowState, StreamRecord]] = {}
@@ -338,6 +345,11 @@ class Recorder:
                 consume(rec)
             except Exception:
                 self._internal_error("record consumer")
+        if self.on_span is not None:
+            try:
+                self.on_span(rec, *(state.trace or (None, None)))
+            except Exception:
+                self._internal_error("on_span")
         self.sink.submit(rec)
 
     def _finish_deferred(self, key: int) -> None:
@@ -383,6 +395,8 @@ class Recorder:
             state.key = KeyMask.of(request_keys(headers, query))
             if self.config.keep_for_ui:
                 state.flow = flow
+            if "traceparent" in headers:  # forwarded untouched; read for the span only
+                state.trace = (headers["traceparent"], headers.get("tracestate"))
             self._flows[flow.id] = state
             self.health.in_flight += 1
             if self._on_start is not None:
@@ -651,6 +665,8 @@ _REQUEST_HEADERS = frozenset(
         b"anthropic-workspace",
         b"openai-organization",
         b"accept-encoding",
+        b"traceparent",
+        b"tracestate",
     }
 )
 _RESPONSE_HEADERS = frozenset(

@@ -15,6 +15,9 @@ options and addons. Records go to the same SQL store. Options
 - ``recorder_verbose``: also a short line for each flow not metered (false);
 - ``recorder_metrics``: ``HOST:PORT`` where ``/metrics`` and ``/streams`` (for
   `recorder top`) are served, e.g. ``127.0.0.1:9464`` (default: not served).
+- ``recorder_otlp_endpoint``: export one OpenTelemetry span per stream to this OTLP
+  collector (default: OTEL_EXPORTER_OTLP_ENDPOINT, else off; the other OTEL_*
+  variables apply too). Dropped spans are logged (no /metrics here).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from mitmproxy import exceptions
 
 from recorder import tokenizers
 from recorder.core.pricing import PriceTableError
+from recorder.otel import OtlpConfigError, SpanExport
+from recorder.otel.export import env_endpoint
 from recorder.prices import load_price_file
 from recorder.proxy.addon import Recorder, RecorderConfig
 from recorder.proxy.live import Live
@@ -44,6 +49,7 @@ class ScriptRecorder(Recorder):
         self.live = Live(self, background=True)
         self.addons = [self.live]  # mitmproxy runs its hooks too
         self.metrics_server: Any = None
+        self._spans: SpanExport | None = None
 
     def load(self, loader: Any) -> None:
         """Declare the options."""
@@ -79,6 +85,13 @@ class ScriptRecorder(Recorder):
             "",
             "HOST:PORT to serve /metrics and /streams on (recorder top); empty: not served.",
         )
+        loader.add_option(
+            "recorder_otlp_endpoint",
+            str,
+            "",
+            "OTLP collector to export one span per stream to (default: "
+            "OTEL_EXPORTER_OTLP_ENDPOINT, else off).",
+        )
 
     def configure(self, updated: set[str]) -> None:
         """Apply the options (the store is opened once, on the first configure)."""
@@ -112,7 +125,11 @@ class ScriptRecorder(Recorder):
                 ready = False  # records are spooled until the database answers
             self.config.key_secret = key_secret(db, cache_dir=spool)
             self.sink = SqlSink(db, spool, upgrade=not ready, journal=True)
-        except (PriceTableError, StoreError, OSError) as e:
+            flag = ctx.options.recorder_otlp_endpoint or None
+            if flag or env_endpoint():  # the variables' URL the exporter reads itself
+                self._spans = SpanExport(flag)
+                self.on_span = self._spans.export
+        except (PriceTableError, StoreError, OSError, OtlpConfigError) as e:
             raise exceptions.OptionsError(f"recorder: {e}") from e
         # as `recorder proxy` does: the stored streams' calibration, the vocabularies
         warm_from(db, self.estimator)
@@ -159,3 +176,9 @@ class ScriptRecorder(Recorder):
         super().done()
         if self.metrics_server is not None:
             self.metrics_server.close()
+
+    def close(self) -> None:
+        """Flush the store, then the spans (a few seconds at most)."""
+        super().close()
+        if self._spans is not None:
+            self._spans.close()

@@ -121,6 +121,8 @@ class SentRecord:
     duration_ms: float | None = None
     finished: bool = False
     t0: float = 0.0
+    # the request's W3C trace context header as it arrived (a proxy must not touch it)
+    traceparent: str | None = None
     # with Simulator(keep_bodies=True): the body bytes written, as on the wire but
     # without the chunked framing (compressed if compressed); not in to_dict
     body: bytearray | None = field(default=None, repr=False)
@@ -522,6 +524,7 @@ class Simulator:
         self.requests += 1
         rid = req.headers.get("x-sim-id") or f"req_sim{self.requests:06d}"
         rec = SentRecord(rid, endpoint, req.method, path, t0=time.monotonic())
+        rec.traceparent = req.headers.get("traceparent")
         if self.keep_bodies:
             rec.body = bytearray()
         self._register(rec)

@@ -22,14 +22,15 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 @pytest.mark.parametrize(
     "argv",
     [
-        ["bench_overhead.py", "--quick", "--no-pin"],
+        ["bench_overhead.py", "--quick", "--no-pin", "--otlp"],
         ["bench_load.py", "--quick", "--no-pin"],
         ["bench_load.py", "--long", "--quick", "--no-pin"],
         ["bench_in_situ.py", "--quick"],
         ["bench_masking.py", "--quick"],
         ["bench_live.py", "--quick"],
+        ["bench_otel.py", "--quick"],
     ],
-    ids=["overhead", "load", "long", "in-situ", "masking", "live"],
+    ids=["overhead", "load", "long", "in-situ", "masking", "live", "otel"],
 )
 def test_bench_runs_and_its_checks_hold(argv: list[str]) -> None:
     proc = subprocess.run(

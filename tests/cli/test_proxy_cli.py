@@ -146,6 +146,7 @@ def test_bad_options_give_one_line_and_a_nonzero_exit(tmp_path: Path) -> None:
         ["--stall-after", "-3"],
         ["--prices", str(tmp_path / "missing.json")],
         ["--db", "nosuchdriver://x"],
+        ["--otlp-endpoint", "collector:4318"],
     ):
         res = subprocess.run(
             [RECORDER, "proxy", *args], capture_output=True, text=True, timeout=60, cwd=tmp_path

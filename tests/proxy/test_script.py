@@ -192,3 +192,28 @@ def test_mitmdump_with_the_script_shows_streams_and_stalls_live(tmp_path: Path) 
     assert stall["id"] == over["id"] == line["id"] == stalled[0]["id"]
     assert over["how"] == "output resumed" and over["stall_s"] >= 3.5
     assert line["outcome"] == "completed" and line["stalls"] == 1
+
+
+def test_otlp_endpoint_option_turns_span_export_on(tmp_path: Path) -> None:
+    addon = ScriptRecorder()
+    with taddons.context(addon) as tctx:
+        assert addon.on_span is None  # off by default
+        tctx.configure(
+            addon,
+            recorder_db=f"sqlite:///{tmp_path}/x.db",
+            recorder_spool_dir=str(tmp_path),
+            recorder_otlp_endpoint=f"http://127.0.0.1:{free_port()}",
+        )
+        assert addon.on_span is not None
+        addon.close()  # bounded, although nothing listens there
+
+
+def test_a_bad_otlp_endpoint_is_an_options_error(tmp_path: Path) -> None:
+    addon = ScriptRecorder()
+    with taddons.context(addon) as tctx, pytest.raises(exceptions.OptionsError, match="otlp"):
+        tctx.configure(
+            addon,
+            recorder_db=f"sqlite:///{tmp_path}/x.db",
+            recorder_spool_dir=str(tmp_path),
+            recorder_otlp_endpoint="collector:4318",
+        )

@@ -1,0 +1,187 @@
+"""One finished record as one OpenTelemetry span: name, times, attributes, events.
+
+Pure data, no SDK: ``recorder.otel.export`` hands the plan to the SDK. Names follow
+the OpenTelemetry GenAI semantic conventions (``SEMCONV``, the inference client
+span); what the conventions have no name for goes under ``recorder.``. No prompt or
+completion text is ever put on a span: the record holds none to begin with, and the
+conventions' content attributes (``gen_ai.input.messages`` ...) are never set.
+
+Times: the record has its wall-clock start (``started_at``) and offsets from it in
+milliseconds; the span runs from the request's start to the stream's end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from recorder.core.record import INTERRUPTED_OUTCOMES, StreamRecord
+
+# The published GenAI conventions these names come from (open-telemetry/
+# semantic-conventions-genai, the repository they moved to from the main one).
+SEMCONV = "semantic-conventions-genai v0.1.0"
+
+AttributeValue = str | bool | int | float | list[str]
+
+# Providers and operations as the conventions name them (gen_ai.provider.name well
+# known values; every endpoint the recorder meters is a chat-style inference).
+_OPERATION = "chat"
+_PROVIDERS = {"openai": "openai", "anthropic": "anthropic"}
+
+# Stall events per span: the SDK keeps 128 events per span by default; the record
+# has them all (and the stall count is an attribute).
+MAX_STALL_EVENTS = 100
+
+# Error texts are cut: a span attribute is not a log, and a backend may cap it.
+MAX_ERROR_TEXT = 256
+
+
+@dataclass(slots=True)
+class SpanEvent:
+    name: str
+    time_ns: int
+    attributes: dict[str, AttributeValue] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class SpanPlan:
+    """What the exporter gives the SDK for one record."""
+
+    name: str
+    start_ns: int
+    end_ns: int
+    attributes: dict[str, AttributeValue]
+    events: list[SpanEvent]
+    error: str | None  # error.type, also the span's ERROR status; None when completed
+
+
+def start_ns(rec: StreamRecord) -> int | None:
+    """The record's start as nanoseconds since the epoch (None without one)."""
+    if not rec.started_at:
+        return None
+    try:
+        when = datetime.fromisoformat(rec.started_at.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return int(when.timestamp() * 1_000_000) * 1000
+
+
+def _at(start: int, offset_ms: float | None) -> int | None:
+    return None if offset_ms is None else start + int(offset_ms * 1_000_000)
+
+
+def server_address(upstream: str | None) -> tuple[str | None, int | None]:
+    """``host:port`` (an IPv6 host keeps its colons) as (server.address, server.port)."""
+    if not upstream:
+        return None, None
+    host, sep, port = upstream.rpartition(":")
+    if not sep or not port.isdigit():
+        return upstream, None
+    return host.strip("[]"), int(port)
+
+
+def error_type(rec: StreamRecord) -> str | None:
+    """``error.type`` for every outcome but ``completed``: the provider's error type
+    when it named one, the HTTP status of an ``http_error`` (as the HTTP conventions
+    do), else the outcome itself (``upstream_disconnect``, ``truncated`` ...)."""
+    if rec.outcome == "completed":
+        return None
+    if rec.error_type:
+        return rec.error_type
+    if rec.outcome == "http_error" and rec.http_status is not None:
+        return str(rec.http_status)
+    return rec.outcome
+
+
+def _cut(text: str | None) -> str | None:
+    if text is None or len(text) <= MAX_ERROR_TEXT:
+        return text
+    return text[: MAX_ERROR_TEXT - 1] + "…"
+
+
+def plan_span(rec: StreamRecord, now_ns: int) -> SpanPlan:
+    """The span of ``rec``; ``now_ns`` stands in for a record without a start time."""
+    start = start_ns(rec)
+    if start is None:
+        start = now_ns - int((rec.duration_ms or 0.0) * 1_000_000)
+    end = _at(start, rec.duration_ms) or start
+    err = error_type(rec)
+    host, port = server_address(rec.upstream)
+    attrs: dict[str, AttributeValue] = {
+        "gen_ai.operation.name": _OPERATION,
+        "gen_ai.provider.name": _PROVIDERS.get(rec.provider or "", rec.provider or "unknown"),
+        "gen_ai.request.stream": rec.streamed,
+        "recorder.outcome": rec.outcome,
+        "recorder.usage_source": rec.usage_source,
+        "recorder.input_source": rec.input_source,
+        "recorder.output_source": rec.output_source,
+    }
+    optional: dict[str, AttributeValue | None] = {
+        "gen_ai.request.model": rec.model,
+        "gen_ai.response.model": rec.response_model,
+        "gen_ai.response.id": rec.response_id,
+        "gen_ai.response.finish_reasons": [rec.finish_reason] if rec.finish_reason else None,
+        "gen_ai.usage.input_tokens": rec.input_tokens,
+        "gen_ai.usage.output_tokens": rec.output_tokens,
+        "gen_ai.usage.cache_read.input_tokens": rec.cache_read_tokens,
+        "gen_ai.usage.cache_write.input_tokens": rec.cache_write_tokens,
+        "gen_ai.usage.reasoning.output_tokens": rec.reasoning_tokens,
+        "gen_ai.response.time_to_first_chunk": (
+            rec.first_event_ms / 1000.0 if rec.first_event_ms is not None and rec.streamed else None
+        ),
+        "gen_ai.request.max_tokens": rec.max_output_tokens,
+        "server.address": host,
+        "server.port": port,
+        "http.response.status_code": rec.http_status,
+        "error.type": err,
+        "recorder.record_id": rec.id,
+        "recorder.endpoint": rec.endpoint,
+        "recorder.estimate_method": rec.estimate_method,
+        "recorder.cost_usd": rec.cost_usd,  # a decimal string: no float rounding
+        "recorder.price_version": rec.price_version,
+        "recorder.service_tier": rec.service_tier,
+        "recorder.ttft_ms": rec.ttft_ms,
+        "recorder.ttfb_ms": rec.ttfb_ms,
+        "recorder.events": rec.events,
+        "recorder.stalls": rec.stalls,
+        "recorder.stall_ms": rec.stall_ms,
+        "recorder.keepalives": rec.keepalives,
+        "recorder.max_output_gap_ms": rec.max_output_gap_ms,
+        "recorder.api_key_id": rec.api_key_id,  # the key's fingerprint id, never the key
+        "recorder.project": rec.project,
+        "recorder.request_id": rec.request_id,
+        "recorder.error_code": rec.error_code,
+    }
+    attrs.update({k: v for k, v in optional.items() if v is not None})
+
+    events: list[SpanEvent] = []
+    first_event = _at(start, rec.first_event_ms)
+    if first_event is not None:
+        events.append(SpanEvent("recorder.first_event", first_event))
+    first_token = _at(start, rec.ttft_ms)
+    if first_token is not None:
+        events.append(SpanEvent("recorder.first_output_token", first_token))
+    for gap in [g for g in rec.gaps if g.kind == "stall"][:MAX_STALL_EVENTS]:
+        at = start + int(gap.start_ms * 1_000_000)
+        events.append(SpanEvent("recorder.stall", at, {"recorder.stall.length_ms": gap.length_ms}))
+    if rec.outcome == "error" and rec.http_status == 200:
+        # an error event inside a stream that had begun well; it ends the stream
+        details: dict[str, AttributeValue | None] = {
+            "error.type": err,
+            "recorder.error_code": rec.error_code,
+            "recorder.error_message": _cut(rec.error_message),
+        }
+        events.append(
+            SpanEvent("recorder.error", end, {k: v for k, v in details.items() if v is not None})
+        )
+    if rec.outcome in INTERRUPTED_OUTCOMES:
+        cut: dict[str, AttributeValue | None] = {
+            "recorder.outcome": rec.outcome,
+            "recorder.transport_error": _cut(rec.transport_error),
+        }
+        events.append(
+            SpanEvent("recorder.interrupted", end, {k: v for k, v in cut.items() if v is not None})
+        )
+    events.sort(key=lambda e: e.time_ns)
+    name = f"{_OPERATION} {rec.model}" if rec.model else _OPERATION
+    return SpanPlan(name, start, max(end, start), attrs, events, err)
