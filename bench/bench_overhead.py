@@ -196,7 +196,7 @@ def main() -> int:
             otlp_sink = OtlpSink.start()
             endpoint = otlp_sink.url
         proxies["otlp"] = Proxy.start(
-            "recorder", upstream, proxy_cpu, extra=["--otlp-endpoint", endpoint]
+            "recorder", upstream, proxy_cpu, extra=[*args.recorder_arg, "--otlp-endpoint", endpoint]
         )
     recorders = [k for k in proxies if k != "mitmproxy"]
     ports = {"direct": sim.port, **{k: p.port for k, p in proxies.items()}}
