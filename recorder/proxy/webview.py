@@ -3,8 +3,10 @@
 With mitmproxy's web interface (``mitmweb -s addons/recorder_addon.py`` or
 ``recorder proxy --web``) every metered flow carries the record's summary as
 its comment (``LLM gpt-4o completed | TTFT 240 ms | 3.4 s | in 12 out ~30 tok |
-$0.000123 | 1 stall | 5 keepalives``), written when the stream starts and
-completed at its end. Streams that stalled, were interrupted or ended with an
+$0.000123 | 1 stall | 5 keepalives``), written when the stream starts, brought
+up to date once a second while it runs (time to first token, age, and a stall
+while it lasts: ``STALLED now, silent 31 s``, marked at once), and completed at
+its end. Streams that stalled, were interrupted or ended with an
 error event after status 200 are marked, and their comment holds a word that
 mitmweb's filter finds (``~comment STALLED``, ``~comment INTERRUPTED``,
 ``~comment ERROR-AFTER-200``; ``~marked`` lists them all).
@@ -21,6 +23,7 @@ the arrival time of every piece (capped like captured bodies, 8 MiB a body,
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -32,7 +35,7 @@ from recorder.core import money
 from recorder.core.endpoints import endpoint_for
 from recorder.core.record import StreamRecord
 from recorder.core.transcript import transcript
-from recorder.proxy.addon import Recorder
+from recorder.proxy.addon import FlowState, Recorder
 from recorder.proxy.capture import CapturedBody
 
 log = logging.getLogger("recorder")
@@ -42,6 +45,7 @@ TIMELINE = "recorder.timeline"  # [(seconds since the request, piece length), ..
 ENDPOINT = "recorder.endpoint"
 STALL_AFTER = "recorder.stall_after"
 
+TICK_S = 1.0  # how often open streams' comments are brought up to date
 MARK_STALLED = ":warning:"
 MARK_BROKEN = ":red_circle:"
 INTERRUPTED = ("upstream_disconnect", "client_disconnect", "truncated")
@@ -80,6 +84,25 @@ def _tokens(value: int | None, source: str) -> str:
     if value is None:
         return "?"
     return f"~{value}" if source == "estimated" else str(value)
+
+
+def live_comment(state: FlowState, now: float, stall_after: float) -> tuple[str, bool]:
+    """An open stream's comment from what its meter knows by now, and whether its
+    output has been silent for ``stall_after`` or longer (a stall, now)."""
+    rec, meter = state.record, state.meter
+    first, last = meter.first_output_at, meter.last_output_at
+    silence = now - (last if last is not None else state.t0)
+    stalled = silence >= stall_after
+    head = f"LLM {rec.model or rec.endpoint or '?'} streaming"
+    if stalled:
+        head += f" STALLED now, silent {silence:,.0f} s"
+    parts = [head]
+    if first is not None:
+        parts.append(f"TTFT {(first - state.t0) * 1000:,.0f} ms")
+    parts.append(f"{now - state.t0:,.0f} s so far")
+    if meter.keepalives:
+        parts.append(f"{meter.keepalives} keepalives")
+    return " | ".join(parts), stalled
 
 
 def mark_for(rec: StreamRecord) -> str:
@@ -158,6 +181,8 @@ class WebView:
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
         self.active = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     def load(self, loader: Any) -> None:
         register_view()
@@ -171,6 +196,40 @@ class WebView:
             columns = list(ctx.options.web_columns)
             if "comment" not in columns:  # the summary, in the flow list itself
                 ctx.options.update(web_columns=[*columns, "comment"])
+            self._loop = asyncio.get_running_loop()
+            self._timer = self._loop.call_later(TICK_S, self._tick)
+
+    def done(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._loop = None
+
+    def _tick(self) -> None:
+        """Once a second: the open streams' comments say what is known by now (time
+        to first token, age, a stall while it lasts), so a stalled stream is marked
+        and found in mitmweb before it ends."""
+        try:
+            now = self.recorder._clock()
+            after = self.recorder.config.stall_after
+            changed = []
+            for state in list(self.recorder._flows.values()):
+                flow = state.flow
+                if flow is None or flow.response is None or not state.streaming:
+                    continue
+                text, stalled = live_comment(state, now, after)
+                if text != flow.comment:
+                    flow.comment = text
+                    if stalled:
+                        flow.marked = MARK_STALLED
+                    changed.append(flow)
+            if changed:
+                ctx.master.addons.trigger(UpdateHook(changed))
+        except Exception:
+            log.exception("recorder: web view (traffic is unaffected)")
+        finally:
+            if self._loop is not None:
+                self._timer = self._loop.call_later(TICK_S, self._tick)
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         """A metered stream starts: say so on the flow at once."""

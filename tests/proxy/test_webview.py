@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -153,7 +154,10 @@ def _flows_done(web: Web, n: int) -> list[dict[str, Any]]:
     while time.monotonic() < deadline:
         flows = [f for f in web.get("/flows") if f["type"] == "http"]
         if len(flows) >= n and all(
-            f["comment"].startswith("LLM ") and "metering" not in f["comment"] for f in flows
+            f["comment"].startswith("LLM ")
+            and "metering" not in f["comment"]
+            and " streaming" not in f["comment"]
+            for f in flows
         ):
             return flows
         time.sleep(0.2)
@@ -188,6 +192,28 @@ def test_mitmweb_shows_what_the_recorder_measured(web: Web, sim: Simulator) -> N
             assert truth.text in text.split("── text ──\n", 1)[1]
         if word == "STALLED":
             assert "[keepalive]" in text and "[STALL:" in text
+
+
+@pytest.mark.slow
+def test_a_stall_is_marked_while_it_lasts(web: Web, sim: Simulator) -> None:
+    """A stream silent past the stall threshold is marked, and says so in its
+    comment, while it is still open: mitmweb finds it before it ends."""
+    done: list[tuple[str, bytes]] = []
+    client = threading.Thread(target=lambda: done.append(_send(web, sim, "keepalive=0.3,stall=4")))
+    client.start()
+    try:
+        seen: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 10
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.2)
+            seen = [f for f in web.get("/flows") if "STALLED now" in f["comment"]]
+        assert seen, [f["comment"] for f in web.get("/flows")]
+        assert not done, "the stream had ended already"
+        assert seen[0]["marked"] and " streaming STALLED now, silent " in seen[0]["comment"]
+    finally:
+        client.join(30)
+    (flow,) = _flows_done(web, 1)
+    assert flow["comment"].startswith("LLM gpt-4o completed STALLED") and flow["marked"]
 
 
 def test_summary_and_marks() -> None:
