@@ -12,6 +12,7 @@ threshold is one second, not thirty.
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -158,7 +159,11 @@ def demo_environment(
             ),
         )
         settings = ProxySettings(
-            modes=[f"reverse:{sim.url}"], listen_host="127.0.0.1", listen_port=0, confdir=confdir
+            modes=[f"reverse:{sim.url}"],
+            listen_host="127.0.0.1",
+            listen_port=0,
+            confdir=confdir,
+            log_out=sys.stderr,  # the demo's stdout is its table or its JSON document
         )
         with run_in_thread(recorder, settings) as listeners:
             base = f"http://127.0.0.1:{listeners[0].port}"

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 from mitmproxy import options
 from mitmproxy.master import Master
@@ -58,6 +58,9 @@ class ProxySettings:
     web_port: int | None = None  # mitmweb's interface on this port instead of the console
     extra: dict[str, Any] = field(default_factory=dict)
     addons: Sequence[Any] = ()  # more addons after the recorder (the live view)
+    # where the log goes (mitmproxy's terminal log writes to stdout by default; a
+    # command whose stdout is a document, `recorder demo --format json`, sends it away)
+    log_out: IO[str] | None = None
 
 
 class ListenError(Exception):
@@ -150,10 +153,14 @@ def build_master(
     if settings.web_port is not None:
         from mitmproxy.tools.web.master import WebMaster
 
-        master = WebMaster(opts, with_termlog=True)
+        master = WebMaster(opts, with_termlog=settings.log_out is None)
         opts.update(web_port=settings.web_port, web_host="127.0.0.1", web_open_browser=False)
     else:
-        master = DumpMaster(opts, with_termlog=True, with_dumper=False)
+        master = DumpMaster(opts, with_termlog=settings.log_out is None, with_dumper=False)
+    if settings.log_out is not None:
+        from mitmproxy.addons.termlog import TermLog
+
+        master.addons.add(TermLog(settings.log_out))
     # mitmproxy's own log: warnings and errors only (a bound port, a TLS failure)
     opts.update(termlog_verbosity="warn", ssl_insecure=settings.ssl_insecure, **settings.extra)
     # the runner closes the sink itself, once the connections are ended (see above)
