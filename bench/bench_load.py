@@ -410,11 +410,13 @@ def run_long(args: argparse.Namespace, failures: list[str]) -> None:
             f" stalls {rec.get('stalls')},"
             f" longest output gap {(rec.get('max_output_gap_ms') or 0) / 1e3:,.1f} s"
         )
-        # the scaled clock multiplies scheduling jitter by `speedup` (1 ms: 0.2 s)
+        # the scaled clock multiplies scheduling jitter by `speedup` (1 ms: 0.2 s), so
+        # the simulator's own pause overshoots the hour on a busy machine: the record
+        # is checked against that pause, not against the hour
         if (
             rec.get("outcome") != "completed"
             or rec.get("keepalives") != sent.get("keepalives")
-            or not hour <= ttft_s <= 1.1 * hour
+            or not hour <= ttft_s
             or abs(ttft_s - sent_s) > 0.01 * hour
             or not 0.5 < gap_s < 1.0 + 0.01 * hour
             or (rec.get("stalls") or 0) > 1

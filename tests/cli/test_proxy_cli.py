@@ -205,17 +205,26 @@ def test_a_port_in_use_is_one_line_and_creates_nothing(tmp_path: Path, which: st
 
 
 def test_database_url_mistakes_are_one_line(tmp_path: Path) -> None:
-    cases = {
-        "sqlite:////proc/x.db": "cannot create the SQLite database /proc/x.db: ",
-        f"sqlite:///{tmp_path}/no/dir/x.db": (
+    # (--db, the line's start, the exit code: 2 for a value that is no URL at all,
+    # as for any bad option; 1 for a store that cannot be created)
+    cases = [
+        ("sqlite:////proc/x.db", "cannot create the SQLite database /proc/x.db: ", 1),
+        (
+            f"sqlite:///{tmp_path}/no/dir/x.db",
             f"cannot create the SQLite database {tmp_path}/no/dir/x.db: {tmp_path}/no/dir"
-            " does not exist"
+            " does not exist",
+            1,
         ),
-        "/tmp/rev.db": "not a database URL: '/tmp/rev.db' (for a SQLite file, write sqlite:////tmp/rev.db)",
-    }
-    for db, want in cases.items():
+        (
+            "/tmp/rev.db",
+            "--db not a database URL: '/tmp/rev.db' (for a SQLite file, write"
+            " sqlite:////tmp/rev.db)",
+            2,
+        ),
+    ]
+    for db, want, code in cases:
         res = run_proxy(tmp_path, "--db", db, "--listen-port", "0", "--metrics-port", "0")
-        assert res.returncode == 1, (db, res.stderr)
+        assert res.returncode == code, (db, res.stderr)
         lines = res.stderr.splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"recorder proxy: {want}"), (db, lines)
     assert not (tmp_path / "no").exists()  # no directory made up
