@@ -36,6 +36,17 @@ MAX_PAGES = 1000
 TIMEOUT_S = 60.0
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is an error, never followed: urllib would send the admin key's
+    headers on to wherever the answer points."""
+
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
 @dataclass(frozen=True, slots=True)
 class Endpoint:
     """One endpoint to page through: its path and its fixed query."""
@@ -161,7 +172,7 @@ def http_get(url: str, headers: dict[str, str]) -> str:
     """GET ``url``, the body as text; an HTTP error as :class:`ExportError` (without the key)."""
     request = urllib.request.Request(url, headers={**headers, "Accept": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+        with _OPENER.open(request, timeout=TIMEOUT_S) as response:
             body: bytes = response.read()
     except urllib.error.HTTPError as e:
         detail = e.read(2000).decode("utf-8", "replace")

@@ -529,6 +529,7 @@ def run(args: argparse.Namespace) -> int:
             verbose=settings.verbose,
             on_tick=metrics.live_streams,
             background=True,
+            flush_on_done=False,  # flushed below, once the clients are let go
         )
         if settings.live
         else None

@@ -240,7 +240,9 @@ class SpanExport:
         attrs: dict[str, Any] = {}
         if not os.environ.get("OTEL_SERVICE_NAME"):
             attrs["service.name"] = service_name or DEFAULT_SERVICE_NAME
-        self._provider = TracerProvider(resource=Resource.create(attrs))
+        # close() shuts it down, bounded; an atexit shutdown of its own could wait
+        # on a collector that is away (older SDKs join the batch thread untimed)
+        self._provider = TracerProvider(resource=Resource.create(attrs), shutdown_on_exit=False)
         self._exporter = _CountingExporter(exporter, self._counts)
         self._batch = BatchSpanProcessor(
             self._exporter,

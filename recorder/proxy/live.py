@@ -255,6 +255,7 @@ class Live:
         clock: Callable[[], float] | None = None,
         wall: Callable[[], float] = time.time,
         background: bool = False,
+        flush_on_done: bool = True,
     ) -> None:
         if log_format not in ("text", "json"):
             raise ValueError(f"log format must be text or json, not {log_format!r}")
@@ -263,6 +264,10 @@ class Live:
         # with background, lines are written by a thread of their own (the proxy's
         # console may stop reading; the event loop must not wait for it)
         self._printer = Printer(self.out) if background else None
+        # mitmdump exits right after `done`: the console gets its last lines there.
+        # `recorder proxy` flushes after the loop instead, once the clients are let
+        # go (a console that stopped reading must not hold them at shutdown).
+        self.flush_on_done = flush_on_done
         self.log_format = log_format
         self.quiet = quiet
         self.verbose = verbose
@@ -342,7 +347,8 @@ class Live:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self.flush()
+        if self.flush_on_done:
+            self.flush()
 
     def response(self, flow: http.HTTPFlow) -> None:
         """With ``verbose``: a short line for a flow the recorder does not meter."""
@@ -570,7 +576,14 @@ class Live:
         """:meth:`snapshot` as JSON, from any thread: taken on the event loop."""
         loop = self._loop
         if loop is None or loop.is_closed() or not loop.is_running():
-            return orjson.dumps(self.snapshot(), default=str)
+            try:
+                asyncio.get_running_loop()  # asked on an event loop: the flows' own
+                return orjson.dumps(self.snapshot(), default=str)
+            except RuntimeError:
+                # from another thread, with no loop to take it on (before `running`,
+                # after the end): the open streams' meters belong to the loop, so
+                # only the finished ones are told
+                return orjson.dumps(self._document([]), default=str)
         done: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
         rows: list[dict[str, Any]] = []
 

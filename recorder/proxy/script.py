@@ -22,8 +22,9 @@ options and addons. Records go to the same SQL store. Options
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mitmproxy import exceptions
 
@@ -39,6 +40,9 @@ from recorder.store import SqlSink, StoreError, StoreUnavailable, key_secret, up
 from recorder.store.calibration import warm_from
 from recorder.store.identity import default_spool_dir
 
+if TYPE_CHECKING:
+    from recorder.metrics import Metrics
+
 
 class ScriptRecorder(Recorder):
     """A Recorder configured through mitmproxy options."""
@@ -50,6 +54,7 @@ class ScriptRecorder(Recorder):
         self.addons = [self.live]  # mitmproxy runs its hooks too
         self.metrics_server: Any = None
         self._spans: SpanExport | None = None
+        self._metrics: Metrics | None = None
 
     def load(self, loader: Any) -> None:
         """Declare the options."""
@@ -124,17 +129,45 @@ class ScriptRecorder(Recorder):
             except StoreUnavailable:
                 ready = False  # records are spooled until the database answers
             self.config.key_secret = key_secret(db, cache_dir=spool)
-            self.sink = SqlSink(db, spool, upgrade=not ready, journal=True)
+            # the exporter before the store: a bad OTLP setting must not leave a
+            # store (its threads, its locked spool) open behind a failed configure
             flag = ctx.options.recorder_otlp_endpoint or None
-            if flag or env_endpoint():  # the variables' URL the exporter reads itself
-                self._spans = SpanExport(flag)
-                self.on_span = self._spans.export
+            spans = SpanExport(flag) if flag or env_endpoint() else None
+            self.sink = SqlSink(db, spool, upgrade=not ready, journal=True)
         except (PriceTableError, StoreError, OSError, OtlpConfigError) as e:
             raise exceptions.OptionsError(f"recorder: {e}") from e
+        if spans is not None:  # the variables' URL the exporter reads itself
+            self._spans = spans
+            self.on_span = spans.export
+        self._configured = True
+        if self._metrics is not None:
+            self._watch_store()
         # as `recorder proxy` does: the stored streams' calibration, the vocabularies
         warm_from(db, self.estimator)
         tokenizers.preload()
-        self._configured = True
+
+    def _watch_store(self) -> None:
+        """The store's and the exporter's figures on /metrics, as `recorder proxy`
+        shows them (the write queue, the spool, records written; spans dropped)."""
+        assert self._metrics is not None and isinstance(self.sink, SqlSink)
+        store = self.sink
+
+        def stat(name: str) -> Callable[[], float]:
+            return lambda: float(store.stats()[name])
+
+        self._metrics.watch(
+            write_queue_depth=stat("queue_depth"),
+            spool_depth=stat("spool_files"),
+            records_written=stat("written"),
+            records_spooled=stat("spooled"),
+            records_replayed=stat("replayed"),
+            records_dropped=stat("dropped"),
+            records_failed=stat("failed"),
+        )
+        if self._spans is not None:
+            from recorder.otel.metrics import register
+
+            register(self._metrics.registry, self._spans)
 
     def _serve_metrics(self, where: str) -> None:
         """/metrics and /streams, wired as `recorder proxy` wires them."""
@@ -163,6 +196,7 @@ class ScriptRecorder(Recorder):
 
         self._on_start, self._on_record = on_start, on_record
         metrics.watch_health(self.health)
+        self._metrics = metrics
         self.live.on_tick = metrics.live_streams
         try:
             self.metrics_server = serve_metrics(
@@ -170,6 +204,8 @@ class ScriptRecorder(Recorder):
             )
         except OSError as e:
             raise exceptions.OptionsError(f"recorder_metrics: cannot serve on {where}: {e}") from e
+        if self._configured:  # the store is open already
+            self._watch_store()
 
     def done(self) -> None:
         """Shutdown: finish the records, then stop serving metrics."""

@@ -249,7 +249,9 @@ class WebView:
         try:
             flow.comment = summary(rec)
             mark = mark_for(rec)
-            if mark:
+            if mark or flow.marked in (MARK_STALLED, MARK_BROKEN):
+                # the record decides: a long wait for the first token looked like a
+                # stall while it lasted, but the meter counts none before output
                 flow.marked = mark
             if rec.endpoint:
                 flow.metadata[ENDPOINT] = rec.endpoint

@@ -413,9 +413,9 @@ class SqlSink:
         back within about ``timeout`` seconds whatever the database does."""
         if self._closed:
             return
+        self._closed = True  # first: a late submit now takes the spool's path
         if self._journal is not None:  # what it holds goes to the spool and the queue
             self._journal.stop()
-        self._closed = True
         self._close_deadline = time.monotonic() + timeout / 2
         self._stop.set()
         with contextlib.suppress(queue.Full):

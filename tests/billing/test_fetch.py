@@ -5,7 +5,9 @@ an unencrypted remote base URL are refused."""
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -100,3 +102,43 @@ def test_the_admin_key_comes_from_the_environment() -> None:
     assert fetch.admin_key("openai", {"OPENAI_ADMIN_KEY": " k "}) == "k"
     with pytest.raises(ExportError, match="set ANTHROPIC_ADMIN_KEY"):
         fetch.admin_key("anthropic", {})
+
+
+def test_a_redirect_is_refused_and_the_key_goes_nowhere_else() -> None:
+    """A base URL that answers 3xx never takes the admin key elsewhere: urllib's
+    own redirect handling would send every header on to the new address."""
+    seen: list[dict[str, str]] = []
+
+    class Elsewhere(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(dict(self.headers))
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    other = ThreadingHTTPServer(("127.0.0.1", 0), Elsewhere)
+
+    class Redirecting(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(302)
+            self.send_header("Location", f"http://127.0.0.1:{other.server_port}/steal")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    first = ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
+    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in (first, other)]
+    for t in threads:
+        t.start()
+    try:
+        with pytest.raises(ExportError, match="HTTP 302"):
+            fetch.http_get(f"http://127.0.0.1:{first.server_port}/x", {"Authorization": "Bearer k"})
+    finally:
+        for s in (first, other):
+            s.shutdown()
+            s.server_close()
+    assert seen == []

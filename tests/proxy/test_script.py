@@ -185,6 +185,9 @@ def test_mitmdump_with_the_script_shows_streams_and_stalls_live(tmp_path: Path) 
             proc.terminate()
             out, _ = proc.communicate(timeout=60)
     assert 'llm_stream_oldest_silence_seconds{endpoint="chat.completions"' in metrics
+    # the store's figures too, as `recorder proxy` serves them (the write-queue alert)
+    assert "llm_recorder_write_queue_depth" in metrics
+    assert "llm_recorder_records_written" in metrics
     lines = [orjson.loads(x) for x in out.splitlines() if x.startswith("{")]
     kinds = [x["type"] for x in lines]
     assert kinds == ["stall", "stall_over", "stream"], out
