@@ -38,6 +38,36 @@ def wait_listening(port: int, timeout: float = 30) -> None:
             time.sleep(0.1)
 
 
+MITMDUMP = str(Path(sys.executable).parent / "mitmdump")
+
+
+def start_mitmdump(
+    tmp_path: Path, upstream: str, port: int, *options: str
+) -> subprocess.Popen[str]:
+    """`mitmdump -q -s addons/recorder_addon.py` in reverse mode before ``upstream``,
+    on 127.0.0.1:``port``, with ``--set`` for each of ``options``."""
+    sets = [arg for option in options for arg in ("--set", option)]
+    return subprocess.Popen(
+        [
+            MITMDUMP,
+            "-q",
+            "-s",
+            str(ROOT / "addons" / "recorder_addon.py"),
+            "--mode",
+            f"reverse:{upstream}",
+            "--listen-host",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            *sets,
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
 def test_bad_stall_option_is_an_options_error(tmp_path: Path) -> None:
     addon = ScriptRecorder()
     with taddons.context(addon) as tctx, pytest.raises(exceptions.OptionsError):
@@ -45,31 +75,11 @@ def test_bad_stall_option_is_an_options_error(tmp_path: Path) -> None:
 
 
 def test_mitmdump_with_the_script_records_to_sqlite(tmp_path: Path) -> None:
-    mitmdump = str(Path(sys.executable).parent / "mitmdump")
     port = free_port()
     db = tmp_path / "r.db"
     with run_in_thread() as sim:
-        proc = subprocess.Popen(
-            [
-                mitmdump,
-                "-q",
-                "-s",
-                str(ROOT / "addons" / "recorder_addon.py"),
-                "--mode",
-                f"reverse:{sim.url}",
-                "--listen-host",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "--set",
-                f"recorder_db=sqlite:///{db}",
-                "--set",
-                f"recorder_spool_dir={tmp_path}",
-            ],
-            cwd=tmp_path,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
+        proc = start_mitmdump(
+            tmp_path, sim.url, port, f"recorder_db=sqlite:///{db}", f"recorder_spool_dir={tmp_path}"
         )
         try:
             import openai
@@ -130,37 +140,18 @@ def test_the_script_estimates_with_the_stored_calibration(tmp_path: Path) -> Non
 def test_mitmdump_with_the_script_shows_streams_and_stalls_live(tmp_path: Path) -> None:
     """§1-§3 of the live view through `mitmdump -s`: JSON console lines, a stall seen
     while it lasts (console, gauge, /streams), the finished stream's line."""
-    mitmdump = str(Path(sys.executable).parent / "mitmdump")
     port, metrics_port = free_port(), free_port()
     model = "gpt-4o+keepalive=0.3+stall=4"
     with run_in_thread() as sim:
-        proc = subprocess.Popen(
-            [
-                mitmdump,
-                "-q",
-                "-s",
-                str(ROOT / "addons" / "recorder_addon.py"),
-                "--mode",
-                f"reverse:{sim.url}",
-                "--listen-host",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "--set",
-                f"recorder_db=sqlite:///{tmp_path / 'r.db'}",
-                "--set",
-                f"recorder_spool_dir={tmp_path}",
-                "--set",
-                "recorder_stall_after=1",
-                "--set",
-                "recorder_log_format=json",
-                "--set",
-                f"recorder_metrics=127.0.0.1:{metrics_port}",
-            ],
-            cwd=tmp_path,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
+        proc = start_mitmdump(
+            tmp_path,
+            sim.url,
+            port,
+            f"recorder_db=sqlite:///{tmp_path / 'r.db'}",
+            f"recorder_spool_dir={tmp_path}",
+            "recorder_stall_after=1",
+            "recorder_log_format=json",
+            f"recorder_metrics=127.0.0.1:{metrics_port}",
         )
         try:
             wait_listening(port)
