@@ -37,7 +37,7 @@ from mitmproxy.test import taddons, tflow, tutils
 
 from recorder.proxy.addon import Recorder, RecorderConfig
 from recorder.proxy.live import SNAPSHOT_SLICE, Live
-from recorder.sinks import MemorySink
+from recorder.store.sinks import MemorySink
 
 
 class Clock:

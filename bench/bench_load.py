@@ -248,7 +248,7 @@ def run_load(args: argparse.Namespace, failures: list[str]) -> None:
 def child_scaled_proxy(upstream: str, speedup: float, workdir: str) -> None:
     """The recorder addon with a clock ``speedup`` times faster than the wall clock."""
     from recorder.cli.proxy import open_store
-    from recorder.prices import shipped_prices
+    from recorder.core.price_files import shipped_prices
     from recorder.proxy.addon import Recorder, RecorderConfig
     from recorder.proxy.runner import ProxySettings, run_in_thread
 

@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_core import build_chat, build_messages
 from mitmproxy import http
 
-from recorder.keys import KeyMask, authenticating_key, request_keys
+from recorder.core.captured import compress
+from recorder.core.keys import KeyMask, authenticating_key, request_keys
 from recorder.proxy.addon import _REQUEST_HEADERS, _pick_headers
-from recorder.proxy.capture import compress
 
 K1 = "sk-proj-Q9vTzAXk2-Lm_8Rb4Nc7Wd1Ye6Hf3Jg5Kh0PqQ9vTzAXk2-Lm_8Rb4Nc7Wd1Ye6Hf3Jg5"
 K2 = "sk-ant-api03-Zy8Xw7Vu6Ts5Rq4Po3Nm2Lk1Jh0-Gf9Ed8Cb7UaZy8Xw7Vu6Ts5Rq4Po3Nm2Lk1Jh0-Gf9Ed8Cb7Ua"

@@ -55,7 +55,7 @@ from sqlalchemy import create_engine, text  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
 from recorder.core.record import Gap, StreamRecord  # noqa: E402
-from recorder.ids import new_record_id  # noqa: E402
+from recorder.proxy.ids import new_record_id  # noqa: E402
 from recorder.store.engine import make_engine  # noqa: E402
 from recorder.store.migrate import upgrade  # noqa: E402
 from recorder.store.writer import SqlSink  # noqa: E402

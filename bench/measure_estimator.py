@@ -31,7 +31,7 @@ family: median and p90 of the error, and the bias of the total (signed).
 
 Random cuts: each response is cut at ``--cuts`` random byte offsets, and the
 estimate for the delivered prefix is compared with a tokenizer's count of the
-text delivered (``recorder.tokenizers``, the ``tokenizers`` extra): exact for
+text delivered (``recorder.proxy.tokenizers``, the ``tokenizers`` extra): exact for
 OpenAI, the public Claude vocabulary (an approximation) for Claude up to 4.6.
 
 ``--cost`` times counting request bodies with each tokenizer against counting

@@ -27,7 +27,7 @@ from recorder.core.record import (
     StreamRecord,
     combine_sources,
 )
-from recorder.ids import new_record_id
+from recorder.proxy.ids import new_record_id
 from recorder.store.engine import make_engine
 from recorder.store.queries import SessionFilter
 from recorder.store.writer import SqlSink

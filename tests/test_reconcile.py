@@ -22,16 +22,16 @@ import pytest
 from recorder import audit
 from recorder import reconcile as rc
 from recorder.cli.main import main
+from recorder.core.keys import fingerprint
+from recorder.core.price_files import shipped_prices
 from recorder.core.pricing import load_prices
 from recorder.core.record import StreamRecord
-from recorder.keys import fingerprint
-from recorder.prices import shipped_prices
 from recorder.reprice import reprice
 from recorder.simulate import SentRecord, run_in_thread
-from recorder.sinks import FanoutSink
 from recorder.store.engine import make_engine
 from recorder.store.migrate import upgrade
 from recorder.store.queries import SessionFilter, list_sessions
+from recorder.store.sinks import FanoutSink
 from recorder.store.writer import SqlSink
 from tests.e2e.conftest import free_port
 from tests.e2e.harness import running_proxy

@@ -46,7 +46,7 @@ from urllib.parse import parse_qs, urlsplit
 import orjson
 import pytest
 
-from recorder.proxy.capture import decompress
+from recorder.core.captured import decompress
 from tests.e2e.conftest import free_port
 
 RECORDER = str(Path(sys.executable).parent / "recorder")

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from ipaddress import ip_address
 
-from recorder.keys import scrub_key
+from recorder.core.keys import scrub_key
 from recorder.reconcile import ExportError
 
 MAX_PAGES = 1000

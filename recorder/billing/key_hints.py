@@ -1,7 +1,7 @@
 """Provider key ids matched to the recorder's key fingerprints (``--keys``).
 
 The recorder never keeps a key: it keeps ``…<last four>:<keyed hash>``
-(:func:`recorder.keys.fingerprint`). The providers' admin APIs list keys with a
+(:func:`recorder.core.keys.fingerprint`). The providers' admin APIs list keys with a
 redacted hint that also ends with the key's last characters:
 
 - OpenAI ``GET /v1/organization/admin_api_keys`` and ``GET

@@ -67,8 +67,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> int:
     """Execute `recorder demo`."""
     from recorder.cli.proxy import open_store
-    from recorder.demo import DEMO_KEY, SCENARIOS, run_demo
-    from recorder.keys import fingerprint
+    from recorder.cli.scenarios import DEMO_KEY, SCENARIOS, run_demo
+    from recorder.core.keys import fingerprint
     from recorder.store import StoreError
     from recorder.store.identity import default_spool_dir
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from recorder.core.captured import PackedBody
 from recorder.core.meter import StreamMeter
 from recorder.core.record import StreamRecord
-from recorder.proxy.capture import PackedBody
 
 FORMATS = (".svg", ".png", ".pdf")
 # one colour per kind of gap, the same in every picture

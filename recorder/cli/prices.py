@@ -27,6 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from recorder.cli.db import CliError, add_db_option, db_url, open_for_reading
 from recorder.cli.render import default_format, emit
+from recorder.core.price_files import load_price_file
 from recorder.core.pricing import (
     PriceEntry,
     PriceTable,
@@ -38,7 +39,6 @@ from recorder.core.pricing import (
     tier_rates,
     unpriced_kind,
 )
-from recorder.prices import load_price_file
 from recorder.store.models import format_started_at
 from recorder.store.queries import QueryError, parse_when
 

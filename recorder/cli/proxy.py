@@ -16,13 +16,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from recorder import tokenizers
+from recorder.proxy import tokenizers
 from recorder.proxy.addon import Recorder, RecorderConfig
-from recorder.sinks import FanoutSink, JsonlSink, Sink
 from recorder.store import SqlSink, StoreError, StoreUnavailable, key_secret, upgrade
 from recorder.store.calibration import warm_from
 from recorder.store.engine import display_url
 from recorder.store.identity import default_spool_dir
+from recorder.store.sinks import FanoutSink, JsonlSink, Sink
 
 DEFAULT_DB = "sqlite:///recorder.db"
 
@@ -235,8 +235,8 @@ class Settings:
             _pick(args, "stall-after", "30"), _name(args, "stall-after")
         )
         self.prices = _pick(args, "prices", None)
+        from recorder.core.price_files import load_price_file
         from recorder.core.pricing import PriceTableError
-        from recorder.prices import load_price_file
 
         try:
             self.price_table = load_price_file(self.prices)

@@ -27,13 +27,13 @@ from sqlalchemy.exc import SQLAlchemyError
 from recorder.cli.db import CliError, add_db_option, db_url, open_for_reading
 from recorder.cli.render import emit
 from recorder.core.billing import complete_usage
+from recorder.core.captured import BodyFormatError, remeter
 from recorder.core.detect import NotSSE, detect_endpoint
 from recorder.core.meter import StreamMeter
+from recorder.core.price_files import load_price_file
 from recorder.core.pricing import PriceTable, PriceTableError
 from recorder.core.protocols import ENDPOINTS
 from recorder.core.record import StreamRecord
-from recorder.prices import load_price_file
-from recorder.proxy.capture import BodyFormatError, remeter
 from recorder.store.engine import display_url
 from recorder.store.queries import QueryError, get_body
 

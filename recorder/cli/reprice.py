@@ -17,8 +17,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from recorder.cli.db import CliError, add_db_option, db_url, open_for_reading
 from recorder.cli.render import add_table_options, default_format, emit, table, vertical
+from recorder.core.price_files import load_price_file
 from recorder.core.pricing import PriceTableError
-from recorder.prices import load_price_file
 from recorder.reprice import reprice
 from recorder.store.queries import QueryError, SessionFilter, parse_when
 

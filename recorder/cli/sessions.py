@@ -21,8 +21,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from recorder.cli.db import CliError, add_db_option, add_filter_options, db_url, open_for_reading
 from recorder.cli.render import add_table_options, default_format, emit, fold, table, vertical
 from recorder.core import money
+from recorder.core.captured import PackedBody
 from recorder.core.record import FIELDS, StreamRecord
-from recorder.proxy.capture import PackedBody
 from recorder.store.queries import (
     QueryError,
     SessionFilter,

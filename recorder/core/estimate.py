@@ -40,7 +40,7 @@ Input tokens: the request's text characters by the same kinds, tool and schema
 definitions as ``tool`` characters, plus framing per message and per request,
 Anthropic's tool-use system prompt when tools are defined, and a default per
 image (dimensions are not read). The model's own tokenizer, when one is
-installed that needs no download (``recorder.tokenizers``: OpenAI's), counts
+installed that needs no download (``recorder.proxy.tokenizers``: OpenAI's), counts
 the text exactly instead.
 
 Calibration (:class:`Calibration`): the built-in ratios (:data:`PROFILES`)

@@ -15,7 +15,7 @@ Two formats are read, told apart by the document itself:
   are written as, never through a binary float. Cost fields it does not read
   (audio, images, ...) are listed in ``PriceTable.unread`` so an import can say so.
 
-Parsing is pure (bytes in): the file is read by ``recorder.prices``.
+Parsing is pure (bytes in): the file is read by ``recorder.core.price_files``.
 
 A model name resolves to an entry by: the exact key; an alias the table
 declares; the name without provider prefix, snapshot date or ``-latest``

@@ -15,7 +15,7 @@ importing this module registers nothing, starts nothing.
   arrives and when its record is finished.
 - The recorder's health is read, not pushed: callables registered with
   :meth:`Metrics.watch` (the write queue's depth, the writer's counters, the
-  addon's :class:`~recorder.health.Health`) are called at scrape time, by a
+  addon's :class:`~recorder.metrics.health.Health`) are called at scrape time, by a
   custom collector, so a scrape always sees live values and the writer thread
   needs no reference to this module.
 - The two per-interval histograms (gaps between output chunks, gaps between
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
     from recorder.core.meter import StreamMeter
     from recorder.core.record import StreamRecord
-    from recorder.health import Health
+    from recorder.metrics.health import Health
 
 log = logging.getLogger("recorder.metrics")
 # the library's own spelling of a bucket bound (untyped there)
@@ -536,7 +536,7 @@ class Metrics:
             self.health.watch(name, source)
 
     def watch_health(self, health: Health) -> None:
-        """Export the addon's own counters (:class:`recorder.health.Health`)."""
+        """Export the addon's own counters (:class:`recorder.metrics.health.Health`)."""
         self.watch(
             records_submitted=lambda: health.records,
             parse_issues=lambda: health.parse_issues,

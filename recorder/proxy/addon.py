@@ -22,7 +22,7 @@ anyway is decoded on the side (``recorder.proxy.decoding``), never for the
 client.
 
 With ``capture_bodies`` the tap also keeps every decoded piece and its arrival
-time (``recorder.proxy.capture``: two appends per piece; compression happens on
+time (``recorder.core.captured``: two appends per piece; compression happens on
 the writer's thread) and meters each piece as it comes. Without it the tap notes
 pieces and meters them in batches (``BATCH_PIECES``).
 """
@@ -42,21 +42,21 @@ from typing import Any
 from mitmproxy import http
 
 from recorder.core.billing import complete_usage
+from recorder.core.captured import DEFAULT_CAPTURE_MAX_BYTES, CapturedBody, CapturedRecord
 from recorder.core.endpoints import endpoint_for
 from recorder.core.estimate import Estimator, InputCounts, count_request
+from recorder.core.keys import KeyMask, authenticating_key, fingerprint, request_keys, scrub_key
 from recorder.core.meter import DEFAULT_STALL_AFTER_S, StreamMeter
 from recorder.core.pricing import PriceTable
 from recorder.core.record import StreamRecord
 from recorder.core.request import RequestFacts, read_error_body, read_request
 from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES
-from recorder.health import Health
-from recorder.ids import new_record_id
-from recorder.keys import KeyMask, authenticating_key, fingerprint, request_keys, scrub_key
-from recorder.proxy.capture import DEFAULT_CAPTURE_MAX_BYTES, CapturedBody, CapturedRecord
+from recorder.metrics.health import Health
 from recorder.proxy.decoding import Decoder, decoder_for
-from recorder.sinks import Sink
-from recorder.tokenizers import counter_for
-from recorder.unpriced import WARNINGS as UNPRICED
+from recorder.proxy.ids import new_record_id
+from recorder.proxy.tokenizers import counter_for
+from recorder.proxy.unpriced import WARNINGS as UNPRICED
+from recorder.store.sinks import Sink
 
 log = logging.getLogger("recorder")
 
@@ -634,7 +634,7 @@ class Recorder:
 def _read_request(body: bytes, endpoint: str) -> tuple[RequestFacts, InputCounts | None]:
     """The request's facts and the counts input estimation needs (never its text).
 
-    With a tokenizer installed for the model (``recorder.tokenizers``), prompt
+    With a tokenizer installed for the model (``recorder.proxy.tokenizers``), prompt
     text is counted exactly; otherwise by characters.
     """
     facts = read_request(body)

@@ -28,17 +28,17 @@ from typing import TYPE_CHECKING, Any
 
 from mitmproxy import exceptions
 
-from recorder import tokenizers
+from recorder.core.price_files import load_price_file
 from recorder.core.pricing import PriceTableError
 from recorder.otel import OtlpConfigError, SpanExport
 from recorder.otel.export import env_endpoint
-from recorder.prices import load_price_file
+from recorder.proxy import tokenizers
 from recorder.proxy.addon import Recorder, RecorderConfig
 from recorder.proxy.live import Live
-from recorder.sinks import MemorySink
 from recorder.store import SqlSink, StoreError, StoreUnavailable, key_secret, upgrade
 from recorder.store.calibration import warm_from
 from recorder.store.identity import default_spool_dir
+from recorder.store.sinks import MemorySink
 
 if TYPE_CHECKING:
     from recorder.metrics import Metrics

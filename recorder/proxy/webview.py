@@ -32,11 +32,11 @@ from mitmproxy.contentviews import Contentview, Metadata
 from mitmproxy.hooks import UpdateHook
 
 from recorder.core import money
+from recorder.core.captured import CapturedBody
 from recorder.core.endpoints import endpoint_for
 from recorder.core.record import StreamRecord
 from recorder.core.transcript import transcript
 from recorder.proxy.addon import FlowState, Recorder
-from recorder.proxy.capture import CapturedBody
 
 log = logging.getLogger("recorder")
 

@@ -52,8 +52,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from recorder import __version__
+from recorder.core.captured import PackedBody
 from recorder.core.record import FIELDS, Gap, StreamRecord
-from recorder.proxy.capture import PackedBody
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -246,7 +246,7 @@ class StreamGap(Base):
 class StreamBody(Base):
     """A stream's captured SSE response body (``--capture-bodies``): the bytes the
     meter saw, compressed, and the times they arrived, for `recorder replay --id`.
-    Never a request body. Formats: ``recorder.proxy.capture``."""
+    Never a request body. Formats: ``recorder.core.captured``."""
 
     __tablename__ = "stream_bodies"
 

@@ -21,9 +21,9 @@ from datetime import UTC, date, datetime, timedelta
 from sqlalchemy import ColumnElement, Engine, delete, func, select
 from sqlalchemy.orm import Session, selectinload
 
+from recorder.core.captured import PackedBody
+from recorder.core.keys import fingerprint
 from recorder.core.record import OUTCOMES, StreamRecord
-from recorder.keys import fingerprint
-from recorder.proxy.capture import PackedBody
 from recorder.store.models import (
     STREAM_BODIES,
     STREAM_GAPS,

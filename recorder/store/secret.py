@@ -30,7 +30,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from recorder.keys import SECRET_ENV
+from recorder.core.keys import SECRET_ENV
 from recorder.store.engine import make_engine, normalize_url
 from recorder.store.migrate import StoreUnavailable
 from recorder.store.models import SETTINGS

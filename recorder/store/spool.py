@@ -1,7 +1,7 @@
 """The spool: records waiting on local disk while the database cannot take them.
 
 Theory of operation. A spool directory holds append-only files of JSON lines,
-one finished record per line (``recorder.sinks.record_json``: every field, gaps
+one finished record per line (``recorder.store.sinks.record_json``: every field, gaps
 included). Each process writes its own files, named
 ``recorder-spool-<pid>-<start ms>-<n>.jsonl``, and holds an exclusive
 ``flock`` on every file it owns for as long as it owns it. Whoever can take
@@ -38,7 +38,7 @@ without a header (written by an older recorder) names no store and is never
 replayed automatically.
 
 A record that carries a captured body (``--capture-bodies``) has one key more on
-its line, ``body``: the packed body (``recorder.proxy.capture.PackedBody``,
+its line, ``body``: the packed body (``recorder.core.captured.PackedBody``,
 compressed, its bytes in base64), so a body waits in the spool with its record.
 A reader that does not know the key ignores it.
 """
@@ -59,10 +59,10 @@ from typing import Any
 
 import orjson
 
+from recorder.core.captured import BodyFormatError, CapturedRecord, PackedBody, body_of
 from recorder.core.record import FIELDS, Gap, StreamRecord
-from recorder.proxy.capture import BodyFormatError, CapturedRecord, PackedBody, body_of
-from recorder.sinks import record_json
 from recorder.store.identity import StoreIdentity
+from recorder.store.sinks import record_json
 
 log = logging.getLogger("recorder.store")
 

@@ -42,7 +42,7 @@ every record in it is committed. That costs one JSON encoding and one
 Either way a power cut can also lose what the kernel had not yet written out.
 
 Captured bodies (``--capture-bodies``) ride on their records
-(``recorder.proxy.capture.CapturedRecord``). The writer packs (compresses) each
+(``recorder.core.captured.CapturedRecord``). The writer packs (compresses) each
 one on its thread and inserts it into ``stream_bodies`` in the same
 transaction as its record; spooled, the line carries the packed body. Waiting
 bodies are bounded in memory too: past ``body_queue_bytes`` of them in the
@@ -91,8 +91,8 @@ from sqlalchemy.exc import (
 )
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from recorder.core.captured import CapturedRecord, PackedBody, body_of
 from recorder.core.record import StreamRecord
-from recorder.proxy.capture import CapturedRecord, PackedBody, body_of
 from recorder.store import migrate
 from recorder.store.engine import SUPPORTED, StoreError, display_url, make_engine
 from recorder.store.identity import (

@@ -16,9 +16,9 @@ from storedb import simple_record
 
 from recorder.cli.main import main
 from recorder.cli.plot import arrivals
+from recorder.core.captured import CapturedBody, CapturedRecord
 from recorder.core.meter import StreamMeter
 from recorder.core.record import StreamRecord
-from recorder.proxy.capture import CapturedBody, CapturedRecord
 from recorder.store.engine import make_engine
 from recorder.store.queries import get_body
 from recorder.store.writer import SqlSink

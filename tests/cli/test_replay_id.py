@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
 from storedb import db_url, pg_admin, pg_template, simple_record, sqlite_template
 
 from recorder.cli.main import main
+from recorder.core.captured import CapturedBody, CapturedRecord
 from recorder.core.record import FIELDS, StreamRecord
-from recorder.proxy.capture import CapturedBody, CapturedRecord
 from recorder.simulate import Simulator, run_in_thread
 from recorder.store.engine import make_engine
 from recorder.store.queries import get_stream

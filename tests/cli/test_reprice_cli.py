@@ -102,7 +102,7 @@ def test_a_small_prices_file_is_an_overlay_and_wipes_no_other_cost(
     """A two-model --prices file changes those two models; a model of the shipped
     table it does not name keeps its cost (it used to be wiped to null)."""
     from recorder.core.billing import apply_prices
-    from recorder.prices import shipped_prices
+    from recorder.core.price_files import shipped_prices
     from recorder.store.writer import SqlSink
     from tests.test_reprice import record
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from recorder.core.price_files import load_price_file, shipped_prices
 from recorder.core.pricing import (
     Cost,
     PriceEntry,
@@ -20,7 +21,6 @@ from recorder.core.pricing import (
     price_record,
 )
 from recorder.core.record import StreamRecord
-from recorder.prices import load_price_file, shipped_prices
 
 OWN: dict[str, Any] = {
     "format": "recorder-prices/1",

@@ -327,7 +327,7 @@ def test_litellm_reads_every_tier_and_cache_write_field() -> None:
 
 
 def test_shipped_tiers() -> None:
-    from recorder.prices import shipped_prices
+    from recorder.core.price_files import shipped_prices
 
     t = shipped_prices()
     for entry in t.entries.values():

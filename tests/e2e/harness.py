@@ -9,11 +9,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from recorder.core.price_files import shipped_prices
 from recorder.core.record import StreamRecord
-from recorder.prices import shipped_prices
 from recorder.proxy.addon import Recorder, RecorderConfig
 from recorder.proxy.runner import Listener, ProxySettings, run_in_thread
-from recorder.sinks import FanoutSink, MemorySink, Sink
+from recorder.store.sinks import FanoutSink, MemorySink, Sink
 
 
 class ThreadSafeSink(MemorySink):

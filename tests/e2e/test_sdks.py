@@ -12,8 +12,8 @@ import anthropic
 import openai
 import pytest
 
+from recorder.core.keys import fingerprint
 from recorder.core.record import StreamRecord
-from recorder.keys import fingerprint
 from recorder.simulate import SentRecord, Simulator
 from tests.e2e.conftest import STALL_AFTER
 from tests.e2e.harness import RunningProxy

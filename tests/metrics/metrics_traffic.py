@@ -29,7 +29,7 @@ from recorder.core.meter import StreamMeter
 from recorder.core.record import StreamRecord, combine_sources
 from recorder.metrics import Metrics
 from recorder.proxy.addon import Recorder, RecorderConfig
-from recorder.sinks import MemorySink
+from recorder.store.sinks import MemorySink
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SECRET = b"test-secret"

@@ -19,7 +19,6 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from recorder.core.record import StreamRecord
-from recorder.health import Health
 from recorder.metrics import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -29,7 +28,8 @@ from recorder.metrics import (
     serve_metrics,
 )
 from recorder.metrics.exporter import CHUNK_GAP_BUCKETS, IntervalHistogram
-from recorder.sinks import MemorySink
+from recorder.metrics.health import Health
+from recorder.store.sinks import MemorySink
 
 STREAM = ("endpoint", "provider", "model")
 # INTERFACES.md, "Prometheus metrics": exposed name -> (type, labels). A contract.

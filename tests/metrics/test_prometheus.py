@@ -39,7 +39,7 @@ from mitmproxy.test import taddons
 from prometheus_client import CollectorRegistry
 
 from recorder.metrics import Metrics, serve_metrics
-from recorder.sinks import MemorySink
+from recorder.store.sinks import MemorySink
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "dashboards" / "recorder-overview.json"

@@ -13,10 +13,10 @@ import pytest
 from mitmproxy import http
 from mitmproxy.test import taddons, tflow, tutils
 
+from recorder.core.keys import fingerprint
 from recorder.core.record import StreamRecord
-from recorder.keys import fingerprint
 from recorder.proxy.addon import Recorder, RecorderConfig
-from recorder.sinks import MemorySink
+from recorder.store.sinks import MemorySink
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 SECRET = b"test-secret"

@@ -15,7 +15,7 @@ from mitmproxy.test import taddons, tflow, tutils
 from recorder.core.record import FIELDS
 from recorder.proxy.addon import BATCH_PIECES, Recorder
 from recorder.proxy.live import ID_CHARS, SNAPSHOT_SLICE, Live
-from recorder.sinks import MemorySink
+from recorder.store.sinks import MemorySink
 from tests.proxy.test_addon import (
     CHAT_SSE,
     Clock,

@@ -12,7 +12,7 @@ import pytest
 
 from recorder.proxy.addon import Recorder, RecorderConfig
 from recorder.proxy.runner import ProxySettings, run_in_thread
-from recorder.sinks import MemorySink
+from recorder.store.sinks import MemorySink
 
 
 def test_the_log_goes_where_the_settings_say(capsys: pytest.CaptureFixture[str]) -> None:

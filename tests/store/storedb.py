@@ -31,7 +31,7 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
 from recorder.core.record import Gap, StreamRecord
-from recorder.ids import new_record_id
+from recorder.proxy.ids import new_record_id
 from recorder.store.engine import make_engine
 from recorder.store.migrate import upgrade
 from recorder.store.spool import SPOOL_PREFIX

@@ -23,8 +23,8 @@ from storedb import (
 )
 
 from recorder.cli import db as db_cli
+from recorder.core.captured import CapturedBody, CapturedRecord, PackedBody, body_of
 from recorder.core.record import StreamRecord
-from recorder.proxy.capture import CapturedBody, CapturedRecord, PackedBody, body_of
 from recorder.store.engine import make_engine
 from recorder.store.queries import (
     QueryError,

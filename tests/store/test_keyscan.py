@@ -10,7 +10,7 @@ import pytest
 from storedb import outage, simple_record
 
 from recorder.cli import sessions
-from recorder.keys import fingerprint
+from recorder.core.keys import fingerprint
 from recorder.store.engine import make_engine
 from recorder.store.migrate import upgrade
 from recorder.store.secret import key_secret

@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import Engine, text
 from storedb import full_record, simple_record
 
+from recorder.core.keys import SECRET_ENV, fingerprint
 from recorder.core.record import StreamRecord
-from recorder.keys import SECRET_ENV, fingerprint
 from recorder.store.queries import (
     QueryError,
     SessionFilter,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from storedb import unreachable_url
 
-from recorder.keys import SECRET_ENV
+from recorder.core.keys import SECRET_ENV
 from recorder.store.engine import make_engine
 from recorder.store.migrate import StoreUnavailable
 from recorder.store.secret import CACHE_FILE, get_or_create_secret, key_secret, read_secret

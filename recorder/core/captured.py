@@ -48,11 +48,11 @@ import orjson
 
 from recorder.core.billing import complete_usage
 from recorder.core.estimate import InputCounts
+from recorder.core.keys import KeyMask
 from recorder.core.meter import DEFAULT_STALL_AFTER_S, ENDINGS, StreamMeter
 from recorder.core.pricing import PriceTable
 from recorder.core.record import StreamRecord
 from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES
-from recorder.keys import KeyMask
 
 try:  # the same zstd mitmproxy itself uses
     from compression import zstd  # type: ignore[import-not-found,unused-ignore]

@@ -21,12 +21,12 @@ from typing import Any
 import anthropic
 import openai
 
+from recorder.core.price_files import shipped_prices
 from recorder.core.record import StreamRecord
-from recorder.prices import shipped_prices
 from recorder.proxy.addon import Recorder, RecorderConfig
 from recorder.proxy.runner import ProxySettings, run_in_thread
 from recorder.simulate import run_in_thread as simulator_in_thread
-from recorder.sinks import FanoutSink, MemorySink, Sink
+from recorder.store.sinks import FanoutSink, MemorySink, Sink
 
 DEMO_STALL_AFTER = 1.0
 DEMO_KEY = "sk-demo-0000000000000000"

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from recorder.core.record import Gap, StreamRecord
-from recorder.sinks import FanoutSink, JsonlSink, MemorySink
+from recorder.store.sinks import FanoutSink, JsonlSink, MemorySink
 
 
 def test_jsonl_appends_every_record_with_its_gaps(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Unit tests of recorder/tokenizers.py: a tokenizer only when one needs no download."""
+"""Unit tests of recorder/proxy/tokenizers.py: a tokenizer only when one needs no download."""
 # (the real packages of the ``tokenizers`` extra are run with the network cut at the end)
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from recorder import tokenizers
+from recorder.proxy import tokenizers
 
 
 @pytest.fixture(autouse=True)

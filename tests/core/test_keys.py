@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from recorder.keys import (
+from recorder.core.keys import (
     KeyMask,
     authenticating_key,
     extract_key,

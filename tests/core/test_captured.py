@@ -14,10 +14,7 @@ from mitmproxy import http
 from mitmproxy.test import taddons, tflow, tutils
 
 from recorder.cli.proxy import OptionError, Settings, _banner, parse_size
-from recorder.core.record import StreamRecord
-from recorder.prices import shipped_prices
-from recorder.proxy.addon import Recorder, RecorderConfig
-from recorder.proxy.capture import (
+from recorder.core.captured import (
     DEFAULT_CAPTURE_MAX_BYTES,
     BodyFormatError,
     CapturedBody,
@@ -27,7 +24,10 @@ from recorder.proxy.capture import (
     body_of,
     remeter,
 )
-from recorder.sinks import MemorySink, record_json
+from recorder.core.price_files import shipped_prices
+from recorder.core.record import StreamRecord
+from recorder.proxy.addon import Recorder, RecorderConfig
+from recorder.store.sinks import MemorySink, record_json
 from tests.proxy.test_addon import (
     CHAT_SSE,
     MESSAGES_SSE,

@@ -24,8 +24,8 @@ from rich.cells import cell_len
 
 from recorder.cli import demo as demo_cli
 from recorder.cli.main import main
-from recorder.demo import SCENARIOS, run_demo
-from recorder.sinks import MemorySink
+from recorder.cli.scenarios import SCENARIOS, run_demo
+from recorder.store.sinks import MemorySink
 from recorder.store.writer import SqlSink
 from tests.store.storedb import simple_record
 

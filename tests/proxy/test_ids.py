@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from recorder.ids import new_record_id
+from recorder.proxy.ids import new_record_id
 
 
 def test_ids_are_uuid7_unique_and_time_ordered() -> None:

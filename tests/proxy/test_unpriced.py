@@ -1,11 +1,11 @@
-"""recorder/unpriced.py: one warning line per unpriced model, bounded."""
+"""recorder/proxy/unpriced.py: one warning line per unpriced model, bounded."""
 
 from __future__ import annotations
 
 import pytest
 
 from recorder.core.record import StreamRecord
-from recorder.unpriced import UnpricedWarnings
+from recorder.proxy.unpriced import UnpricedWarnings
 
 
 def unpriced(model: str, reason: str | None = "no price for model") -> StreamRecord:
