@@ -50,7 +50,7 @@ def tls_sim(private_tls: PrivateTLS) -> Iterator[Simulator]:
 
 
 @dataclass
-class Recorder:
+class Running:
     """A running recorder: its reverse-mode port, its extra listener, its console."""
 
     port: int
@@ -73,7 +73,7 @@ class Recorder:
 @contextlib.contextmanager
 def recorder(
     launcher: str, tmp_path: Path, sim: Simulator, *, upstream: str | None = None, sets: list[str]
-) -> Iterator[Recorder]:
+) -> Iterator[Running]:
     """The recorder in reverse mode before ``sim``, plus ``upstream:<upstream>`` on a port
     of its own when given, with mitmproxy options ``sets``; stopped (records flushed)
     on exit, its console then in ``output``."""
@@ -82,7 +82,7 @@ def recorder(
     proc: subprocess.Popen[str]
     if launcher == "mitmdump":
         port, metrics_port = free_port(), free_port()
-        running = Recorder(port, extra_port, tmp_path / "mitmproxy", tmp_path / "r.db")
+        running = Running(port, extra_port, tmp_path / "mitmproxy", tmp_path / "r.db")
         options = [
             f"recorder_db=sqlite:///{running.db}",
             f"recorder_spool_dir={tmp_path}",
@@ -104,7 +104,7 @@ def recorder(
         for option in sets:
             extra += ["--set", option]
         proc, port, _, _ = start_proxy(tmp_path, sim, *extra)
-        running = Recorder(port, extra_port, tmp_path / ".mitmproxy", tmp_path / "recorder.db")
+        running = Running(port, extra_port, tmp_path / ".mitmproxy", tmp_path / "recorder.db")
     try:
         if extra_port is not None:
             wait_listening(extra_port)
