@@ -45,7 +45,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from recorder.billing.export_model import FIGURES, Export, ExportError, Number
+from recorder.billing.export_model import FIGURES, Export, ExportError, ExportRow, Number
 from recorder.billing.id_mapping import IdMapping
 from recorder.billing.recorded_streams import Stream
 from recorder.core.estimate import model_base
@@ -150,6 +150,68 @@ def _stream_figures(s: Stream) -> dict[str, Number]:
     }
 
 
+@dataclass(slots=True)
+class _Sums:
+    """Both sides summed into groups as they are read (in :data:`EXACT`)."""
+
+    dim: str
+    figures: tuple[str, ...]
+    mapping: IdMapping
+    exact_models: bool
+    groups: dict[GroupKey, Group] = field(default_factory=dict)
+    unmapped_keys: set[str] = field(default_factory=set)
+    unmapped_projects: set[str] = field(default_factory=set)
+    batch_rows: int = 0
+    batch_total: dict[str, Number] = field(default_factory=dict)  # the figures batch rows carry
+
+    def group(self, day: str, model: str | None, who: str | None) -> Group:
+        key = (day, _model_key(model, self.exact_models), who)
+        if key not in self.groups:
+            zeros = {f: _zero(f) for f in self.figures}
+            self.groups[key] = Group(key[0], key[1], who, dict(zeros), dict(zeros))
+        return self.groups[key]
+
+    def _who(self, row: ExportRow) -> str | None:
+        """The row's key or project as the recorder names it (noting ids the
+        mapping file does not name, when it names some)."""
+        m = self.mapping
+        if self.dim == "key":
+            if row.key is not None and m.keys and row.key not in m.keys:
+                self.unmapped_keys.add(row.key)
+            return m.key(row.key)
+        if self.dim == "project":
+            if row.project is not None and m.projects and row.project not in m.projects:
+                self.unmapped_projects.add(row.project)
+            return m.project(row.project)
+        return None
+
+    def add_export(self, rows: Iterable[ExportRow]) -> None:
+        for row in rows:
+            if row.batch:
+                # never proxied: summed apart, compared with nothing recorded
+                self.batch_rows += 1
+                for f, value in row.figures.items():
+                    self.batch_total[f] = self.batch_total.get(f, _zero(f)) + value
+                continue
+            g = self.group(row.day, self.mapping.model(row.model), self._who(row))
+            g.in_export = True
+            for f, value in row.figures.items():
+                if f in g.exported:
+                    g.exported[f] += value
+
+    def add_streams(self, streams: Iterable[Stream]) -> None:
+        dim = self.dim
+        for s in streams:
+            who = s.api_key_id if dim == "key" else s.project if dim == "project" else None
+            g = self.group(s.day, s.model, who)
+            g.streams.append(s)
+            if not s.billed:
+                continue
+            values = _stream_figures(s)
+            for f in self.figures:
+                g.recorded[f] += values[f]
+
+
 def reconcile(
     export: Export,
     streams: Iterable[Stream],
@@ -160,66 +222,14 @@ def reconcile(
     exact_models: bool = False,
 ) -> Result:
     """Compare the export with the recorded streams, group by group."""
-    mapping = mapping or IdMapping()
     tolerance = tolerance or Tolerance()
-    dim = choose_by(export, by)
     figures = tuple(f for f in FIGURES if f in export.figures)
-    groups: dict[GroupKey, Group] = {}
-    unmapped_keys: set[str] = set()
-    unmapped_projects: set[str] = set()
-
-    def group(day: str, model: str | None, who: str | None) -> Group:
-        key = (day, model, who)
-        if key not in groups:
-            groups[key] = Group(
-                day,
-                model,
-                who,
-                {f: _zero(f) for f in figures},
-                {f: _zero(f) for f in figures},
-            )
-        return groups[key]
-
-    batch_rows = 0
-    batch_total: dict[str, Number] = {}  # the figures the batch rows carry
+    sums = _Sums(choose_by(export, by), figures, mapping or IdMapping(), exact_models)
     with decimal.localcontext(EXACT):
-        for row in export.rows:
-            if row.batch:
-                # never proxied: summed apart, compared with nothing recorded
-                batch_rows += 1
-                for f, value in row.figures.items():
-                    batch_total[f] = batch_total.get(f, _zero(f)) + value
-                continue
-            if dim == "key":
-                who = mapping.key(row.key)
-                if row.key is not None and mapping.keys and row.key not in mapping.keys:
-                    unmapped_keys.add(row.key)
-            elif dim == "project":
-                who = mapping.project(row.project)
-                if (
-                    row.project is not None
-                    and mapping.projects
-                    and row.project not in mapping.projects
-                ):
-                    unmapped_projects.add(row.project)
-            else:
-                who = None
-            g = group(row.day, _model_key(mapping.model(row.model), exact_models), who)
-            g.in_export = True
-            for f, value in row.figures.items():
-                if f in g.exported:
-                    g.exported[f] += value
-        for s in streams:
-            who = s.api_key_id if dim == "key" else s.project if dim == "project" else None
-            g = group(s.day, _model_key(s.model, exact_models), who)
-            g.streams.append(s)
-            if not s.billed:
-                continue
-            values = _stream_figures(s)
-            for f in figures:
-                g.recorded[f] += values[f]
+        sums.add_export(export.rows)
+        sums.add_streams(streams)
     ordered = sorted(
-        groups.values(),
+        sums.groups.values(),
         key=lambda g: (g.day, g.model is None, g.model or "", g.dim is None, g.dim or ""),
     )
     differing = []
@@ -231,15 +241,15 @@ def reconcile(
         recorded_total = {f: sum((g.recorded[f] for g in ordered), _zero(f)) for f in figures}
         exported_total = {f: sum((g.exported[f] for g in ordered), _zero(f)) for f in figures}
     return Result(
-        dim,
+        sums.dim,
         figures,
         ordered,
         differing,
-        unmapped_keys,
-        unmapped_projects,
+        sums.unmapped_keys,
+        sums.unmapped_projects,
         recorded_total,
         exported_total,
         tolerance,
-        batch_rows,
-        {f: batch_total[f] for f in FIGURES if f in batch_total},
+        sums.batch_rows,
+        {f: sums.batch_total[f] for f in FIGURES if f in sums.batch_total},
     )
