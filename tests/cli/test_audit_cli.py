@@ -20,10 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
 
 from storedb import db_url, pg_admin, pg_template, sqlite_template
 
-from recorder import audit as audit_lib
+from recorder.billing import audit as audit_lib
 from recorder.cli import audit
 from recorder.core.record import StreamRecord
-from tests.test_audit import PER_STREAM, random_records, rec, row_sums, store
+from tests.billing.test_audit import PER_STREAM, random_records, rec, row_sums, store
 
 __all__ = ["db_url", "pg_admin", "pg_template", "sqlite_template"]
 

@@ -18,7 +18,7 @@ from recorder.core.price_files import load_price_file, shipped_prices
 from recorder.core.pricing import load_prices
 from recorder.store.writer import SqlSink
 from tests.core.test_pricing_tiers import LITELLM
-from tests.test_reprice import record
+from tests.store.test_reprice_sql import record
 
 __all__ = ["db_url", "pg_admin", "pg_template", "sqlite_template"]
 

@@ -20,7 +20,7 @@ from storedb import db_url, pg_admin, pg_template, sqlite_template
 
 from recorder.cli import reconcile
 from recorder.core.record import StreamRecord
-from tests.test_audit import rec, store
+from tests.billing.test_audit import rec, store
 
 __all__ = ["db_url", "pg_admin", "pg_template", "sqlite_template"]
 

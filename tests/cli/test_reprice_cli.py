@@ -15,7 +15,7 @@ from storedb import db_url, pg_admin, pg_template, sqlite_template
 
 from recorder.cli import reprice
 from recorder.core.record import StreamRecord
-from tests.test_reprice import V2, check_report, rows_by_id, stored
+from tests.store.test_reprice_sql import V2, check_report, rows_by_id, stored
 
 __all__ = ["db_url", "pg_admin", "pg_template", "sqlite_template", "stored"]
 
@@ -104,7 +104,7 @@ def test_a_small_prices_file_is_an_overlay_and_wipes_no_other_cost(
     from recorder.core.billing import apply_prices
     from recorder.core.price_files import shipped_prices
     from recorder.store.writer import SqlSink
-    from tests.test_reprice import record
+    from tests.store.test_reprice_sql import record
 
     shipped = record("gpt-5", 1000, 100, "2026-04-05T00:00:00.000Z", cost_usd=None)
     apply_prices(shipped, shipped_prices())

@@ -1,6 +1,6 @@
-"""Repricing stored streams (recorder.reprice), on SQLite and PostgreSQL: costs
-recomputed exactly, stored with their price version, and the report of what
-changed."""
+"""Repricing stored streams (recorder.billing.reprice, recorder.store.reprice_sql),
+on SQLite and PostgreSQL: costs recomputed exactly, stored with their price
+version, and the report of what changed."""
 
 from __future__ import annotations
 
@@ -13,17 +13,18 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "store"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from storedb import db_url, pg_admin, pg_template, sqlite_template
 
+from recorder.billing.reprice import Report, plan, reprice_record
 from recorder.core.price_files import shipped_prices
 from recorder.core.pricing import PriceTable, load_prices
 from recorder.core.record import StreamRecord
 from recorder.proxy.ids import new_record_id
-from recorder.reprice import Report, plan, reprice, reprice_record
 from recorder.store.engine import make_engine
 from recorder.store.queries import SessionFilter, list_sessions
+from recorder.store.reprice_sql import reprice
 from recorder.store.writer import SqlSink
 
 __all__ = ["db_url", "pg_admin", "pg_template", "sqlite_template"]

@@ -1,4 +1,4 @@
-"""The billing audit (recorder.audit): group sums equal row sums for every
+"""The billing audit (recorder.billing.audit): group sums equal row sums for every
 grouping, on random streams in memory, on SQLite and on PostgreSQL; the
 figures' definitions; exact money."""
 
@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "store"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "store"))
 
 from storedb import db_url, pg_admin, pg_template, sqlite_template
 
-from recorder import audit
+from recorder.billing import audit
+from recorder.core import money
 from recorder.core.protocols import ENDPOINTS
 from recorder.core.record import (
     INTERRUPTED_OUTCOMES,
@@ -28,6 +29,7 @@ from recorder.core.record import (
     combine_sources,
 )
 from recorder.proxy.ids import new_record_id
+from recorder.store.audit_sql import read_frame
 from recorder.store.engine import make_engine
 from recorder.store.queries import SessionFilter
 from recorder.store.writer import SqlSink
@@ -195,7 +197,7 @@ def test_group_sums_equal_row_sums_from_the_database(db_url: str, tmp_path: Path
     store(db_url, tmp_path / "spool", records)
     engine = make_engine(db_url)
     try:
-        df = audit.read_frame(engine, SessionFilter(limit=None))
+        df = read_frame(engine, SessionFilter(limit=None))
     finally:
         engine.dispose()
     assert len(df) == len(records)
@@ -210,8 +212,8 @@ def test_filters_from_the_database(db_url: str, tmp_path: Path) -> None:
     try:
         since = BASE + timedelta(days=1)
         f = SessionFilter(since=since, model="gpt-4o*", outcomes=["completed", "error"], limit=None)
-        df = audit.read_frame(engine, f, project="proj_a")
-        by_key = audit.read_frame(engine, SessionFilter(key="…1111", limit=None))
+        df = read_frame(engine, f, project="proj_a")
+        by_key = read_frame(engine, SessionFilter(key="…1111", limit=None))
     finally:
         engine.dispose()
 
@@ -308,7 +310,7 @@ def test_money_is_exact_beyond_a_float_and_beyond_28_digits() -> None:
     assert g["cost_usd"] == Decimal("2000000000000.299999999999")
     (doc,) = audit.as_document([g])
     assert doc["cost_usd"] == "2000000000000.299999999999"
-    assert audit.money(Decimal(0)) == "0.000000000000"
+    assert money.exact(Decimal(0)) == "0.000000000000"
 
 
 def test_day_and_hour_are_utc_and_unknown_keys_sort_last() -> None:
