@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import heapq
 from array import array
+from collections.abc import Callable, Sequence
 from itertools import repeat
 
 from recorder.core.protocols import PROVIDERS, interpreter_for
@@ -54,6 +55,8 @@ class StreamMeter:
     __slots__ = (
         "_first_event",
         "_first_output",
+        "_fused",
+        "_fused_for",
         "_ka_gaps",
         "_ka_top",
         "_last_byte",
@@ -117,6 +120,9 @@ class StreamMeter:
         self.keepalives = 0
         self.oversized_events = 0
         self.partial_event_at_end = False
+        # feed_many's reader of a whole piece, and the template it was made from
+        self._fused: Callable[[bytes], int] | None = None
+        self._fused_for: object = None
 
     # -- intake ---------------------------------------------------------------
 
@@ -192,6 +198,93 @@ class StreamMeter:
                     self._first_event = now
             if outputs and timed:
                 self._output(now, outputs)  # type: ignore[arg-type]
+
+    def feed_many(self, pieces: Sequence[bytes], stamps: Sequence[float | None]) -> None:
+        """``feed(piece, now)`` for each piece and its arrival time, in order.
+
+        The same state after, exactly, at less cost per piece: the meter's and the
+        framer's state stay in locals across the batch, and a piece that is one
+        whole event whose data the interpreter's byte template reads (the usual
+        output delta, one per piece on an HTTP/1 chunked stream) is read in one
+        call, with no Event and no framing (see ``Template.framed``). Any other
+        piece goes through :meth:`feed`, with the locals written back first.
+        """
+        pairs = zip(pieces, stamps, strict=True)
+        if self._t0 is None or self._last_byte is None:
+            for data, now in pairs:
+                self.feed(data, now)
+            return
+        framer = self.framer
+        limit = framer.max_event_bytes + 2  # feed_one's cap, on the piece's length
+        stall_after = self.stall_after
+        intervals = self.output_intervals
+        append = intervals.append
+        while True:
+            read = self._fused if framer.idle and self._first_event is not None else None
+            last_byte = self._last_byte
+            max_silence = self._max_silence
+            silence_at = self._silence_at
+            events = self.events
+            last_output = self._last_output
+            top = self._max_out_gap
+            room = MAX_INTERVALS - len(intervals)
+            slow = None
+            try:
+                for data, now in pairs:
+                    if read is None or now is None or len(data) > limit:
+                        slow = data, now
+                        break
+                    n = read(data)  # counts nothing when it returns -1
+                    if n < 0:
+                        slow = data, now
+                        break
+                    # what feed does for this piece: _bytes_at, the event, _output(now, 1)
+                    if now - last_byte > max_silence:
+                        max_silence = now - last_byte
+                        silence_at = last_byte
+                    last_byte = now
+                    events += 1
+                    if n:
+                        if last_output is None:
+                            self._first_output = now
+                        else:
+                            gap = now - last_output
+                            if top is None or gap > top or gap >= stall_after:
+                                self._output_gap(last_output, gap)
+                                top = self._max_out_gap
+                            if room > 0:
+                                append(gap)
+                                room -= 1
+                        last_output = now
+            finally:
+                self._last_byte = last_byte
+                self._max_silence = max_silence
+                self._silence_at = silence_at
+                self.events = events
+                self._last_output = last_output
+            if slow is None:
+                return
+            data, now = slow
+            self.feed(data, now)
+            template = self.interpreter.template
+            if template is not self._fused_for:  # learned another: read pieces with it
+                self._fused_for = template
+                self._fused = self._framed_reader(data)
+
+    def _framed_reader(self, piece: bytes) -> Callable[[bytes], int] | None:
+        """The interpreter's reader of whole pieces that begin as ``piece`` does
+        (the piece its template was learned from, most likely), if it begins
+        with one ``data: `` line or one ``event: N`` line and a ``data: `` line."""
+        at = piece.find(b"data: ")
+        lead = piece[: at + 6]
+        if at < 0 or (
+            at
+            and not (
+                lead.startswith(b"event: ") and lead.find(b"\n") == at - 1 and lead.find(b"\r") < 0
+            )
+        ):
+            return None
+        return self.interpreter.framed_reader(lead)
 
     def read_body(self, body: bytes, now: float | None = None) -> None:
         """A whole non-streamed JSON body (``streamed: false``)."""

@@ -119,6 +119,17 @@ class SSEFramer:
         return self._last_id
 
     @property
+    def idle(self) -> bool:
+        """Nothing of an event is pending (what :meth:`feed_one` needs); False is
+        also possible when nothing is, until a piece ends with a blank line."""
+        return self._idle
+
+    @property
+    def max_event_bytes(self) -> int:
+        """The cap on an event's pending bytes."""
+        return self._max
+
+    @property
     def pending_bytes(self) -> int:
         """Bytes held for an event not yet dispatched (bounded by the cap)."""
         return len(self._buf) + self._data_size

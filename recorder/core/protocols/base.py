@@ -21,12 +21,16 @@ ASCII (``latin``) is what remains: ``text + reasoning - alphabetic - cjk``.
 from __future__ import annotations
 
 from codecs import utf_16_le_encode
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 
 from recorder.core.sse import Event
 from recorder.core.usage import Usage
+
+if TYPE_CHECKING:
+    from recorder.core.protocols.template import Template
 
 JSONDecodeError = orjson.JSONDecodeError
 loads = orjson.loads
@@ -212,10 +216,38 @@ class Interpreter:
     endpoint: ClassVar[str]
     provider: ClassVar[str]
 
-    __slots__ = ("obs",)
+    __slots__ = ("_kind", "_read", "_template", "obs")
 
     def __init__(self) -> None:
         self.obs = Observations()
+        # The byte template of the last output delta learned (see
+        # recorder.core.protocols.template), its kind of output, and the function
+        # that reads an event's data with it (None: none learned yet).
+        self._template: Template | None = None
+        self._kind = TEXT
+        self._read: Callable[[bytes], int] | None = None
+
+    def _use(self, template: Template, kind: int) -> None:
+        """Read later events with this learned template."""
+        self._template = template
+        self._kind = kind
+        self._read = template.reader(self.obs, kind)
+
+    @property
+    def template(self) -> Template | None:
+        """The template in use (a new object whenever another is learned)."""
+        return self._template
+
+    def framed_reader(self, lead: bytes) -> Callable[[bytes], int] | None:
+        """What ``handle`` does for a whole SSE piece ``lead + data + b"\n\n"`` whose
+        data the current template reads, without the framing: see
+        :meth:`recorder.core.protocols.template.Template.framed`. None if there is
+        no template, or none that can read whole pieces."""
+        template = self._template
+        if template is None:
+            return None
+        framed = template.framed(lead)
+        return None if framed is None else framed.reader(self.obs, self._kind)
 
     def handle(self, event: Event) -> int:
         """Interpret one event; return the output characters it carried (0: no output)."""
