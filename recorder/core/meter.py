@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import heapq
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from itertools import repeat
 
 from recorder.core.protocols import PROVIDERS, interpreter_for
@@ -199,7 +199,7 @@ class StreamMeter:
             if outputs and timed:
                 self._output(now, outputs)  # type: ignore[arg-type]
 
-    def feed_many(self, pieces: Sequence[bytes], stamps: Sequence[float | None]) -> None:
+    def feed_many(self, pieces: Iterable[bytes], stamps: Iterable[float | None]) -> None:
         """``feed(piece, now)`` for each piece and its arrival time, in order.
 
         The same state after, exactly, at less cost per piece: the meter's and the
@@ -208,6 +208,8 @@ class StreamMeter:
         output delta, one per piece on an HTTP/1 chunked stream) is read in one
         call, with no Event and no framing (see ``Template.framed``). Any other
         piece goes through :meth:`feed`, with the locals written back first.
+        Both arguments are consumed in step, so ``pieces`` may be made lazily (an
+        exception raised making one leaves the pieces before it metered).
         """
         pairs = zip(pieces, stamps, strict=True)
         if self._t0 is None or self._last_byte is None:
