@@ -267,26 +267,80 @@ class StreamMeter:
             if slow is None:
                 return
             data, now = slow
-            self.feed(data, now)
+            read = self._fused
+            if (
+                read is not None
+                and now is not None
+                and 0 <= data.find(b"\n\n") < len(data) - 2  # more than one event
+                and data.find(b"\r") < 0
+            ):
+                self._feed_events(data, now, read)
+            else:
+                self.feed(data, now)
             template = self.interpreter.template
             if template is not self._fused_for:  # learned another: read pieces with it
                 self._fused_for = template
-                self._fused = self._framed_reader(data)
+                self._fused = self.interpreter.framed_reader()
 
-    def _framed_reader(self, piece: bytes) -> Callable[[bytes], int] | None:
-        """The interpreter's reader of whole pieces that begin as ``piece`` does
-        (the piece its template was learned from, most likely), if it begins
-        with one ``data: `` line or one ``event: N`` line and a ``data: `` line."""
-        at = piece.find(b"data: ")
-        lead = piece[: at + 6]
-        if at < 0 or (
-            at
-            and not (
-                lead.startswith(b"event: ") and lead.find(b"\n") == at - 1 and lead.find(b"\r") < 0
-            )
-        ):
-            return None
-        return self.interpreter.framed_reader(lead)
+    def _feed_events(self, data: bytes, now: float, read: Callable[[bytes], int] | None) -> None:
+        """``feed(data, now)`` for a piece of several events, timed, with no CR: each
+        event that begins where nothing is pending and that ``read`` reads whole is
+        read so, the rest goes through the framer, in order, as stretches that end
+        with a blank line (any chunking frames alike), then the interpreter."""
+        last = self._last_byte  # _bytes_at
+        if last is not None and now - last > self._max_silence:
+            self._max_silence = now - last
+            self._silence_at = last
+        self._last_byte = now
+        framer = self.framer
+        settle = framer.settle
+        feed = framer.feed
+        interpreter = self.interpreter
+        handle = interpreter.handle
+        template = interpreter.template
+        limit = framer.max_event_bytes + 2
+        events = outputs = 0
+        pos = 0
+        size = len(data)
+        try:
+            while pos < size:
+                stop = data.find(b"\n\n", pos)
+                stop = size if stop < 0 else stop + 2
+                if read is not None and stop - pos <= limit and settle():
+                    n = read(data[pos:stop])
+                    if n >= 0:
+                        pos = stop
+                        events += 1
+                        if n:
+                            outputs += 1
+                        continue
+                items = feed(data[pos:stop])
+                pos = stop
+                for item in items:  # as feed does
+                    kind = type(item)
+                    if kind is Event:
+                        events += 1
+                        if handle(item):  # type: ignore[arg-type]
+                            outputs += 1
+                        if interpreter.template is not template:
+                            read = None  # learned another: the caller makes its reader
+                    elif kind is Comment:
+                        self.keepalives += 1
+                        self._keepalive(now)
+                    elif isinstance(item, FramingIssue) and item.kind == "oversized_event":
+                        events += 1
+                        self.oversized_events += 1
+        except BaseException:
+            if pos < size:  # feed frames the whole piece before it interprets any of it
+                feed(data[pos:])
+            raise
+        finally:
+            if events:
+                self.events += events
+                if self._first_event is None:
+                    self._first_event = now
+            if outputs:
+                self._output(now, outputs)
 
     def read_body(self, body: bytes, now: float | None = None) -> None:
         """A whole non-streamed JSON body (``streamed: false``)."""

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from recorder.core import StreamMeter
 from recorder.core.protocols.base import Observations
+from recorder.core.sse import SSEFramer
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -185,3 +186,47 @@ def test_a_template_learned_from_several_data_lines_reads_no_piece() -> None:
     one = run("messages", pieces, stamps, [4], many=False)
     assert run("messages", pieces, stamps, [4], many=True) == one
     assert one[0]["output_chars"] == 2
+
+
+_pieces = st.lists(
+    st.one_of(
+        st.sampled_from(
+            [
+                b"data: x\n\n",
+                b"event: a\ndata: y\n\n",
+                b"data: x\n",
+                b"\n",
+                b"\r",
+                b"\r\n",
+                b": c\n\n",
+                b"id: 7\n",
+                b"event: a\n",
+                b"retry: 5\n",
+                b"\xef\xbb\xbf",
+                b"data: held",
+            ]
+        ),
+        st.binary(max_size=6),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(pieces=_pieces, cap=st.sampled_from([4, 12, 64]))
+def test_a_settled_framer_frames_as_one_that_never_settled(pieces: list[bytes], cap: int) -> None:
+    """``settle`` says nothing is pending only when nothing is: the shortcut it
+    opens (``feed_one``, then ``feed``) frames every later piece alike."""
+    settled, plain = SSEFramer(cap), SSEFramer(cap)
+    for piece in [*pieces, b""]:
+        if settled.settle():
+            assert settled.pending_bytes == 0
+            event = settled.feed_one(piece)
+            got = [event] if event is not None else settled.feed(piece)
+        else:
+            assert settled.feed_one(piece) is None
+            got = settled.feed(piece)
+        plain._idle = False  # as if no shortcut ever applied
+        assert got == plain.feed(piece)
+        assert settled.pending_bytes == plain.pending_bytes
+        assert settled.last_event_id == plain.last_event_id

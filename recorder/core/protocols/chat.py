@@ -63,10 +63,10 @@ class ChatCompletionsInterpreter(Interpreter):
             return 0
         chars = self._chunk(obj, streamed=True)
         if chars and self._fast and self._learned < MAX_LEARNED:
-            self._learn(data, obj)
+            self._learn(data, obj, event.event)
         return chars
 
-    def _learn(self, data: bytes, obj: dict[str, Any]) -> None:
+    def _learn(self, data: bytes, obj: dict[str, Any], name: str) -> None:
         """Keep ``data`` as the template if it is a plain text delta and nothing else."""
         choices = obj.get("choices")
         if obj.get("usage") is not None or "error" in obj or type(choices) is not list:
@@ -83,7 +83,7 @@ class ChatCompletionsInterpreter(Interpreter):
         self._learned += 1
         template = learn(data, obj, ("choices", 0, "delta", key), _IGNORED)
         if template is not None:
-            self._use(template, REASONING if key in _REASONING_KEYS else TEXT)
+            self._use(template, REASONING if key in _REASONING_KEYS else TEXT, name)
 
     def read_body(self, body: bytes) -> int:
         obj = self.parse(body)

@@ -92,7 +92,7 @@ class AnthropicMessagesInterpreter(Interpreter):
                 self._learned += 1
                 template = learn(data, obj, ("delta", key))
                 if template is not None:
-                    self._use(template, kind)
+                    self._use(template, kind, event.event)
             return chars
         if typ == "content_block_start":
             block = obj.get("content_block")

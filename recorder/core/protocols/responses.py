@@ -141,7 +141,7 @@ class ResponsesInterpreter(Interpreter):
                 self._learned += 1
                 template = learn(data, obj, ("delta",), _IGNORED)
                 if template is not None:
-                    self._use(template, kind)
+                    self._use(template, kind, event.event)
             return chars
         if typ == "response.output_item.added":
             self._tool_mark = self.obs.tool_chars
