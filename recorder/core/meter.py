@@ -23,6 +23,10 @@ hands events to the endpoint's interpreter, and keeps the stream's rhythm:
 Time is always an argument: the core reads no clock. With ``start=None`` (a
 body replayed offline) every timing is None and times passed in are ignored.
 All events of one piece share its arrival time.
+
+:meth:`StreamMeter.feed_many` takes a batch of pieces with their times (the
+proxy meters in batches) and leaves exactly what ``feed`` for each would, at
+less cost a piece; see its docstring and docs/performance.md.
 """
 
 from __future__ import annotations
