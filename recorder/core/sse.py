@@ -119,6 +119,38 @@ class SSEFramer:
         return self._last_id
 
     @property
+    def idle(self) -> bool:
+        """Nothing of an event is pending (what :meth:`feed_one` needs); False is
+        also possible when nothing is, until a piece ends with a blank line."""
+        return self._idle
+
+    def settle(self) -> bool:
+        """Whether nothing of an event is pending, no line, no BOM nor split CRLF
+        to look for, and the stream has not ended: then a piece that is one usual
+        event may be taken whole (:meth:`feed_one`). Unlike :attr:`idle`, also
+        true after a piece that ended inside an event and one that completed it."""
+        if not self._idle:
+            self._idle = not (
+                self._buf
+                or self._midline
+                or self._data
+                or self._has_data
+                or self._event
+                or self._retry is not None
+                or self._skipping
+                or self._data_size
+                or self._skip_lf
+                or self._at_start
+                or self._ended
+            )
+        return self._idle
+
+    @property
+    def max_event_bytes(self) -> int:
+        """The cap on an event's pending bytes."""
+        return self._max
+
+    @property
     def pending_bytes(self) -> int:
         """Bytes held for an event not yet dispatched (bounded by the cap)."""
         return len(self._buf) + self._data_size

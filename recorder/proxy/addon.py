@@ -509,14 +509,11 @@ class Recorder:
         try:
             if state.broken:
                 return
-            feed = state.meter.feed
             decoder = state.decoder
-            if decoder is None:
-                for piece, now in zip(pieces, stamps, strict=True):
-                    feed(piece, now)
-            else:
-                for piece, now in zip(pieces, stamps, strict=True):
-                    feed(decoder.decode(piece), now)
+            # decoded as they are metered: a piece that fails to decode leaves
+            # the ones before it metered
+            batch = pieces if decoder is None else map(decoder.decode, pieces)
+            state.meter.feed_many(batch, stamps)
         finally:
             pieces.clear()
             stamps.clear()

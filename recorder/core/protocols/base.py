@@ -21,12 +21,16 @@ ASCII (``latin``) is what remains: ``text + reasoning - alphabetic - cjk``.
 from __future__ import annotations
 
 from codecs import utf_16_le_encode
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 
 from recorder.core.sse import Event
 from recorder.core.usage import Usage
+
+if TYPE_CHECKING:
+    from recorder.core.protocols.template import Template
 
 JSONDecodeError = orjson.JSONDecodeError
 loads = orjson.loads
@@ -212,10 +216,49 @@ class Interpreter:
     endpoint: ClassVar[str]
     provider: ClassVar[str]
 
-    __slots__ = ("obs",)
+    __slots__ = ("_kind", "_name", "_read", "_template", "obs")
 
     def __init__(self) -> None:
         self.obs = Observations()
+        # The byte template of the last output delta learned (see
+        # recorder.core.protocols.template), its kind of output, the name of the
+        # event it was learned from, and the function that reads an event's data
+        # with it (None: none learned yet).
+        self._template: Template | None = None
+        self._kind = TEXT
+        self._name = "message"
+        self._read: Callable[[bytes], int] | None = None
+
+    def _use(self, template: Template, kind: int, name: str) -> None:
+        """Read later events with this template, learned from an event so named."""
+        self._template = template
+        self._kind = kind
+        self._name = name
+        self._read = template.reader(self.obs, kind)
+
+    @property
+    def template(self) -> Template | None:
+        """The template in use (a new object whenever another is learned)."""
+        return self._template
+
+    def framed_reader(self) -> Callable[[bytes], int] | None:
+        """What ``handle`` does for a whole SSE piece, ``data: `` (or the event line
+        of the event the template was learned from, then ``data: ``), data that the
+        template reads, a line end and a blank line, without the framing: see
+        :meth:`recorder.core.protocols.template.Template.framed`. None if there is
+        no template, or none that can read whole pieces."""
+        template = self._template
+        if template is None:
+            return None
+        name = self._name
+        if name == "message":
+            lead = b"data: "
+        else:  # (a name comes from one line: it holds no line end)
+            lead = b"event: " + name.encode() + b"\ndata: "
+            if lead.count(b"\n") != 1 or lead.find(b"\r") >= 0:
+                return None
+        framed = template.framed(lead)
+        return None if framed is None else framed.reader(self.obs, self._kind)
 
     def handle(self, event: Event) -> int:
         """Interpret one event; return the output characters it carried (0: no output)."""

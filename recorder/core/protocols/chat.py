@@ -19,7 +19,6 @@ template and is parsed in full.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from recorder.core.protocols.base import REASONING, TEXT, Interpreter
@@ -40,16 +39,13 @@ class ChatCompletionsInterpreter(Interpreter):
     endpoint = "chat.completions"
     provider = "openai"
 
-    __slots__ = ("_fast", "_finish", "_learned", "_read", "_tools")
+    __slots__ = ("_fast", "_finish", "_learned", "_tools")
 
     def __init__(self) -> None:
         super().__init__()
         self._tools: dict[tuple[int, int], Any] = {}  # (choice, tool index) -> last call id
         self._finish: dict[int, str] = {}  # choice index -> finish reason
         self._fast = FAST_PATH
-        # Fast path: the template of the last text delta learned (see
-        # recorder.core.protocols.template), as the function that reads an event with it.
-        self._read: Callable[[bytes], int] | None = None
         self._learned = 0
 
     def handle(self, event: Event) -> int:
@@ -67,10 +63,10 @@ class ChatCompletionsInterpreter(Interpreter):
             return 0
         chars = self._chunk(obj, streamed=True)
         if chars and self._fast and self._learned < MAX_LEARNED:
-            self._learn(data, obj)
+            self._learn(data, obj, event.event)
         return chars
 
-    def _learn(self, data: bytes, obj: dict[str, Any]) -> None:
+    def _learn(self, data: bytes, obj: dict[str, Any], name: str) -> None:
         """Keep ``data`` as the template if it is a plain text delta and nothing else."""
         choices = obj.get("choices")
         if obj.get("usage") is not None or "error" in obj or type(choices) is not list:
@@ -87,7 +83,7 @@ class ChatCompletionsInterpreter(Interpreter):
         self._learned += 1
         template = learn(data, obj, ("choices", 0, "delta", key), _IGNORED)
         if template is not None:
-            self._read = template.reader(self.obs, REASONING if key in _REASONING_KEYS else TEXT)
+            self._use(template, REASONING if key in _REASONING_KEYS else TEXT, name)
 
     def read_body(self, body: bytes) -> int:
         obj = self.parse(body)

@@ -24,7 +24,6 @@ what a full parse would (that text, nothing else), so only the text is decoded.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -44,15 +43,12 @@ class AnthropicMessagesInterpreter(Interpreter):
     endpoint = "messages"
     provider = "anthropic"
 
-    __slots__ = ("_fast", "_learned", "_read", "_usage")
+    __slots__ = ("_fast", "_learned", "_usage")
 
     def __init__(self) -> None:
         super().__init__()
         self._usage: dict[str, Any] = {}
-        # Fast path: the template of the last content delta learned (see
-        # recorder.core.protocols.template), as the function that reads an event with it.
         self._fast = FAST_PATH
-        self._read: Callable[[bytes], int] | None = None
         self._learned = 0
 
     def handle(self, event: Event) -> int:
@@ -96,11 +92,12 @@ class AnthropicMessagesInterpreter(Interpreter):
                 self._learned += 1
                 template = learn(data, obj, ("delta", key))
                 if template is not None:
-                    self._read = template.reader(self.obs, kind)
+                    self._use(template, kind, event.event)
             return chars
         if typ == "content_block_start":
             block = obj.get("content_block")
-            if isinstance(block, dict) and block.get("type") in _TOOL_BLOCKS:
+            # (a type that is not a string, a list say, cannot be looked up in a set)
+            if isinstance(block, dict) and _is_tool_block(block.get("type")):
                 self.obs.tool_calls += 1
         elif typ == "message_delta":
             delta = obj.get("delta")
@@ -134,7 +131,7 @@ class AnthropicMessagesInterpreter(Interpreter):
                 if not isinstance(block, dict):
                     continue
                 btype = block.get("type")
-                if btype in _TOOL_BLOCKS:
+                if _is_tool_block(btype):
                     self.obs.tool_calls += 1
                     chars += self.obs.add_tool(_compact_json(block.get("input")))
                 chars += self.obs.add_text(block.get("text"))
@@ -192,6 +189,10 @@ class AnthropicMessagesInterpreter(Interpreter):
                 for name, count in tools.items()
                 if isinstance(count, int) and not isinstance(count, bool) and count > 0
             } or None
+
+
+def _is_tool_block(btype: Any) -> bool:
+    return isinstance(btype, str) and btype in _TOOL_BLOCKS
 
 
 def _compact_json(value: Any) -> str:

@@ -23,7 +23,6 @@ only the text is decoded.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -99,15 +98,12 @@ class ResponsesInterpreter(Interpreter):
     endpoint = "responses"
     provider = "openai"
 
-    __slots__ = ("_fast", "_learned", "_read", "_tool_mark")
+    __slots__ = ("_fast", "_learned", "_tool_mark")
 
     def __init__(self) -> None:
         super().__init__()
         self._tool_mark = 0  # tool_chars when the current output item was added
-        # Fast path: the template of the last output delta learned (see
-        # recorder.core.protocols.template), as the function that reads an event with it.
         self._fast = FAST_PATH
-        self._read: Callable[[bytes], int] | None = None
         self._learned = 0
 
     def handle(self, event: Event) -> int:
@@ -145,7 +141,7 @@ class ResponsesInterpreter(Interpreter):
                 self._learned += 1
                 template = learn(data, obj, ("delta",), _IGNORED)
                 if template is not None:
-                    self._read = template.reader(obs, kind)
+                    self._use(template, kind, event.event)
             return chars
         if typ == "response.output_item.added":
             self._tool_mark = self.obs.tool_chars

@@ -107,6 +107,25 @@ class Template:
             return None
         return pos, end
 
+    def framed(self, lead: bytes) -> Template | None:
+        """This template for a whole SSE piece: ``lead`` (the lines before the
+        data, ``data: `` or ``event: N`` + ``data: ``) and the event's data, then
+        the line end and the blank line. None if a literal holds a line end (an
+        event learned from several data lines).
+
+        A piece this template reads is exactly one event whose data the plain
+        template reads alike: the literals hold no line end, and no hole nor
+        text that a reader accepts holds a control character (so neither CR
+        nor LF), so the data is one line. The caller must still check the
+        framer's conditions that are not in the bytes (nothing pending, the
+        size cap) and that ``lead`` is the start of one event as above."""
+        literals = [self.head, self.tail]
+        literals += [lit for _, lit in self.left]
+        literals += [lit for lit, _ in self.right]
+        if any(lit.find(b"\n") >= 0 or lit.find(b"\r") >= 0 for lit in literals):
+            return None
+        return Template(lead + self.head, self.left, self.right, self.tail + b"\n\n")
+
     def reader(self, obs: Observations, kind: int) -> Callable[[bytes], int]:
         """A function of an event's data that, if the event matches the template
         and its text is a valid string, counts the text into ``obs`` as
