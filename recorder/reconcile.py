@@ -15,7 +15,7 @@ The two sides are made comparable:
 - day: the UTC date the stream started / the export's bucket start;
 - model: the model that served the request (``response_model``, else the
   requested one) and the export's model, both without provider prefix, snapshot
-  date or ``-latest`` (``recorder.core.estimate.model_base``), unless exact
+  date or ``-latest`` (``recorder.core.model_families.model_base``), unless exact
   names are asked for; the mapping file may rename an export's models;
 - key or project: the export's ids are translated to the recorder's
   ``api_key_id`` / ``project`` through the mapping file; an id it does not name
@@ -50,7 +50,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Engine, select
 
-from recorder.core.estimate import model_base
+from recorder.core.model_families import model_base
 from recorder.store.models import STREAMS, format_started_at, parse_started_at
 
 FIGURES = (
@@ -75,7 +75,7 @@ class ExportError(ValueError):
 
 
 def money(value: Decimal) -> str:
-    """Money as INTERFACES.md prints it: 12 fractional digits, never a float."""
+    """Money as docs/record.md ("Money") prints it: 12 fractional digits, never a float."""
     return f"{value.quantize(_QUANTUM, context=_EXACT):f}"
 
 

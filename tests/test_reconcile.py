@@ -23,8 +23,7 @@ from recorder import audit
 from recorder import reconcile as rc
 from recorder.cli.main import main
 from recorder.core.keys import fingerprint
-from recorder.core.price_files import shipped_prices
-from recorder.core.pricing import load_prices
+from recorder.core.price_files import load_prices, shipped_prices
 from recorder.core.record import StreamRecord
 from recorder.reprice import reprice
 from recorder.simulate import SentRecord, run_in_thread
