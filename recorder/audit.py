@@ -125,7 +125,7 @@ def parse_by(text: str | None) -> tuple[str, ...]:
 
 
 def money(value: Decimal) -> str:
-    """A sum of money as INTERFACES.md prints it: 12 fractional digits, never a float."""
+    """A sum of money as docs/record.md ("Money") prints it: 12 fractional digits."""
     return f"{value.quantize(_QUANTUM, context=_EXACT):f}"
 
 

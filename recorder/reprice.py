@@ -49,7 +49,7 @@ def _money(value: str | Decimal | None) -> Decimal | None:
 
 
 def money(value: Decimal) -> str:
-    """Money as INTERFACES.md prints it: 12 fractional digits."""
+    """Money as docs/record.md ("Money") prints it: 12 fractional digits."""
     return f"{value.quantize(_QUANTUM, context=_EXACT):f}"
 
 
