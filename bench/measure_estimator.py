@@ -60,15 +60,10 @@ CAL_SAMPLES = 5
 sys.path.insert(0, str(ROOT))
 
 from recorder.core.billing import absorb, fill_usage  # noqa: E402
-from recorder.core.estimate import (  # noqa: E402
-    PROFILES,
-    Calibration,
-    Estimator,
-    count_request,
-    family_for,
-    hides_reasoning,
-)
+from recorder.core.counts import count_request  # noqa: E402
+from recorder.core.estimate import Calibration, Estimator  # noqa: E402
 from recorder.core.meter import StreamMeter  # noqa: E402
+from recorder.core.model_families import PROFILES, family_for, hides_reasoning  # noqa: E402
 from recorder.core.record import StreamRecord  # noqa: E402
 from recorder.proxy import tokenizers  # noqa: E402
 

@@ -48,7 +48,7 @@ from decimal import Decimal
 from recorder.billing.export_model import FIGURES, Export, ExportError, ExportRow, Number
 from recorder.billing.id_mapping import IdMapping
 from recorder.billing.recorded_streams import Stream
-from recorder.core.estimate import model_base
+from recorder.core.model_families import model_base
 from recorder.core.money import EXACT, ZERO
 
 DIMENSIONS = ("key", "project", "none")

@@ -27,15 +27,12 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from recorder.cli.db import CliError, add_db_option, db_url, open_for_reading
 from recorder.cli.render import default_format, emit
-from recorder.core.price_files import load_price_file
+from recorder.core.price_files import dump_entry, dump_prices, load_price_file, load_prices
 from recorder.core.pricing import (
     PriceEntry,
     PriceTable,
     PriceTableError,
     Unpriced,
-    dump_entry,
-    dump_prices,
-    load_prices,
     tier_rates,
     unpriced_kind,
 )

@@ -30,7 +30,7 @@ def command(words: str) -> str:
 
 
 def default_format(requested: str | None) -> str:
-    """``table`` when stdout is a terminal, ``json`` otherwise (INTERFACES.md)."""
+    """``table`` when stdout is a terminal, ``json`` otherwise (docs/record.md)."""
     if requested:
         return requested
     return "table" if sys.stdout.isatty() else "json"

@@ -2,7 +2,7 @@
 
 The simulator speaks OpenAI Chat Completions, OpenAI Responses and Anthropic
 Messages, with faults chosen per request (docs/simulator.md). It listens on
-127.0.0.1:9000 by default, the upstream that INTERFACES.md's reverse-mode
+127.0.0.1:9000 by default, the upstream that the usual reverse-mode
 example names (``--mode reverse:http://127.0.0.1:9000@8081``).
 """
 

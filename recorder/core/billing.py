@@ -27,13 +27,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from recorder.core.estimate import (
-    ESTIMATOR_VERSION,
-    Estimator,
-    InputCounts,
-    OutputCounts,
-    thinking_ms,
-)
+from recorder.core.counts import InputCounts, OutputCounts
+from recorder.core.estimate import ESTIMATOR_VERSION, Estimator, thinking_ms
 from recorder.core.pricing import PriceTable, Unpriced, cost_or_reason
 from recorder.core.protocols.base import Observations
 from recorder.core.record import StreamRecord, combine_sources
@@ -52,7 +47,7 @@ def complete_usage(
 
     ``obs`` is the meter's ``interpreter.obs`` (None: the record's own counts
     are used); ``request`` the counts of the request body
-    (:func:`recorder.core.estimate.count_request`; None when there was no
+    (:func:`recorder.core.counts.count_request`; None when there was no
     readable body); ``prices`` None leaves the cost unset; ``estimator`` None
     uses the built-in ratios. With ``learn``, a record whose usage was reported
     teaches the estimator (it must then be fed from one thread).

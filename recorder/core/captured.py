@@ -47,7 +47,7 @@ from typing import Any
 import orjson
 
 from recorder.core.billing import complete_usage
-from recorder.core.estimate import InputCounts
+from recorder.core.counts import InputCounts
 from recorder.core.keys import KeyMask
 from recorder.core.meter import DEFAULT_STALL_AFTER_S, ENDINGS, StreamMeter
 from recorder.core.pricing import PriceTable

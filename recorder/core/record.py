@@ -1,8 +1,8 @@
-"""The finished record of one stream, field for field as INTERFACES.md defines it.
+"""The finished record of one stream, field for field as docs/record.md defines it.
 
 The record is the product's public face: users script against its field names
 (`recorder sessions --format json`, the SQL columns, the audit). ``FIELDS`` fixes
-the order in which they are printed. Fields beyond INTERFACES.md (parse issues,
+the order in which they are printed. Fields beyond the contract table (parse issues,
 the transport's own words about an ending, ...) are additions, never renames.
 """
 
@@ -89,7 +89,7 @@ class StreamRecord:
     cost_usd: str | None = None
     price_version: str | None = None
     api_key_id: str | None = None
-    # Additions beyond INTERFACES.md.
+    # Additions beyond the contract table (docs/record.md).
     organization: str | None = None  # OpenAI-Organization header
     include_usage: bool | None = None  # the request's stream_options.include_usage
     max_output_tokens: int | None = None  # the request's output limit
@@ -116,7 +116,7 @@ class StreamRecord:
     gaps: list[Gap] = field(default_factory=list)
 
     def to_dict(self, *, with_gaps: bool = False) -> dict[str, Any]:
-        """The record as INTERFACES.md prints it (``gaps`` only when asked)."""
+        """The record as docs/record.md prints it (``gaps`` only when asked)."""
         out = {name: getattr(self, name) for name in FIELDS}
         if with_gaps:
             out["gaps"] = [g.to_dict() for g in self.gaps]
@@ -127,7 +127,7 @@ FIELDS: tuple[str, ...] = tuple(f.name for f in fields(StreamRecord) if f.name !
 
 
 def combine_sources(input_source: str, output_source: str) -> str:
-    """``usage_source`` from the two per-figure sources (INTERFACES.md)."""
+    """``usage_source`` from the two per-figure sources (docs/record.md, "Usage")."""
     if input_source == output_source:
         return input_source
     if input_source == "none" and output_source == "none":

@@ -1,4 +1,4 @@
-"""Reported usage, normalised to the token fields of INTERFACES.md.
+"""Reported usage, normalised to the record's token fields (docs/record.md, "Usage").
 
 The providers count differently, and a billing audit must not care:
 

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-Everything is built on a registry handed in by the caller (STYLE.md, rule 9):
+Everything is built on a registry handed in by the caller (docs/ARCHITECTURE.md, "House rules"):
 importing this module registers nothing, starts nothing.
 
 - Whole-stream observations are made once, when a record is finished:

@@ -43,8 +43,9 @@ from mitmproxy import http
 
 from recorder.core.billing import complete_usage
 from recorder.core.captured import DEFAULT_CAPTURE_MAX_BYTES, CapturedBody, CapturedRecord
+from recorder.core.counts import InputCounts, count_request
 from recorder.core.endpoints import endpoint_for
-from recorder.core.estimate import Estimator, InputCounts, count_request
+from recorder.core.estimate import Estimator
 from recorder.core.keys import KeyMask, authenticating_key, fingerprint, request_keys, scrub_key
 from recorder.core.meter import DEFAULT_STALL_AFTER_S, StreamMeter
 from recorder.core.pricing import PriceTable

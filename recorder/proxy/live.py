@@ -50,8 +50,8 @@ import orjson
 from mitmproxy.contrib import click as miniclick
 from mitmproxy.utils import vt_codes
 
+from recorder.core.counts import OutputCounts
 from recorder.core.endpoints import endpoint_for
-from recorder.core.estimate import OutputCounts
 from recorder.core.record import StreamRecord
 
 if TYPE_CHECKING:

@@ -36,7 +36,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from recorder.core.estimate import family_for
+from recorder.core.model_families import family_for
 
 TokenCounter = Callable[[str], int]
 

@@ -23,7 +23,7 @@ class SentRecord:
 
     Counts cover only what was fully written to the socket: an event cut in
     half (``midevent``) is not counted. ``outcome`` is the outcome a correct
-    recorder should find (INTERFACES.md's names); ``transport`` says how the
+    recorder should find (docs/record.md, "Outcomes"); ``transport`` says how the
     connection ended. ``usage`` is the last usage the wire carried, normalised
     (``None``: none was sent); ``planned_usage`` what the whole response would
     have reported. ``output_tokens_sent`` applies the token rule (one per

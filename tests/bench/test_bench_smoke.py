@@ -3,7 +3,7 @@
 Each script checks, whatever its size, that every request through the recorder is
 recorded exactly once, that its counters equal the rows, and (load, long streams)
 that outcomes and records are right; it exits non-zero otherwise. Speed figures
-are printed, never asserted (ARCHITECTURE.md): the full runs and their results are
+are printed, never asserted (docs/ARCHITECTURE.md): the full runs and their results are
 in docs/performance.md.
 """
 

@@ -35,8 +35,7 @@ from recorder.billing.reconcile_report import result_document
 from recorder.billing.recorded_streams import Stream
 from recorder.cli.main import main
 from recorder.core.keys import fingerprint
-from recorder.core.price_files import shipped_prices
-from recorder.core.pricing import load_prices
+from recorder.core.price_files import load_prices, shipped_prices
 from recorder.core.record import StreamRecord
 from recorder.simulate import SentRecord, run_in_thread
 from recorder.store.audit_sql import read_frame

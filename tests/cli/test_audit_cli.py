@@ -1,4 +1,4 @@
-"""`recorder audit`, on SQLite and PostgreSQL: the JSON shape of INTERFACES.md,
+"""`recorder audit`, on SQLite and PostgreSQL: the JSON shape of docs/record.md,
 CSV, the table's totals line, Parquet (exact decimals), filters, errors."""
 
 from __future__ import annotations

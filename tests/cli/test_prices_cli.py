@@ -14,8 +14,7 @@ from storedb import db_url, pg_admin, pg_template, sqlite_template
 
 from recorder.cli.main import main
 from recorder.core.billing import apply_prices
-from recorder.core.price_files import load_price_file, shipped_prices
-from recorder.core.pricing import load_prices
+from recorder.core.price_files import load_price_file, load_prices, shipped_prices
 from recorder.store.writer import SqlSink
 from tests.core.test_pricing_tiers import LITELLM
 from tests.store.test_reprice_sql import record

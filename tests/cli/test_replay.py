@@ -13,7 +13,7 @@ import pytest
 
 from recorder.cli.main import main
 from recorder.core.record import FIELDS
-from tests.core.test_record import DOCUMENTED_FIELDS  # INTERFACES.md's "A recorded stream"
+from tests.core.test_record import DOCUMENTED_FIELDS  # docs/record.md's contract fields
 
 EXPECTED: dict[str, dict[str, Any]] = json.loads(
     (Path(__file__).resolve().parents[1] / "fixtures" / "expected.json").read_text()
@@ -25,7 +25,7 @@ CHAT_TEXT = FIXTURES / "openai-chat" / "e2aad469b71d.sse"  # text + usage chunk 
 CHAT_TOOLS = FIXTURES / "openai-chat" / "a247c49c5fcd.sse"  # tool calls
 CONSOLE_SCRIPT = Path(sys.executable).parent / "recorder"
 
-# What a body alone cannot tell (INTERFACES.md: timings, stalls, HTTP status, key).
+# What a body alone cannot tell (docs/record.md: timings, stalls, HTTP status, key).
 BODY_CANNOT_TELL = (
     "ttfb_ms",
     "first_event_ms",

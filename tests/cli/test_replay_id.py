@@ -59,7 +59,7 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("/v1/chat/completions", {"model": "gpt-4o"}, "status=429"),  # http_error, no SSE body
 ]
 MESSAGES = [{"role": "user", "content": "Say something about harmony."}]
-# INTERFACES.md's timings; replayed from offsets kept in microseconds
+# docs/record.md's timings; replayed from offsets kept in microseconds
 TIMINGS = (
     "ttfb_ms",
     "first_event_ms",

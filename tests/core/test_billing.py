@@ -11,8 +11,11 @@ import pytest
 
 from recorder.core import StreamMeter, StreamRecord
 from recorder.core.billing import apply_prices, complete_usage
-from recorder.core.estimate import PROFILES, Calibration, Estimator, InputCounts, count_request
-from recorder.core.pricing import PriceTable, load_prices
+from recorder.core.counts import InputCounts, count_request
+from recorder.core.estimate import Calibration, Estimator
+from recorder.core.model_families import PROFILES
+from recorder.core.price_files import load_prices
+from recorder.core.pricing import PriceTable
 from recorder.core.record import FIELDS
 
 PRICES: PriceTable = load_prices(

@@ -1,4 +1,4 @@
-"""Unit tests of recorder/core/estimate.py and the output counts it works from."""
+"""Unit tests of recorder/core/estimate.py, counts.py and model_families.py."""
 
 from __future__ import annotations
 
@@ -10,17 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from recorder.core import StreamMeter
-from recorder.core.estimate import (
-    PROFILES,
-    Calibration,
-    Estimator,
-    InputCounts,
-    OutputCounts,
-    count_request,
-    family_for,
-    hides_reasoning,
-    model_base,
-)
+from recorder.core.counts import InputCounts, OutputCounts, count_request
+from recorder.core.estimate import Calibration, Estimator
+from recorder.core.model_families import PROFILES, family_for, hides_reasoning, model_base
 from recorder.core.protocols.base import Observations
 from recorder.core.record import StreamRecord
 

@@ -126,7 +126,7 @@ def shape(items: list[Any]) -> list[Any]:
 
 
 def check_record(rec: dict[str, Any]) -> None:
-    """What INTERFACES.md promises of any record, whatever the input."""
+    """What docs/record.md promises of any record, whatever the input."""
     assert rec["outcome"] in OUTCOMES
     assert rec["interrupted"] == (rec["outcome"] in INTERRUPTED_OUTCOMES)
     for key in ("input_source", "output_source"):

@@ -1,4 +1,4 @@
-"""The stream meter's timing rules, field by field as INTERFACES.md defines them.
+"""The stream meter's timing rules, field by field as docs/record.md defines them.
 
 Every stream is built by hand with explicit timestamps (the core reads no clock):
 the request starts at 100.0 s, so a piece fed at 100.5 is 500 ms into the stream.

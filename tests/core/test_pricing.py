@@ -1,4 +1,4 @@
-"""Unit tests of recorder/core/pricing.py and the shipped price table."""
+"""Unit tests of recorder/core/pricing.py, price_files.py and the shipped price table."""
 
 from __future__ import annotations
 
@@ -10,14 +10,13 @@ from typing import Any
 
 import pytest
 
-from recorder.core.price_files import load_price_file, shipped_prices
+from recorder.core.price_files import load_price_file, load_prices, shipped_prices
 from recorder.core.pricing import (
     Cost,
     PriceEntry,
     PriceTable,
     PriceTableError,
     cost_of,
-    load_prices,
     price_record,
 )
 from recorder.core.record import StreamRecord

@@ -12,7 +12,8 @@ import pytest
 
 from recorder.core import StreamMeter, StreamRecord
 from recorder.core.billing import complete_usage
-from recorder.core.pricing import PriceTable, Unpriced, cost_of, load_prices
+from recorder.core.price_files import load_prices
+from recorder.core.pricing import PriceTable, Unpriced, cost_of
 from recorder.core.request import read_request
 
 M = Decimal(1_000_000)

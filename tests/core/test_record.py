@@ -1,4 +1,4 @@
-"""The record's public face: field names and order as INTERFACES.md lists them."""
+"""The record's public face: field names and order as docs/record.md lists them."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from recorder.core.record import (
     combine_sources,
 )
 
-# the design documents live in ../shared beside the checkout; the copy below serves elsewhere
-INTERFACES_MD = Path(__file__).resolve().parents[3] / "shared" / "design" / "INTERFACES.md"
+# the record's specification, in the repository
+RECORD_MD = Path(__file__).resolve().parents[2] / "docs" / "record.md"
 
-# Copied from INTERFACES.md, "A recorded stream (one row)", in its order; used
-# when the design document is not at hand.
+# The contract fields of docs/record.md, "A recorded stream (one row)", in order:
+# a second copy, so that the document cannot drop or reorder one unnoticed.
 DOCUMENTED_FIELDS = (
     "id",
     "started_at",
@@ -70,9 +70,9 @@ DOCUMENTED_FIELDS = (
 )
 
 
-def parse_documented_fields(text: str) -> tuple[str, ...]:
-    """Field names from the first column of the "A recorded stream" table."""
-    section = text.split("## A recorded stream", 1)[1].split("\n## ", 1)[0]
+def parse_documented_fields(text: str, heading: str = "## A recorded stream") -> tuple[str, ...]:
+    """Field names from the first column of the first table under ``heading``."""
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
     names: list[str] = []
     in_table = False
     for line in section.splitlines():
@@ -82,19 +82,15 @@ def parse_documented_fields(text: str) -> tuple[str, ...]:
             continue
         in_table = True
         first = line.split("|")[1]
-        names += re.findall(r"`([a-z_]+)`", first)
+        names += re.findall(r"`([a-z][a-z0-9_]*)`", first)
     return tuple(names)
 
 
 def documented_fields() -> tuple[str, ...]:
-    if INTERFACES_MD.is_file():
-        return parse_documented_fields(INTERFACES_MD.read_text(encoding="utf-8"))
-    return DOCUMENTED_FIELDS
+    return parse_documented_fields(RECORD_MD.read_text(encoding="utf-8"))
 
 
 def test_parser_reads_the_copied_table() -> None:
-    if not INTERFACES_MD.is_file():
-        pytest.skip("INTERFACES.md not available")
     parsed = documented_fields()
     # The document may add fields, never drop or reorder the ones users script against.
     it = iter(parsed)
@@ -107,7 +103,16 @@ def test_fields_cover_every_documented_field_in_order() -> None:
     missing = [name for name in documented if name not in FIELDS]
     assert missing == []
     positions = [FIELDS.index(name) for name in documented]
-    assert positions == sorted(positions), "FIELDS must keep INTERFACES.md's order"
+    assert positions == sorted(positions), "FIELDS must keep docs/record.md's order"
+
+
+def test_record_md_documents_every_field_in_order() -> None:
+    """docs/record.md's two field tables, one after the other, are FIELDS."""
+    text = RECORD_MD.read_text(encoding="utf-8")
+    documented = parse_documented_fields(text) + parse_documented_fields(
+        text, "## Fields beyond the contract table"
+    )
+    assert documented == FIELDS
 
 
 def test_fields_are_unique_and_exclude_gaps() -> None:

@@ -1,4 +1,4 @@
-"""Unit tests of recorder/core/usage.py: reported usage normalised per INTERFACES.md."""
+"""Unit tests of recorder/core/usage.py: reported usage normalised per docs/record.md."""
 
 from __future__ import annotations
 

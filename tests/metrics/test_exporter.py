@@ -32,7 +32,7 @@ from recorder.metrics.health import Health
 from recorder.store.sinks import MemorySink
 
 STREAM = ("endpoint", "provider", "model")
-# INTERFACES.md, "Prometheus metrics": exposed name -> (type, labels). A contract.
+# docs/metrics.md, "The metrics": exposed name -> (type, labels). A contract.
 CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
     "gen_ai_client_operation_duration_seconds": ("histogram", (*STREAM, "outcome")),
     "gen_ai_client_operation_time_to_first_chunk_seconds": ("histogram", STREAM),

@@ -622,7 +622,7 @@ async def test_finish_delay_shutdown_completes_what_waits() -> None:
 
 
 async def test_an_unpriced_model_is_said_once_per_process(caplog: pytest.LogCaptureFixture) -> None:
-    from recorder.core.pricing import load_prices
+    from recorder.core.price_files import load_prices
 
     prices = load_prices(b'{"models": {"claude-x": {"input": "1", "output": "2"}}}')
     addon, sink, clock = make(prices=prices)

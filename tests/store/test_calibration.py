@@ -8,7 +8,8 @@ from sqlalchemy import update
 from storedb import simple_record, unreachable_url
 
 from recorder.core.billing import fill_usage
-from recorder.core.estimate import PROFILES, Calibration, Estimator
+from recorder.core.estimate import Calibration, Estimator
+from recorder.core.model_families import PROFILES
 from recorder.core.record import StreamRecord
 from recorder.store.calibration import warm_from
 from recorder.store.engine import make_engine

@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from storedb import db_url, pg_admin, pg_template, sqlite_template
 
 from recorder.billing.reprice import Report, plan, reprice_record
-from recorder.core.price_files import shipped_prices
-from recorder.core.pricing import PriceTable, load_prices
+from recorder.core.price_files import load_prices, shipped_prices
+from recorder.core.pricing import PriceTable
 from recorder.core.record import StreamRecord
 from recorder.proxy.ids import new_record_id
 from recorder.store.engine import make_engine

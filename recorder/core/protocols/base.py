@@ -1,6 +1,6 @@
 """What every protocol interpreter shares: the facts it accumulates.
 
-Outcome precedence (INTERFACES.md): the first terminal or error event decides;
+Outcome precedence (docs/record.md, "Outcomes"): the first terminal or error event decides;
 whatever follows it is still counted (events, output, usage) but cannot change
 the outcome. Error fields are filled by the first event that carries them.
 

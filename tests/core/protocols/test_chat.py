@@ -1,4 +1,4 @@
-"""Chat Completions edge cases (PROTOCOLS.md, "OpenAI Chat Completions"), hand-written bodies."""
+"""Chat Completions edge cases (docs/ARCHITECTURE.md, "The protocols"), hand-written bodies."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Anthropic Messages edge cases (PROTOCOLS.md, "Anthropic Messages"), hand-written bodies."""
+"""Anthropic Messages edge cases (docs/ARCHITECTURE.md, "The protocols"), hand-written bodies."""
 
 from __future__ import annotations
 

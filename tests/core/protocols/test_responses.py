@@ -1,4 +1,4 @@
-"""OpenAI Responses edge cases (PROTOCOLS.md, "OpenAI Responses"), hand-written bodies."""
+"""OpenAI Responses edge cases (docs/ARCHITECTURE.md, "The protocols"), hand-written bodies."""
 
 from __future__ import annotations
 
