@@ -27,7 +27,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from recorder.proxy.live import money
+from recorder.proxy.live_lines import money
 
 DEFAULT_URL = "http://127.0.0.1:9464"
 SORTS = {"s": "silence", "a": "age", "o": "output tokens"}

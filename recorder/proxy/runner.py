@@ -169,7 +169,8 @@ def build_master(
     if settings.web_port is not None:
         from recorder.proxy.webview import WebView
 
-        master.addons.add(WebView(recorder))
+        if not any(isinstance(addon, WebView) for addon in settings.addons):
+            master.addons.add(WebView(recorder))
     if on_started is not None:
         master.addons.add(_Started(on_started))
     return master
