@@ -17,7 +17,7 @@ from mitmproxy import exceptions
 from mitmproxy.test import taddons
 
 from recorder.core.record import StreamRecord
-from recorder.proxy.script import ScriptRecorder
+from recorder.app.script import ScriptRecorder
 from recorder.simulate import run_in_thread
 from recorder.store import SqlSink, upgrade
 from tests.cli.test_top import post_stream
