@@ -32,6 +32,7 @@ from recorder.proxy.options import (
     BY_NAME,
     METRICS_ALIAS,
     AppConfig,
+    Given,
     OptionError,
     add_mitmproxy_options,
     from_mitmproxy,
@@ -64,6 +65,7 @@ class ScriptRecorder:
     def __init__(self) -> None:
         self.app: App | None = None
         self.config: AppConfig | None = None
+        self._given: Given = {}  # the options' values as last configured
         self._shutdown = _Shutdown(self)
 
     # -- what the app built ---------------------------------------------------
@@ -114,13 +116,15 @@ class ScriptRecorder:
         if self.app is not None and not (set(updated) & OPTION_NAMES):
             return  # another addon's options
         try:
-            config = resolve(from_mitmproxy(ctx.options), under="mitmproxy")
+            given = from_mitmproxy(ctx.options)
+            config = resolve(given, under="mitmproxy")
         except OptionError as e:
             raise exceptions.OptionsError(f"recorder: {e}") from None
         if self.app is None:
             self._build(config)
         else:
-            self._change(config)
+            self._change(config, given)
+        self._given = given
 
     def _build(self, config: AppConfig) -> None:
         web = type(ctx.master).__name__ == "WebMaster"
@@ -139,14 +143,16 @@ class ScriptRecorder:
             raise exceptions.OptionsError(f"recorder: {e}") from None
         self.config = config
 
-    def _change(self, new: AppConfig) -> None:
-        """Apply what may change while the proxy runs; refuse the rest."""
+    def _change(self, new: AppConfig, given: Given) -> None:
+        """Apply what may change while the proxy runs; refuse the rest. A change is
+        a value given differently than before (not one derived: the spool
+        directory follows the store unless it is given)."""
         assert self.app is not None and self.config is not None
-        old = self.config
+        before = self._given
         changed = [
             opt
             for opt in BY_NAME.values()
-            if opt.mitm is not None and new.value_of(opt.name) != old.value_of(opt.name)
+            if opt.mitm is not None and given.get(opt.name) != before.get(opt.name)
         ]
         fixed = [opt for opt in changed if not opt.runtime]
         if fixed:
