@@ -19,10 +19,7 @@ the place.
 
 from __future__ import annotations
 
-import ipaddress
 import os
-import socket
-import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +27,18 @@ from typing import Any
 
 from recorder.core.captured import DEFAULT_CAPTURE_MAX_BYTES
 from recorder.core.pricing import PriceTable
+from recorder.proxy.checks import (
+    OptionError,
+    choice,
+    parse_count,
+    parse_modes,
+    parse_port,
+    parse_seconds,
+    parse_size,
+    parse_switch,
+    text,
+)
+from recorder.proxy.exposure import exposure_warnings, is_loopback
 
 DEFAULT_DB = "sqlite:///recorder.db"
 DEFAULT_METRICS_PORT = 9464
@@ -41,100 +50,12 @@ FINISH_DELAY_S = 0.25
 PREFIX = "recorder_"  # of the mitmproxy options
 
 
-class OptionError(Exception):
-    """A bad option value; printed as one line, exit code 2 (under mitmproxy an
-    ``OptionsError``)."""
-
-
-# -- checks: (value as given, where it came from) -> value --------------------------
-
-
-def text(value: Any, what: str) -> str:
-    """Any text, as given."""
-    return str(value)
-
-
-def parse_port(value: Any, what: str) -> int:
-    """A TCP port, 0-65535."""
-    try:
-        port = value if isinstance(value, int) and not isinstance(value, bool) else int(value)
-    except ValueError:
-        raise OptionError(f"{what} must be a port number, not {value!r}") from None
-    if not 0 <= port <= 65535:
-        raise OptionError(f"{what} must be between 0 and 65535, not {port}")
-    return port
-
-
-def parse_seconds(value: Any, what: str) -> float:
-    """A positive number of seconds."""
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise OptionError(f"{what} must be a number of seconds, not {value!r}") from None
-    if not seconds > 0:
-        raise OptionError(f"{what} must be positive, not {value}")
-    return seconds
-
-
-def parse_count(value: Any, what: str) -> int:
-    """A whole number, at least 1."""
-    try:
-        n = value if isinstance(value, int) else int(value)
-    except ValueError:
-        raise OptionError(f"{what} must be an integer, not {value!r}") from None
-    if n < 1:
-        raise OptionError(f"{what} must be at least 1")
-    return n
-
-
-_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
-
-
-def parse_size(value: Any, what: str) -> int:
-    """A byte count: ``8388608``, ``512K``, ``8M``, ``8MiB``, ``1G`` (powers of 1024)."""
-    raw = str(value if value is not None else "").strip().lower()
-    raw = raw.removesuffix("ib").removesuffix("b")
-    unit = raw[-1:] if raw[-1:] in ("k", "m", "g") else ""
-    try:
-        size = float(raw[: len(raw) - len(unit)]) * _SIZE_UNITS[unit]
-    except ValueError:
-        raise OptionError(f"{what} must be a size such as 8MiB or 65536, not {value!r}") from None
-    if not 1 <= size < 2**63:
-        raise OptionError(f"{what} must be at least 1 byte, not {value}")
-    return int(size)
-
-
-def parse_switch(value: Any, what: str) -> bool:
-    """On or off: a flag given, ``--set name[=true|false]``, or a variable that is
-    ``1``, ``true``, ``yes`` or ``on`` (anything else is off, as before)."""
-    if isinstance(value, bool):
-        return value
-    return str(value).strip().lower() in ("1", "true", "yes", "on")
-
-
-def choice(*allowed: str) -> Callable[[Any, str], str]:
-    """One of ``allowed``."""
-
-    def parse(value: Any, what: str) -> str:
-        if value not in allowed:
-            raise OptionError(f"{what} must be {' or '.join(allowed)}, not {value!r}")
-        return str(value)
-
-    return parse
-
-
-def parse_modes(value: Any, what: str) -> list[str]:
-    """mitmproxy mode specs (a list, or text with several separated by spaces or
-    commas), each checked by mitmproxy's own parser."""
-    from mitmproxy.proxy.mode_specs import ProxyMode
-
-    specs = list(value) if isinstance(value, list | tuple) else str(value).replace(",", " ").split()
-    for spec in specs:
-        try:
-            ProxyMode.parse(spec)
-        except ValueError as e:
-            raise OptionError(f"invalid {what} {spec!r}: {e}") from None
-    return specs or ["regular"]
+__all__ = [
+    "OptionError",
+    "exposure_warnings",
+    "is_loopback",
+    "parse_size",
+]
 
 
 # -- the table ------------------------------------------------------------------------
@@ -565,69 +486,3 @@ def parse_sets(specs: Sequence[str] | None) -> list[tuple[str, str]]:
             raise OptionError(f"--set {spec!r}: NAME=VALUE expected")
         pairs.append((name.strip(), value if sep else "true"))
     return pairs
-
-
-# -- exposure ---------------------------------------------------------------------------
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an address or a name, resolved) is reachable from this machine
-    only: every address it stands for is a loopback one. ``""`` and ``0.0.0.0`` /
-    ``::`` (every interface) are not; neither is a name that cannot be resolved."""
-    try:
-        infos = socket.getaddrinfo(
-            host or None, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )
-        addrs = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
-    except (OSError, ValueError):
-        return False
-    return bool(addrs) and all(
-        a.is_loopback
-        or (
-            isinstance(a, ipaddress.IPv6Address)
-            and bool(a.ipv4_mapped and a.ipv4_mapped.is_loopback)
-        )
-        for a in addrs
-    )
-
-
-def exposure_warnings(
-    listeners: list[tuple[str, str, int]], metrics: tuple[str, int] | None
-) -> list[str]:
-    """Banner lines warning of every listener bound beyond loopback: (mode, host,
-    port) of the proxy's listeners, (host, port) of /metrics (None: not served).
-    Empty if none is."""
-
-    def where(host: str, port: int) -> str:
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-    warnings = []
-    for mode, host, port in listeners:
-        if is_loopback(host):
-            continue
-        if mode.startswith("reverse:"):
-            upstream = mode.split(":", 1)[1].split("@", 1)[0]
-            what = f"send requests to {upstream} through it, with their own keys"
-        else:
-            what = (
-                "use it as an open proxy: to the LLM APIs with their own keys, and to"
-                " any other host this machine can reach"
-            )
-        warnings.append(
-            f"the proxy listens on {where(host, port)}, beyond this machine: anyone who"
-            f" can reach that port can {what}."
-        )
-    if metrics is not None and not is_loopback(metrics[0]):
-        host, port = metrics
-        warnings.append(
-            f"/metrics is served on {where(host, port)}, beyond this machine: anyone who"
-            " can reach that port can read it (models, streams, tokens, costs)."
-        )
-    lines = []
-    for line in warnings:
-        lines += textwrap.wrap(line, 88, initial_indent="  WARNING: ", subsequent_indent=" " * 11)
-    if lines:
-        lines.append(
-            " " * 11 + "Keep them behind a firewall, or listen on 127.0.0.1 (the default)."
-        )
-    return lines
