@@ -150,22 +150,13 @@ def build(
         except OtlpConfigError as e:
             raise StartError(str(e), code=2) from None
     store = None
-    try:
-        if sink is None:
-            secret, store, note = open_store(config.db, config.spool_dir)
-            if note is not None:
-                say(note)
-            sink = store
-            if config.jsonl:
-                try:
-                    sink = FanoutSink(store, JsonlSink(config.jsonl))
-                except OSError as e:
-                    store.close()
-                    raise StartError(f"--jsonl {config.jsonl}: {e.strerror or e}") from None
-    except StartError:
-        if spans is not None:
-            spans.close(timeout_s=0)
-        raise
+    if sink is None:
+        try:
+            secret, store, sink = _open_sinks(config, say)
+        except StartError:
+            if spans is not None:
+                spans.close(timeout_s=0)
+            raise
     assert secret is not None, "a sink of one's own comes with its key secret"
 
     registry = CollectorRegistry()
@@ -180,7 +171,8 @@ def build(
             capture_max_bytes=config.capture_max_bytes,
             finish_delay=config.finish_delay,
         ),
-        observers=[MetricsObserver(metrics)],
+        # with /metrics off (port 0: the demo, or asked for) nobody reads them
+        observers=[MetricsObserver(metrics)] if config.metrics_port else [],
     )
     metrics.watch_health(recorder.health)
     if store is not None:
@@ -233,6 +225,20 @@ def build(
     config.metrics_url = serving.url
     config.metrics_port_bound = serving.bound_port
     return app
+
+
+def _open_sinks(config: AppConfig, say: Callable[[str], None]) -> tuple[bytes, SqlSink, Sink]:
+    """The store, and ``--jsonl`` beside it: (key secret, store, what to write to)."""
+    secret, store, note = open_store(config.db, config.spool_dir)
+    if note is not None:
+        say(note)
+    if not config.jsonl:
+        return secret, store, store
+    try:
+        return secret, store, FanoutSink(store, JsonlSink(config.jsonl))
+    except OSError as e:
+        store.close()
+        raise StartError(f"{config.where('jsonl')} {config.jsonl}: {e.strerror or e}") from None
 
 
 def _watch_store(metrics: Metrics, store: SqlSink) -> None:
