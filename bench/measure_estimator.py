@@ -59,7 +59,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CAL_SAMPLES = 5
 sys.path.insert(0, str(ROOT))
 
-from recorder import tokenizers  # noqa: E402
+from recorder.proxy import tokenizers  # noqa: E402
 from recorder.core.billing import absorb, fill_usage  # noqa: E402
 from recorder.core.estimate import (  # noqa: E402
     PROFILES,
