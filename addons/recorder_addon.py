@@ -3,12 +3,12 @@
 record's summary as its comment, and an "LLM stream" content view shows its
 events with their times).
 
-The addon itself lives in the ``recorder`` package (recorder/proxy/); see its
-docstring for the options.
+It records what ``recorder proxy`` records, and serves ``/metrics`` on
+127.0.0.1:9464 (``--set recorder_metrics_port=0`` for none). The addon lives in
+the ``recorder`` package (recorder/app/script.py); ``mitmdump --options`` lists
+its ``recorder_…`` options, and the README has the table.
 """
 
-from recorder.proxy.script import ScriptRecorder
-from recorder.proxy.webview import WebView
+from recorder.app.script import ScriptRecorder
 
-recorder = ScriptRecorder()
-addons = [recorder, WebView(recorder)]
+addons = [ScriptRecorder()]

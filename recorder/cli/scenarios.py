@@ -21,9 +21,11 @@ from typing import Any
 import anthropic
 import openai
 
+from recorder.app import build
 from recorder.core.price_files import shipped_prices
 from recorder.core.record import StreamRecord
-from recorder.proxy.addon import Recorder, RecorderConfig
+from recorder.proxy.addon import Recorder
+from recorder.proxy.options import AppConfig
 from recorder.proxy.runner import ProxySettings, run_in_thread
 from recorder.simulate import run_in_thread as simulator_in_thread
 from recorder.store.sinks import FanoutSink, MemorySink, Sink
@@ -152,18 +154,23 @@ def demo_environment(
 ) -> Iterator[tuple[str, str, Recorder]]:
     """Simulator + recording proxy on free ports; yields (openai base, anthropic base, addon)."""
     with simulator_in_thread() as sim:
-        recorder = Recorder(
-            sink,
-            RecorderConfig(
-                key_secret=key_secret, prices=shipped_prices(), stall_after=DEMO_STALL_AFTER
-            ),
+        # the same composition root as `recorder proxy`: no /metrics, no console lines
+        # (the demo prints its own table), time scaled
+        config = AppConfig(
+            stall_after=DEMO_STALL_AFTER,
+            price_table=shipped_prices(),
+            metrics_port=0,
+            live=False,
         )
+        app = build(config, sink=sink, secret=key_secret)
+        recorder = app.recorder
         settings = ProxySettings(
             modes=[f"reverse:{sim.url}"],
             listen_host="127.0.0.1",
             listen_port=0,
             confdir=confdir,
             log_out=sys.stderr,  # the demo's stdout is its table or its JSON document
+            addons=app.addons,
         )
         with run_in_thread(recorder, settings) as listeners:
             base = f"http://127.0.0.1:{listeners[0].port}"

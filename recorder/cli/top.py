@@ -1,7 +1,7 @@
 """`recorder top`: the proxy's open streams, live, in the terminal.
 
 Reads ``GET /streams`` from a running `recorder proxy` (or ``mitmdump -s
-addons/recorder_addon.py --set recorder_metrics=HOST:PORT``) once a second and
+addons/recorder_addon.py``; both serve it beside ``/metrics``) once a second and
 shows the open streams, longest current output silence first, stalled ones
 highlighted, the recently finished ones below, and the last minute's streams/s,
 tokens/s and spend per hour on top. Keys: ``s`` sort by silence, ``a`` by age,
@@ -27,7 +27,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from recorder.proxy.live import money
+from recorder.proxy.live_lines import money
 
 DEFAULT_URL = "http://127.0.0.1:9464"
 SORTS = {"s": "silence", "a": "age", "o": "output tokens"}

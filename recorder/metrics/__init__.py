@@ -1,11 +1,7 @@
 """Prometheus metrics: the exporter (built on an injected registry) and its HTTP server."""
 
-from recorder.metrics.exporter import (
-    DEFAULT_MAX_MODEL_LABELS,
-    HEALTH_METRICS,
-    Metrics,
-    ModelLabels,
-)
+from recorder.metrics.collectors import DEFAULT_MAX_MODEL_LABELS, HEALTH_METRICS, ModelLabels
+from recorder.metrics.exporter import Metrics
 from recorder.metrics.server import DEFAULT_HOST, DEFAULT_PORT, MetricsServer, serve_metrics
 
 __all__ = [

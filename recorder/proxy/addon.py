@@ -30,34 +30,31 @@ pieces and meters them in batches (``BATCH_PIECES``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
 from mitmproxy import http
 
-from recorder.core.billing import complete_usage
-from recorder.core.captured import DEFAULT_CAPTURE_MAX_BYTES, CapturedBody, CapturedRecord
-from recorder.core.counts import InputCounts, count_request
+from recorder.core.captured import CapturedBody, CapturedRecord
 from recorder.core.endpoints import endpoint_for
 from recorder.core.estimate import Estimator
-from recorder.core.keys import KeyMask, authenticating_key, fingerprint, request_keys, scrub_key
-from recorder.core.meter import DEFAULT_STALL_AFTER_S, StreamMeter
-from recorder.core.pricing import PriceTable
+from recorder.core.keys import KeyMask, authenticating_key, fingerprint, request_keys
+from recorder.core.meter import StreamMeter
 from recorder.core.record import StreamRecord
-from recorder.core.request import RequestFacts, read_error_body, read_request
-from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES
+from recorder.core.request import read_error_body
 from recorder.metrics.health import Health
-from recorder.proxy.decoding import Decoder, decoder_for
+from recorder.proxy.decoding import decoder_for
+from recorder.proxy.finishing import Finishing
 from recorder.proxy.ids import new_record_id
-from recorder.proxy.tokenizers import counter_for
-from recorder.proxy.unpriced import WARNINGS as UNPRICED
+from recorder.proxy.observers import Done, Observer, starts
+from recorder.proxy.state import FlowState, RecorderConfig, _apply_facts, _read_request
 from recorder.store.sinks import Sink
+
+__all__ = ["BATCH_BYTES", "BATCH_PIECES", "FlowState", "Recorder", "RecorderConfig"]
 
 log = logging.getLogger("recorder")
 
@@ -73,82 +70,11 @@ INLINE_PARSE_LIMIT = 16 * 1024
 # held a little longer), and is metered whenever the flow ends.
 BATCH_PIECES = 32
 BATCH_BYTES = 64 * 1024
-# At shutdown, how long ``done`` waits for request bodies still being read, in all.
-DONE_READ_WAIT_S = 1.0
 
 
-@dataclass(slots=True)
-class RecorderConfig:
-    """How the addon meters."""
-
-    key_secret: bytes
-    prices: PriceTable | None = None  # None: records are not costed
-    stall_after: float = DEFAULT_STALL_AFTER_S
-    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
-    strip_accept_encoding: bool = True
-    # Keep raw SSE response bodies (decoded, compressed later) for `recorder replay
-    # --id`; never request bodies. Pieces past the cap are counted, not kept.
-    capture_bodies: bool = False
-    capture_max_bytes: int = DEFAULT_CAPTURE_MAX_BYTES
-    # Seconds a finished stream waits before its usage, cost, metrics and record are
-    # completed, together with the others that ended meanwhile (0: at once). In a
-    # batch that work runs hot, and it is done in slices between the loop's other
-    # callbacks instead of as one block in mitmproxy's `response` hook.
-    finish_delay: float = 0.0
-    # Under mitmweb (recorder.proxy.webview): keep each tapped body with its arrival
-    # times, capped at capture_max_bytes, for the flow shown in the UI; not stored.
-    keep_for_ui: bool = False
-
-
-class FlowState:
-    """What the addon holds for one tapped flow."""
-
-    __slots__ = (
-        "broken",
-        "buffered",
-        "capture",
-        "decoder",
-        "ended_at",
-        "flow",
-        "input_counts",
-        "key",
-        "meter",
-        "pieces",
-        "reading",
-        "record",
-        "stamps",
-        "streaming",
-        "t0",
-        "trace",
-        "unmetered",
-    )
-
-    def __init__(self, meter: StreamMeter, record: StreamRecord, t0: float) -> None:
-        self.meter = meter
-        self.record = record
-        self.t0 = t0
-        self.streaming = False
-        self.decoder: Decoder | None = None
-        self.broken = False  # the tap gave up on this stream (it still forwards)
-        self.ended_at: float | None = None
-        self.input_counts: InputCounts | None = None  # for estimating unreported input
-        self.capture: CapturedBody | None = None  # with capture_bodies, a tapped SSE body
-        self.unmetered: str | None = None  # why the stream's events could not be metered
-        # every credential of the request, held only to mask echoes of them; never stored
-        self.key: KeyMask | None = None
-        # a large request body being read on a worker thread (facts, input counts)
-        self.reading: Future[tuple[RequestFacts, InputCounts | None]] | None = None
-        # pieces the tap has passed on but not metered yet, with their arrival times
-        self.pieces: list[bytes] = []
-        self.stamps: list[float] = []
-        self.buffered = 0  # bytes in self.pieces
-        self.flow: http.HTTPFlow | None = None  # kept only for the web UI (keep_for_ui)
-        # the request's W3C trace context (traceparent, tracestate), for on_span
-        self.trace: tuple[str, str | None] | None = None
-
-
-class Recorder:
-    """The addon. Construct it with a sink and a config; add it to a master."""
+class Recorder(Finishing):
+    """The addon. Construct it with a sink, a config and its observers; add it to a
+    master."""
 
     def __init__(
         self,
@@ -157,27 +83,23 @@ class Recorder:
         *,
         health: Health | None = None,
         clock: Callable[[], float] = time.monotonic,
-        on_record: Callable[[StreamRecord, StreamMeter], None] | None = None,
-        on_start: Callable[[StreamRecord], None] | None = None,
-        on_span: Callable[[StreamRecord, str | None, str | None], None] | None = None,
+        observers: Iterable[Observer] = (),
     ) -> None:
         self.sink = sink
         self.config = config
         self.health = health or Health()
         self._clock = clock
-        self._on_record = on_record
-        self._on_start = on_start
         self.cut_at_shutdown = 0  # streams still open when `done` ended them
-        # set by recorder.proxy.webview under mitmweb: the flow, its completed record
-        # and the body kept for the UI
-        self.on_flow_done: (
-            Callable[[http.HTTPFlow, StreamRecord, CapturedBody | None], None] | None
-        ) = None
-        # more consumers of each completed record (the live view), after on_record
-        self.consumers: list[Callable[[StreamRecord], None]] = []
-        # called with each completed record and its request's traceparent and
-        # tracestate headers (recorder.otel exports it as a span); settable later
-        self.on_span = on_span
+        # who hears of each stream's start and completed record, in order
+        # (recorder.proxy.observers); add more with add_observer
+        self.observers: list[Observer] = []
+        self._finished_observers: list[Callable[[Done], None]] = []
+        self._started_observers: list[Callable[[StreamRecord], None]] = []
+        # what requestheaders calls at a stream's start: None when no observer
+        # wants starts, so that a stream costs nothing more then
+        self._on_start: Callable[[StreamRecord], None] | None = None
+        for observer in observers:
+            self.add_observer(observer)
         self._flows: dict[str, FlowState] = {}
         # finished flows whose request body is still being read: their record waits
         self._deferred: dict[int, tuple[FlowState, StreamRecord]] = {}
@@ -193,6 +115,25 @@ class Recorder:
         # Learns characters per token from streams whose usage was reported; used
         # and fed on the event loop only.
         self.estimator = Estimator()
+
+    def add_observer(self, observer: Observer) -> None:
+        """Call ``observer`` for every stream from now on, after those added before."""
+        self.observers.append(observer)
+        self._finished_observers.append(observer.stream_finished)
+        if starts(observer):
+            self._started_observers.append(observer.stream_started)
+        started = self._started_observers
+        if len(started) == 1:
+            self._on_start = started[0]
+        elif started:
+            self._on_start = self._started
+
+    def _started(self, rec: StreamRecord) -> None:
+        for observe in self._started_observers:
+            try:
+                observe(rec)
+            except Exception:
+                self._internal_error("observer")
 
     # -- bookkeeping ----------------------------------------------------------
 
@@ -236,127 +177,6 @@ class Recorder:
             rec.duration_ms = round((now - state.t0) * 1000.0, 3)
             rec.recorder_error = f"{type(e).__name__}: {e}"
             return rec
-
-    def _finish(self, state: FlowState, rec: StreamRecord) -> None:
-        reading = state.reading
-        if reading is not None:
-            if not reading.done():
-                try:
-                    loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-                except RuntimeError:
-                    loop = None
-                if loop is not None:  # finish once the body is read, back on the loop
-                    self._deferred[id(state)] = (state, rec)
-                    reading.add_done_callback(
-                        lambda _: loop.call_soon_threadsafe(self._finish_deferred, id(state))
-                    )
-                    return
-                with contextlib.suppress(Exception):  # no loop (shutdown): wait a little
-                    reading.result(timeout=10)
-            state.reading = None
-            if reading.done():
-                try:
-                    _apply_facts(state, *reading.result())
-                except Exception:
-                    self._internal_error("reading the request")
-        # an upstream may echo a key of the request (or another one) in an error
-        mask = state.key
-        rec.error_message = scrub_key(rec.error_message, mask)
-        rec.transport_error = scrub_key(rec.transport_error, mask)
-        rec.recorder_error = scrub_key(rec.recorder_error, mask)
-        rec.error_type = scrub_key(rec.error_type, mask)
-        rec.error_code = scrub_key(rec.error_code, mask)
-        state.key = None
-        self.health.in_flight -= 1
-        delay = self.config.finish_delay
-        if delay > 0 and not self._closed:
-            try:
-                running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-            except RuntimeError:
-                running = None
-            if running is not None:
-                self._finishing.append((state, rec))
-                if self._finish_timer is None:
-                    self._finish_timer = running.call_later(delay, self._complete_some)
-                return
-        self._complete(state, rec)
-
-    # Records completed per loop callback: each slice is one short block, the loop
-    # serves the connections between two slices.
-    FINISH_SLICE = 4
-
-    def _complete_some(self) -> None:
-        """Complete the oldest waiting records; come back for the rest."""
-        self._finish_timer = None
-        batch = self._finishing[: self.FINISH_SLICE]
-        del self._finishing[: self.FINISH_SLICE]
-        for state, rec in batch:
-            self._complete(state, rec)
-        if self._finishing:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                self._complete_all()
-                return
-            self._finish_timer = loop.call_later(0, self._complete_some)
-
-    def _complete_all(self) -> None:
-        """Complete every waiting record now (shutdown)."""
-        if self._finish_timer is not None:
-            with contextlib.suppress(Exception):  # the loop may be gone already
-                self._finish_timer.cancel()
-            self._finish_timer = None
-        while self._finishing:
-            state, rec = self._finishing.pop(0)
-            self._complete(state, rec)
-
-    def _complete(self, state: FlowState, rec: StreamRecord) -> None:
-        """Usage, cost, health, metrics; then the record goes to the sink."""
-        try:
-            complete_usage(
-                rec,
-                state.meter.interpreter.obs,
-                state.input_counts,
-                self.config.prices,
-                self.estimator,
-            )
-        except Exception:
-            self._internal_error("completing usage")
-        try:
-            UNPRICED.check(rec)  # one warning line per unpriced model per process
-        except Exception:
-            self._internal_error("unpriced warning")
-        self.health.records += 1
-        self.health.parse_issues += rec.parse_issues
-        if state.capture is not None and isinstance(rec, CapturedRecord):
-            rec.body = state.capture  # packed (compressed) by the sink, off the loop
-        if self._on_record is not None:
-            try:
-                self._on_record(rec, state.meter)
-            except Exception:
-                self._internal_error("on_record")
-        if state.flow is not None and self.on_flow_done is not None:
-            try:  # before the sink: its writer may pack (and let go of) the body
-                self.on_flow_done(state.flow, rec, state.capture)
-            except Exception:
-                self._internal_error("on_flow_done")
-            state.flow = None
-        for consume in self.consumers:
-            try:
-                consume(rec)
-            except Exception:
-                self._internal_error("record consumer")
-        if self.on_span is not None:
-            try:
-                self.on_span(rec, *(state.trace or (None, None)))
-            except Exception:
-                self._internal_error("on_span")
-        self.sink.submit(rec)
-
-    def _finish_deferred(self, key: int) -> None:
-        entry = self._deferred.pop(key, None)
-        if entry is not None:  # else done() finished it already
-            self._finish(*entry)
 
     # -- hooks ----------------------------------------------------------------
 
@@ -581,75 +401,9 @@ class Recorder:
         except Exception:
             self._internal_error("error")
 
-    def done(self) -> None:
-        """Shutdown: finish what is still open, then (unless the runner does) close
-        the sink."""
-        try:
-            now = self._clock()
-            self.cut_at_shutdown += len(self._flows)
-            for flow_id in list(self._flows):
-                state = self._flows.pop(flow_id)
-                rec = self._close_meter(state, now, "client_disconnect", "proxy shut down")
-                self._finish(state, rec)
-            # shutting down: wait for their bodies, a bounded time for all of them
-            # (the loop, and so every client, waits meanwhile)
-            deadline = time.monotonic() + DONE_READ_WAIT_S
-            for key in list(self._deferred):
-                state, rec = self._deferred.pop(key)
-                if state.reading is not None:
-                    with contextlib.suppress(Exception):
-                        state.reading.result(timeout=max(0.0, deadline - time.monotonic()))
-                    if not state.reading.done():
-                        state.reading = None  # finish without its facts rather than lose it
-                self._finish(state, rec)
-            self._complete_all()
-        except Exception:
-            self._internal_error("done")
-        if self.close_sink_on_done:
-            self.close()
-
-    def close(self) -> None:
-        """Flush and close the sink (once)."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._complete_all()
-        except Exception:
-            self._internal_error("close")
-        if self._readers is not None:
-            self._readers.shutdown(wait=False, cancel_futures=True)
-        try:
-            self.sink.close()
-        except Exception:
-            self._internal_error("sink close")
-
     def stats(self) -> dict[str, Any]:
         """Health counters plus open flows."""
         return {**self.health.snapshot(), "open_flows": self.open_flows}
-
-
-def _read_request(body: bytes, endpoint: str) -> tuple[RequestFacts, InputCounts | None]:
-    """The request's facts and the counts input estimation needs (never its text).
-
-    With a tokenizer installed for the model (``recorder.proxy.tokenizers``), prompt
-    text is counted exactly; otherwise by characters.
-    """
-    facts = read_request(body)
-    found = counter_for(facts.model, endpoint)
-    if found is None:
-        return facts, count_request(body, endpoint)
-    encoding, counter = found
-    return facts, count_request(body, endpoint, counter=counter, encoding=encoding)
-
-
-def _apply_facts(state: FlowState, facts: RequestFacts, counts: InputCounts | None) -> None:
-    state.input_counts = counts
-    rec = state.record
-    rec.model = facts.model
-    rec.include_usage = facts.include_usage
-    rec.max_output_tokens = facts.max_output_tokens
-    rec.requested_tier = facts.service_tier
 
 
 _REQUEST_HEADERS = frozenset(

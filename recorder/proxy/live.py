@@ -13,7 +13,7 @@ A mitmproxy addon beside :class:`~recorder.proxy.addon.Recorder`, fed by it:
   to meter in a batch (``BATCH_PIECES``) are metered by the walk once the
   oldest has waited a second, so a silence is never an artefact of batching
   (each piece keeps its own arrival time: no figure of the record changes);
-- a finished record (the recorder's ``consumers``, called when the record is
+- a finished record (the recorder's observers, called when the record is
   completed, off the stream's path) prints its line and joins the last
   ``FINISHED_KEPT``;
 - ``GET /streams`` (served on the metrics server's thread) asks the event loop
@@ -36,23 +36,30 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
-import queue
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any, TextIO
 
 import orjson
-from mitmproxy.contrib import click as miniclick
 from mitmproxy.utils import vt_codes
 
 from recorder.core.counts import OutputCounts
 from recorder.core.endpoints import endpoint_for
 from recorder.core.record import StreamRecord
+from recorder.proxy.live_lines import (
+    ID_CHARS,
+    Printer,
+    _paint,
+    _write,
+    key_last4,
+    short_id,
+    stream_line,
+    summary,
+)
+from recorder.proxy.observers import Done, Observer
 
 if TYPE_CHECKING:
     from mitmproxy import http
@@ -61,168 +68,15 @@ if TYPE_CHECKING:
 
 TICK_S = 1.0
 FINISHED_KEPT = 100
-# Characters of the record id shown: a UUIDv7's time (to the millisecond) and
-# 12 random bits, a unique prefix `recorder show` takes in practice.
-ID_CHARS = 18
 # Pieces waiting to be metered in a batch longer than this are metered by the tick.
 BATCH_WAIT_S = 1.0
 WINDOW_S = 60  # the header figures of `recorder top`: the last minute
 SNAPSHOT_SLICE = 50  # open streams read per event-loop callback for GET /streams
 
+__all__ = ["ID_CHARS", "SNAPSHOT_SLICE", "Live", "Printer", "stream_line", "summary"]
+
 LabelKey = tuple[str, str]  # (endpoint, provider)
 TickCallback = Callable[[dict[LabelKey, int], dict[LabelKey, float]], None]
-
-
-def short_id(record_id: str | None) -> str:
-    """The first characters of a record id, as the console shows them."""
-    return (record_id or "-")[:ID_CHARS]
-
-
-def key_last4(api_key_id: str | None) -> str | None:
-    """The key's last four characters, from a record's ``api_key_id`` (``…abcd:…``)."""
-    if not api_key_id:
-        return None
-    return api_key_id.split(":", 1)[0].lstrip("…") or None
-
-
-def summary(rec: StreamRecord) -> dict[str, Any]:
-    """A finished record's summary: the console line's figures, and ``/streams``'s."""
-    return {
-        "id": rec.id,
-        "started_at": rec.started_at,
-        "endpoint": rec.endpoint,
-        "provider": rec.provider,
-        "model": rec.model or rec.response_model,
-        "key_last4": key_last4(rec.api_key_id),
-        "http_status": rec.http_status,
-        "outcome": rec.outcome,
-        "ttft_ms": rec.ttft_ms,
-        "duration_ms": rec.duration_ms,
-        "input_tokens": rec.input_tokens,
-        "input_source": rec.input_source,
-        "output_tokens": rec.output_tokens,
-        "output_source": rec.output_source,
-        "cost_usd": rec.cost_usd,
-        "stalls": rec.stalls,
-        "stall_ms": rec.stall_ms,
-        "keepalives": rec.keepalives,
-        "events": rec.events,
-    }
-
-
-# -- console text -----------------------------------------------------------------
-
-
-def _paint(text: str, colour: str | None, on: bool) -> str:
-    """``text`` styled as mitmdump styles its flow lines (mitmproxy's own helper)."""
-    if not on or colour is None:
-        return text
-    if colour == "dim":
-        return str(miniclick.style(text, dim=True))
-    return str(miniclick.style(text, fg=colour))
-
-
-def _secs(ms: float | None) -> str:
-    if ms is None:
-        return "-"
-    s = ms / 1000.0
-    return f"{s:.2f}s" if s < 10 else f"{s:.1f}s" if s < 100 else f"{s:.0f}s"
-
-
-def _tokens(value: int | None, source: str) -> str:
-    if value is None:
-        return "-"
-    return f"~{value}" if source == "estimated" else str(value)
-
-
-def money(cost: str | None) -> str:
-    """A cost as the console shows it: ``$0.00047`` (``$-``: not costed)."""
-    if cost is None:
-        return "$-"
-    try:
-        return "$" + format(Decimal(cost).normalize(), "f")
-    except (InvalidOperation, ValueError):
-        return f"${cost}"
-
-
-def _outcome_colour(outcome: str | None) -> str:
-    if outcome == "completed":
-        return "green"
-    if outcome in ("http_error", "client_disconnect"):
-        return "yellow"
-    return "red"
-
-
-def stream_line(s: dict[str, Any], *, colour: bool = False, clock: str = "") -> str:
-    """One finished stream, the way ``mitmdump`` prints a flow (estimated figures ``~``)."""
-    cost = s["cost_usd"]
-    stalls = s["stalls"] or 0
-    parts = [
-        clock,
-        _paint(str(s["endpoint"]), "cyan", colour),
-        str(s["model"] or "-"),
-        str(s["http_status"] if s["http_status"] is not None else "-"),
-        _paint(str(s["outcome"]), _outcome_colour(s["outcome"]), colour),
-        f"ttft {_secs(s['ttft_ms'])}",
-        f"dur {_secs(s['duration_ms'])}",
-        f"in {_tokens(s['input_tokens'], s['input_source'])}",
-        f"out {_tokens(s['output_tokens'], s['output_source'])}",
-        money(cost),
-        _paint(f"stalls {stalls}", "yellow" if stalls else None, colour),
-        f"ka {s['keepalives'] or 0}",
-        _paint(short_id(s["id"]), "dim", colour),
-    ]
-    return " ".join(p for p in parts if p)
-
-
-# -- the console, off the event loop ------------------------------------------------
-
-
-def _write(out: TextIO, lines: list[str]) -> None:
-    try:
-        out.write("".join(line + "\n" for line in lines))
-        out.flush()
-    except (OSError, ValueError):  # a closed or broken console: not the traffic's problem
-        pass
-
-
-class Printer:
-    """Writes console lines on its own thread: a console that does not read (a paused
-    terminal, a pipe nobody drains) blocks this thread, never the event loop. At most
-    ``limit`` lines wait; past that they are counted in ``dropped`` and not printed."""
-
-    def __init__(self, out: TextIO, limit: int = 10_000) -> None:
-        self.out = out
-        self.dropped = 0
-        self._queue: queue.Queue[str] = queue.Queue(limit)
-        self._thread = threading.Thread(target=self._run, name="recorder-console", daemon=True)
-        self._thread.start()
-
-    def put(self, line: str) -> None:
-        """Queue one line (never blocks)."""
-        try:
-            self._queue.put_nowait(line)
-        except queue.Full:
-            self.dropped += 1
-
-    def _run(self) -> None:
-        q = self._queue
-        while True:
-            lines = [q.get()]
-            while len(lines) < 256:  # write what has gathered in one go
-                try:
-                    lines.append(q.get_nowait())
-                except queue.Empty:
-                    break
-            _write(self.out, lines)
-            for _ in lines:
-                q.task_done()
-
-    def flush(self, timeout: float) -> None:
-        """Wait until every queued line is written, ``timeout`` seconds at most."""
-        deadline = time.monotonic() + timeout
-        while self._queue.unfinished_tasks and time.monotonic() < deadline:
-            time.sleep(0.01)
 
 
 # -- the live state ---------------------------------------------------------------
@@ -239,8 +93,9 @@ class _Stall:
     model: str | None
 
 
-class Live:
-    """The live view: a mitmproxy addon; construct it with the recorder it watches."""
+class Live(Observer):
+    """The live view: a mitmproxy addon, and an observer of the recorder it watches
+    (construct it with that recorder; it adds itself)."""
 
     def __init__(
         self,
@@ -283,7 +138,7 @@ class Live:
         self._window: dict[int, list[float]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
-        recorder.consumers.append(self.finished_record)
+        recorder.add_observer(self)
 
     @property
     def stall_after(self) -> float:
@@ -382,6 +237,10 @@ class Live:
             self.recorder._internal_error("live unmetered line")
 
     # -- records --------------------------------------------------------------
+
+    def stream_finished(self, done: Done) -> None:
+        """The recorder's observer call: the completed record."""
+        self.finished_record(done.record)
 
     def finished_record(self, rec: StreamRecord) -> None:
         """A record was completed: its line, its stall's end, the finished list."""

@@ -57,6 +57,8 @@ class ProxySettings:
     ssl_insecure: bool = False  # trust any upstream certificate (tests only)
     web_port: int | None = None  # mitmweb's interface on this port instead of the console
     extra: dict[str, Any] = field(default_factory=dict)
+    # mitmproxy options as `--set` gives them (NAME=VALUE), applied last: they win
+    sets: Sequence[str] = ()
     addons: Sequence[Any] = ()  # more addons after the recorder (the live view)
     # where the log goes (mitmproxy's terminal log writes to stdout by default; a
     # command whose stdout is a document, `recorder demo --format json`, sends it away)
@@ -120,19 +122,23 @@ class _Started:
     def running(self) -> None:
         from mitmproxy import ctx
 
-        proxyserver: Any = ctx.master.addons.get("proxyserver")
-        listeners: list[Listener] = []
-        for server in proxyserver.servers:
-            for addr in server.listen_addrs:
-                listener = Listener(server.mode.full_spec, str(addr[0]), int(addr[1]))
-                if listener not in listeners:  # a server may report one address twice
-                    listeners.append(listener)
-        web_url = getattr(ctx.master, "web_url", None)
-        if web_url is not None:
-            listeners.append(
-                Listener("web", ctx.options.web_host, ctx.options.web_port, url=web_url)
-            )
-        self._callback(listeners)
+        self._callback(listeners_of(ctx.master))
+
+
+def listeners_of(master: Master) -> list[Listener]:
+    """Where ``master`` listens, once its servers are up (``running``)."""
+    proxyserver: Any = master.addons.get("proxyserver")
+    listeners: list[Listener] = []
+    for server in proxyserver.servers:
+        for addr in server.listen_addrs:
+            listener = Listener(server.mode.full_spec, str(addr[0]), int(addr[1]))
+            if listener not in listeners:  # a server may report one address twice
+                listeners.append(listener)
+    web_url = getattr(master, "web_url", None)
+    if web_url is not None:
+        opts: Any = master.options
+        listeners.append(Listener("web", opts.web_host, opts.web_port, url=web_url))
+    return listeners
 
 
 def build_master(
@@ -163,16 +169,57 @@ def build_master(
         master.addons.add(TermLog(settings.log_out))
     # mitmproxy's own log: warnings and errors only (a bound port, a TLS failure)
     opts.update(termlog_verbosity="warn", ssl_insecure=settings.ssl_insecure, **settings.extra)
+    if settings.sets:  # after every addon has declared its options
+        opts.set(*settings.sets)
     # the runner closes the sink itself, once the connections are ended (see above)
     recorder.close_sink_on_done = False
     master.addons.add(recorder, *settings.addons)
     if settings.web_port is not None:
         from recorder.proxy.webview import WebView
 
-        master.addons.add(WebView(recorder))
+        if not any(isinstance(addon, WebView) for addon in settings.addons):
+            master.addons.add(WebView(recorder))
     if on_started is not None:
         master.addons.add(_Started(on_started))
     return master
+
+
+class SetError(Exception):
+    """A ``--set`` mitmproxy option that mitmproxy refuses (unknown, or a bad value)."""
+
+
+def check_sets(specs: Sequence[str], *, web: bool = False) -> None:
+    """Try each ``NAME=VALUE`` on a master like the one the proxy will run (with
+    every addon's options, mitmweb's too with ``web``), started nowhere; raise
+    SetError naming the first one mitmproxy refuses."""
+    if not specs:
+        return
+    from mitmproxy import exceptions
+
+    async def attempt() -> None:
+        opts = options.Options()
+        master: Master
+        if web:
+            from mitmproxy.tools.web.master import WebMaster
+
+            master = WebMaster(opts, with_termlog=False)
+        else:
+            master = DumpMaster(opts, with_termlog=False, with_dumper=False)
+        try:
+            for spec in specs:
+                try:
+                    opts.set(spec)
+                except exceptions.OptionsError as e:
+                    name = spec.split("=", 1)[0]
+                    reason = str(e).replace("\n", " ").strip()
+                    if reason.startswith("Unknown option"):
+                        reason = "no such mitmproxy option (`mitmdump --options` lists them)"
+                    raise SetError(f"--set {name}: {reason}") from None
+        finally:
+            with contextlib.suppress(Exception):
+                master.shutdown()
+
+    asyncio.run(attempt())
 
 
 async def serve(

@@ -37,6 +37,7 @@ from recorder.core.endpoints import endpoint_for
 from recorder.core.record import StreamRecord
 from recorder.core.transcript import transcript
 from recorder.proxy.addon import FlowState, Recorder
+from recorder.proxy.observers import Done, Observer
 
 log = logging.getLogger("recorder")
 
@@ -170,7 +171,7 @@ def register_view() -> None:
         _registered = True
 
 
-class WebView:
+class WebView(Observer):
     """The addon beside the Recorder that writes its findings onto the flows.
 
     It switches itself on only under mitmproxy's web interface (a master with a
@@ -181,6 +182,7 @@ class WebView:
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
         self.active = False
+        recorder.add_observer(self)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
 
@@ -191,8 +193,7 @@ class WebView:
         master = ctx.master
         self.active = type(master).__name__ == "WebMaster"
         if self.active:
-            self.recorder.config.keep_for_ui = True
-            self.recorder.on_flow_done = self.flow_done
+            self.recorder.config.keep_for_ui = True  # then the flows reach flow_done
             columns = list(ctx.options.web_columns)
             if "comment" not in columns:  # the summary, in the flow list itself
                 ctx.options.update(web_columns=[*columns, "comment"])
@@ -241,6 +242,11 @@ class WebView:
             flow.comment = f"LLM stream, HTTP {flow.response.status_code}: metering…"
         except Exception:
             log.exception("recorder: web view (traffic is unaffected)")
+
+    def stream_finished(self, done: Done) -> None:
+        """The recorder's observer call: a flow kept for the UI is complete."""
+        if done.flow is not None:
+            self.flow_done(done.flow, done.record, done.body)
 
     def flow_done(self, flow: http.HTTPFlow, rec: StreamRecord, body: CapturedBody | None) -> None:
         """The record is complete: its summary, mark and body go onto the flow."""

@@ -29,6 +29,7 @@ from recorder.core.meter import StreamMeter
 from recorder.core.record import StreamRecord, combine_sources
 from recorder.metrics import Metrics
 from recorder.proxy.addon import Recorder, RecorderConfig
+from recorder.proxy.observers import RecordCallback
 from recorder.store.sinks import MemorySink
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -106,7 +107,7 @@ class WiredRecorder(Recorder):
             sink,
             RecorderConfig(key_secret=SECRET, **config),  # type: ignore[arg-type]
             clock=clock,
-            on_record=on_record,
+            observers=[RecordCallback(on_record)],
         )
         metrics.watch_health(self.health)
 

@@ -16,8 +16,8 @@ import sqlalchemy as sa
 from mitmproxy import exceptions
 from mitmproxy.test import taddons
 
+from recorder.app.script import ScriptRecorder
 from recorder.core.record import StreamRecord
-from recorder.proxy.script import ScriptRecorder
 from recorder.simulate import run_in_thread
 from recorder.store import SqlSink, upgrade
 from tests.cli.test_top import post_stream

@@ -1,0 +1,105 @@
+"""The checks of option values: each takes the value as given (text from a flag
+or a variable, or a mitmproxy option's own type) and where it came from (the flag,
+the variable, the option), and returns the value or raises OptionError naming
+that place. The option table (``recorder.proxy.options``) names one per option."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+class OptionError(Exception):
+    """A bad option value; printed as one line, exit code 2 (under mitmproxy an
+    ``OptionsError``)."""
+
+
+# -- checks: (value as given, where it came from) -> value --------------------------
+
+
+def text(value: Any, what: str) -> str:
+    """Any text, as given."""
+    return str(value)
+
+
+def parse_port(value: Any, what: str) -> int:
+    """A TCP port, 0-65535."""
+    try:
+        port = value if isinstance(value, int) and not isinstance(value, bool) else int(value)
+    except ValueError:
+        raise OptionError(f"{what} must be a port number, not {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise OptionError(f"{what} must be between 0 and 65535, not {port}")
+    return port
+
+
+def parse_seconds(value: Any, what: str) -> float:
+    """A positive number of seconds."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise OptionError(f"{what} must be a number of seconds, not {value!r}") from None
+    if not seconds > 0:
+        raise OptionError(f"{what} must be positive, not {value}")
+    return seconds
+
+
+def parse_count(value: Any, what: str) -> int:
+    """A whole number, at least 1."""
+    try:
+        n = value if isinstance(value, int) else int(value)
+    except ValueError:
+        raise OptionError(f"{what} must be an integer, not {value!r}") from None
+    if n < 1:
+        raise OptionError(f"{what} must be at least 1")
+    return n
+
+
+_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+
+def parse_size(value: Any, what: str) -> int:
+    """A byte count: ``8388608``, ``512K``, ``8M``, ``8MiB``, ``1G`` (powers of 1024)."""
+    raw = str(value if value is not None else "").strip().lower()
+    raw = raw.removesuffix("ib").removesuffix("b")
+    unit = raw[-1:] if raw[-1:] in ("k", "m", "g") else ""
+    try:
+        size = float(raw[: len(raw) - len(unit)]) * _SIZE_UNITS[unit]
+    except ValueError:
+        raise OptionError(f"{what} must be a size such as 8MiB or 65536, not {value!r}") from None
+    if not 1 <= size < 2**63:
+        raise OptionError(f"{what} must be at least 1 byte, not {value}")
+    return int(size)
+
+
+def parse_switch(value: Any, what: str) -> bool:
+    """On or off: a flag given, ``--set name[=true|false]``, or a variable that is
+    ``1``, ``true``, ``yes`` or ``on`` (anything else is off, as before)."""
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def choice(*allowed: str) -> Callable[[Any, str], str]:
+    """One of ``allowed``."""
+
+    def parse(value: Any, what: str) -> str:
+        if value not in allowed:
+            raise OptionError(f"{what} must be {' or '.join(allowed)}, not {value!r}")
+        return str(value)
+
+    return parse
+
+
+def parse_modes(value: Any, what: str) -> list[str]:
+    """mitmproxy mode specs (a list, or text with several separated by spaces or
+    commas), each checked by mitmproxy's own parser."""
+    from mitmproxy.proxy.mode_specs import ProxyMode
+
+    specs = list(value) if isinstance(value, list | tuple) else str(value).replace(",", " ").split()
+    for spec in specs:
+        try:
+            ProxyMode.parse(spec)
+        except ValueError as e:
+            raise OptionError(f"invalid {what} {spec!r}: {e}") from None
+    return specs or ["regular"]

@@ -1,0 +1,211 @@
+"""The finishing pipeline: from a stream's end to its record in the sink.
+
+A finished flow's record waits here for its request body if that is still being
+read on a worker thread (``_deferred``), then, with ``finish_delay``, in
+``_finishing`` until a timer completes it with the others that ended meanwhile,
+a few per loop callback (``FINISH_SLICE``): usage, cost, health, the observers
+(``recorder.proxy.observers``), then the sink. ``Recorder`` inherits it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from recorder.core.billing import complete_usage
+from recorder.core.captured import CapturedRecord
+from recorder.core.estimate import Estimator
+from recorder.core.keys import scrub_key
+from recorder.core.record import StreamRecord
+from recorder.metrics.health import Health
+from recorder.proxy.observers import Done
+from recorder.proxy.state import FlowState, RecorderConfig, _apply_facts
+from recorder.proxy.unpriced import WARNINGS as UNPRICED
+from recorder.store.sinks import Sink
+
+# At shutdown, how long ``done`` waits for request bodies still being read, in all.
+DONE_READ_WAIT_S = 1.0
+
+
+class Finishing:
+    """The finishing pipeline of ``Recorder`` (a mixin: the state is the Recorder's)."""
+
+    config: RecorderConfig
+    health: Health
+    sink: Sink
+    estimator: Estimator
+    _closed: bool
+    _deferred: dict[int, tuple[FlowState, StreamRecord]]
+    _finishing: list[tuple[FlowState, StreamRecord]]
+    _finish_timer: asyncio.TimerHandle | None
+    _finished_observers: list[Callable[[Done], None]]
+
+    _flows: dict[str, FlowState]
+    _readers: ThreadPoolExecutor | None
+    _clock: Callable[[], float]
+    cut_at_shutdown: int
+    close_sink_on_done: bool
+
+    def _internal_error(self, where: str) -> None:
+        raise NotImplementedError
+
+    def _close_meter(
+        self, state: FlowState, now: float, ending: str, transport_error: str | None
+    ) -> StreamRecord:
+        raise NotImplementedError
+
+    def _finish(self, state: FlowState, rec: StreamRecord) -> None:
+        reading = state.reading
+        if reading is not None:
+            if not reading.done():
+                try:
+                    loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+                except RuntimeError:
+                    loop = None
+                if loop is not None:  # finish once the body is read, back on the loop
+                    self._deferred[id(state)] = (state, rec)
+                    reading.add_done_callback(
+                        lambda _: loop.call_soon_threadsafe(self._finish_deferred, id(state))
+                    )
+                    return
+                with contextlib.suppress(Exception):  # no loop (shutdown): wait a little
+                    reading.result(timeout=10)
+            state.reading = None
+            if reading.done():
+                try:
+                    _apply_facts(state, *reading.result())
+                except Exception:
+                    self._internal_error("reading the request")
+        # an upstream may echo a key of the request (or another one) in an error
+        mask = state.key
+        rec.error_message = scrub_key(rec.error_message, mask)
+        rec.transport_error = scrub_key(rec.transport_error, mask)
+        rec.recorder_error = scrub_key(rec.recorder_error, mask)
+        rec.error_type = scrub_key(rec.error_type, mask)
+        rec.error_code = scrub_key(rec.error_code, mask)
+        state.key = None
+        self.health.in_flight -= 1
+        delay = self.config.finish_delay
+        if delay > 0 and not self._closed:
+            try:
+                running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is not None:
+                self._finishing.append((state, rec))
+                if self._finish_timer is None:
+                    self._finish_timer = running.call_later(delay, self._complete_some)
+                return
+        self._complete(state, rec)
+
+    # Records completed per loop callback: each slice is one short block, the loop
+    # serves the connections between two slices.
+    FINISH_SLICE = 4
+
+    def _complete_some(self) -> None:
+        """Complete the oldest waiting records; come back for the rest."""
+        self._finish_timer = None
+        batch = self._finishing[: self.FINISH_SLICE]
+        del self._finishing[: self.FINISH_SLICE]
+        for state, rec in batch:
+            self._complete(state, rec)
+        if self._finishing:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self._complete_all()
+                return
+            self._finish_timer = loop.call_later(0, self._complete_some)
+
+    def _complete_all(self) -> None:
+        """Complete every waiting record now (shutdown)."""
+        if self._finish_timer is not None:
+            with contextlib.suppress(Exception):  # the loop may be gone already
+                self._finish_timer.cancel()
+            self._finish_timer = None
+        while self._finishing:
+            state, rec = self._finishing.pop(0)
+            self._complete(state, rec)
+
+    def _complete(self, state: FlowState, rec: StreamRecord) -> None:
+        """Usage, cost, health, metrics; then the record goes to the sink."""
+        try:
+            complete_usage(
+                rec,
+                state.meter.interpreter.obs,
+                state.input_counts,
+                self.config.prices,
+                self.estimator,
+            )
+        except Exception:
+            self._internal_error("completing usage")
+        try:
+            UNPRICED.check(rec)  # one warning line per unpriced model per process
+        except Exception:
+            self._internal_error("unpriced warning")
+        self.health.records += 1
+        self.health.parse_issues += rec.parse_issues
+        if state.capture is not None and isinstance(rec, CapturedRecord):
+            rec.body = state.capture  # packed (compressed) by the sink, off the loop
+        observers = self._finished_observers
+        if observers:
+            trace = state.trace or (None, None)
+            done = Done(rec, state.meter, state.flow, state.capture, trace[0], trace[1])
+            state.flow = None  # before the sink: its writer may pack (and let go of) the body
+            for observe in observers:
+                try:
+                    observe(done)
+                except Exception:
+                    self._internal_error("observer")
+        self.sink.submit(rec)
+
+    def _finish_deferred(self, key: int) -> None:
+        entry = self._deferred.pop(key, None)
+        if entry is not None:  # else done() finished it already
+            self._finish(*entry)
+
+    def done(self) -> None:
+        """Shutdown: finish what is still open, then (unless the runner does) close
+        the sink."""
+        try:
+            now = self._clock()
+            self.cut_at_shutdown += len(self._flows)
+            for flow_id in list(self._flows):
+                state = self._flows.pop(flow_id)
+                rec = self._close_meter(state, now, "client_disconnect", "proxy shut down")
+                self._finish(state, rec)
+            # shutting down: wait for their bodies, a bounded time for all of them
+            # (the loop, and so every client, waits meanwhile)
+            deadline = time.monotonic() + DONE_READ_WAIT_S
+            for key in list(self._deferred):
+                state, rec = self._deferred.pop(key)
+                if state.reading is not None:
+                    with contextlib.suppress(Exception):
+                        state.reading.result(timeout=max(0.0, deadline - time.monotonic()))
+                    if not state.reading.done():
+                        state.reading = None  # finish without its facts rather than lose it
+                self._finish(state, rec)
+            self._complete_all()
+        except Exception:
+            self._internal_error("done")
+        if self.close_sink_on_done:
+            self.close()
+
+    def close(self) -> None:
+        """Flush and close the sink (once)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._complete_all()
+        except Exception:
+            self._internal_error("close")
+        if self._readers is not None:
+            self._readers.shutdown(wait=False, cancel_futures=True)
+        try:
+            self.sink.close()
+        except Exception:
+            self._internal_error("sink close")

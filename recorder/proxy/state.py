@@ -1,0 +1,112 @@
+"""What the addon holds: its configuration, and its state for one tapped flow."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from mitmproxy import http
+
+from recorder.core.captured import DEFAULT_CAPTURE_MAX_BYTES, CapturedBody
+from recorder.core.counts import InputCounts, count_request
+from recorder.core.keys import KeyMask
+from recorder.core.meter import DEFAULT_STALL_AFTER_S, StreamMeter
+from recorder.core.pricing import PriceTable
+from recorder.core.record import StreamRecord
+from recorder.core.request import RequestFacts, read_request
+from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES
+from recorder.proxy.decoding import Decoder
+from recorder.proxy.tokenizers import counter_for
+
+
+@dataclass(slots=True)
+class RecorderConfig:
+    """How the addon meters."""
+
+    key_secret: bytes
+    prices: PriceTable | None = None  # None: records are not costed
+    stall_after: float = DEFAULT_STALL_AFTER_S
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    strip_accept_encoding: bool = True
+    # Keep raw SSE response bodies (decoded, compressed later) for `recorder replay
+    # --id`; never request bodies. Pieces past the cap are counted, not kept.
+    capture_bodies: bool = False
+    capture_max_bytes: int = DEFAULT_CAPTURE_MAX_BYTES
+    # Seconds a finished stream waits before its usage, cost, metrics and record are
+    # completed, together with the others that ended meanwhile (0: at once). In a
+    # batch that work runs hot, and it is done in slices between the loop's other
+    # callbacks instead of as one block in mitmproxy's `response` hook.
+    finish_delay: float = 0.0
+    # Under mitmweb (recorder.proxy.webview): keep each tapped body with its arrival
+    # times, capped at capture_max_bytes, for the flow shown in the UI; not stored.
+    keep_for_ui: bool = False
+
+
+class FlowState:
+    """What the addon holds for one tapped flow."""
+
+    __slots__ = (
+        "broken",
+        "buffered",
+        "capture",
+        "decoder",
+        "ended_at",
+        "flow",
+        "input_counts",
+        "key",
+        "meter",
+        "pieces",
+        "reading",
+        "record",
+        "stamps",
+        "streaming",
+        "t0",
+        "trace",
+        "unmetered",
+    )
+
+    def __init__(self, meter: StreamMeter, record: StreamRecord, t0: float) -> None:
+        self.meter = meter
+        self.record = record
+        self.t0 = t0
+        self.streaming = False
+        self.decoder: Decoder | None = None
+        self.broken = False  # the tap gave up on this stream (it still forwards)
+        self.ended_at: float | None = None
+        self.input_counts: InputCounts | None = None  # for estimating unreported input
+        self.capture: CapturedBody | None = None  # with capture_bodies, a tapped SSE body
+        self.unmetered: str | None = None  # why the stream's events could not be metered
+        # every credential of the request, held only to mask echoes of them; never stored
+        self.key: KeyMask | None = None
+        # a large request body being read on a worker thread (facts, input counts)
+        self.reading: Future[tuple[RequestFacts, InputCounts | None]] | None = None
+        # pieces the tap has passed on but not metered yet, with their arrival times
+        self.pieces: list[bytes] = []
+        self.stamps: list[float] = []
+        self.buffered = 0  # bytes in self.pieces
+        self.flow: http.HTTPFlow | None = None  # kept only for the web UI (keep_for_ui)
+        # the request's W3C trace context (traceparent, tracestate), for the span observer
+        self.trace: tuple[str, str | None] | None = None
+
+
+def _read_request(body: bytes, endpoint: str) -> tuple[RequestFacts, InputCounts | None]:
+    """The request's facts and the counts input estimation needs (never its text).
+
+    With a tokenizer installed for the model (``recorder.proxy.tokenizers``), prompt
+    text is counted exactly; otherwise by characters.
+    """
+    facts = read_request(body)
+    found = counter_for(facts.model, endpoint)
+    if found is None:
+        return facts, count_request(body, endpoint)
+    encoding, counter = found
+    return facts, count_request(body, endpoint, counter=counter, encoding=encoding)
+
+
+def _apply_facts(state: FlowState, facts: RequestFacts, counts: InputCounts | None) -> None:
+    state.input_counts = counts
+    rec = state.record
+    rec.model = facts.model
+    rec.include_usage = facts.include_usage
+    rec.max_output_tokens = facts.max_output_tokens
+    rec.requested_tier = facts.service_tier
