@@ -104,7 +104,10 @@ def _pandas() -> Any:
     return pandas
 
 
-class AuditError(ValueError):
+from recorder.core.errors import UsageError  # noqa: E402
+
+
+class AuditError(UsageError, ValueError):
     """A grouping or filter the audit cannot do (printed to the user as is)."""
 
 

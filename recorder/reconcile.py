@@ -70,7 +70,10 @@ _CENT = Decimal("0.01")
 Number = int | Decimal
 
 
-class ExportError(ValueError):
+from recorder.core.errors import UsageError  # noqa: E402
+
+
+class ExportError(UsageError, ValueError):
     """An export or mapping file that cannot be read; the message names the place."""
 
 

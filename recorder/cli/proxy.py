@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from recorder.core.errors import UsageError
 from recorder.proxy import tokenizers
 from recorder.proxy.addon import Recorder, RecorderConfig
 from recorder.store import SqlSink, StoreError, StoreUnavailable, key_secret, upgrade
@@ -27,7 +28,7 @@ from recorder.store.sinks import FanoutSink, JsonlSink, Sink
 DEFAULT_DB = "sqlite:///recorder.db"
 
 
-class OptionError(Exception):
+class OptionError(UsageError):
     """A bad option value; printed as one line, exit code 2."""
 
 

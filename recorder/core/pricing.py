@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Any
 
+from recorder.core.errors import RecorderError, UsageError
 from recorder.core.estimate import model_base
 from recorder.core.record import StreamRecord
 
@@ -65,11 +66,11 @@ _RATE_FIELDS = ("input", "output", "cache_read", "cache_write", "cache_write_1h"
 STANDARD_TIERS = frozenset({"default", "standard", "auto", "standard_only"})
 
 
-class PriceTableError(ValueError):
+class PriceTableError(UsageError, ValueError):
     """A price table that cannot be read; the message names the entry and field."""
 
 
-class Unpriced(ValueError):
+class Unpriced(RecorderError, ValueError):
     """A request the table cannot price; the message is the record's ``unpriced_reason``."""
 
 

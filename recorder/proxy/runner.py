@@ -29,6 +29,7 @@ from mitmproxy import options
 from mitmproxy.master import Master
 from mitmproxy.tools.dump import DumpMaster
 
+from recorder.core.errors import RecorderError
 from recorder.proxy.addon import Recorder
 
 # How long the connections still open at shutdown get to wind down once cancelled.
@@ -63,7 +64,7 @@ class ProxySettings:
     log_out: IO[str] | None = None
 
 
-class ListenError(Exception):
+class ListenError(RecorderError):
     """A listener's address cannot be bound (in use, not ours, a privileged port);
     ``option`` is the one that sets its port (``--mode`` when the mode spec does)."""
 
