@@ -48,7 +48,7 @@ from recorder.core.estimate import Estimator, InputCounts, count_request
 from recorder.core.keys import KeyMask, authenticating_key, fingerprint, request_keys, scrub_key
 from recorder.core.meter import DEFAULT_STALL_AFTER_S, StreamMeter
 from recorder.core.pricing import PriceTable
-from recorder.core.record import StreamRecord
+from recorder.core.record import StreamRecord, ending_outcome
 from recorder.core.request import RequestFacts, read_error_body, read_request
 from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES
 from recorder.metrics.health import Health
@@ -229,7 +229,7 @@ class Recorder:
         except Exception as e:
             self._internal_error("finishing a record")
             rec = state.record
-            rec.outcome = ending if ending != "eof" else "truncated"
+            rec.outcome = ending_outcome(ending)
             rec.interrupted = True
             rec.transport_error = transport_error
             rec.duration_ms = round((now - state.t0) * 1000.0, 3)

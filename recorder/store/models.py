@@ -53,7 +53,7 @@ from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from recorder import __version__
 from recorder.core.captured import PackedBody
-from recorder.core.record import FIELDS, Gap, StreamRecord
+from recorder.core.record import FIELDS, Gap, GapKind, StreamRecord
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -476,5 +476,6 @@ def record_from_row(row: Any, gaps: list[Gap] | None = None) -> StreamRecord:
 
 def to_record(stream: Stream) -> StreamRecord:
     """The ``StreamRecord`` of an ORM ``Stream`` whose gaps are loaded."""
-    gaps = [Gap(g.kind, g.start_ms, g.length_ms) for g in stream.gaps]
+    # the kinds the writer stored (the column holds no other)
+    gaps = [Gap(cast(GapKind, g.kind), g.start_ms, g.length_ms) for g in stream.gaps]
     return record_from_row(stream, gaps)

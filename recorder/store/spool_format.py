@@ -16,12 +16,12 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
 from recorder.core.captured import BodyFormatError, CapturedRecord, PackedBody, body_of
-from recorder.core.record import FIELDS, Gap, StreamRecord
+from recorder.core.record import FIELDS, Gap, GapKind, StreamRecord
 from recorder.store.identity import StoreIdentity
 from recorder.store.sinks import record_json
 
@@ -60,7 +60,11 @@ def record_from_doc(doc: dict[str, Any]) -> StreamRecord:
     ``body`` that cannot be read is logged and left out; the record is kept.
     """
     values = {k: v for k, v in doc.items() if k in _FIELD_SET}
-    gaps = [Gap(str(g["kind"]), g["start_ms"], g["length_ms"]) for g in doc.get("gaps") or ()]
+    # a gap's kind as the writer spooled it (its own record's: one of GapKind)
+    gaps = [
+        Gap(cast(GapKind, str(g["kind"])), g["start_ms"], g["length_ms"])
+        for g in doc.get("gaps") or ()
+    ]
     body_doc = doc.get("body")
     if body_doc is None:
         return StreamRecord(**values, gaps=gaps)
