@@ -8,6 +8,9 @@ bill differs)."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import pkgutil
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -16,7 +19,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, text
 
+import recorder
 from recorder.cli.main import main
+from recorder.core.errors import RecorderError
 from tests.store.storedb import (
     create_pg_db,
     drop_pg_db,
@@ -180,3 +185,80 @@ def test_a_database_that_forbids_the_user(
     assert code == status(name, 1)
     assert f"no permission to use {stranger}: " in line
     assert "permission denied" in line
+
+
+@pytest.fixture
+def migrated(tmp_path: Path, sqlite_template: Path) -> str:
+    path = tmp_path / "recorder.db"
+    path.write_bytes(sqlite_template.read_bytes())
+    return f"sqlite:///{path}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "says"),
+    [
+        (["audit", "--by", "colour"], 2, "recorder audit: cannot group by 'colour': use "),
+        (["sessions", "--since", "last tuesday"], 2, "recorder sessions: not a time: "),
+        (
+            ["sessions", "--format", "table", "--columns", "nope"],
+            2,
+            "recorder sessions: --columns: no column nope (there are: id, ",
+        ),
+        (
+            ["reprice", "--since", "30d", "--prices", "{broken}"],
+            2,
+            "recorder reprice: {broken}: not a JSON document: ",
+        ),
+        (["replay", "--id", "0000abcd", "--prices", "{broken}"], 2, "recorder replay: --prices "),
+        (["show", "0000abcd"], 1, "recorder show: no stream with id '0000abcd'"),
+        (["prices", "show", "no-such-model"], 1, "recorder prices show: no price for "),
+        (
+            ["top", "--once", "--url", "http://127.0.0.1:1"],
+            1,
+            "recorder top: no proxy answers at http://127.0.0.1:1/streams",
+        ),
+    ],
+)
+def test_every_other_failure_is_one_line_too(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    migrated: str,
+    argv: list[str],
+    code: int,
+    says: str,
+) -> None:
+    broken = tmp_path / "prices.json"
+    broken.write_text("not json {")
+    argv = [a.replace("{broken}", str(broken)) for a in argv]
+    if argv[0] != "top" and argv[:2] != ["prices", "show"]:
+        argv += ["--db", migrated]
+    assert main(argv) == code
+    out, err = capsys.readouterr()
+    assert out == "" and "Traceback" not in err
+    assert len(err.splitlines()) == 1 and err.startswith(says.replace("{broken}", str(broken)))
+
+
+# Exceptions that never reach a user: the writer's signal that a batch waits for
+# the database, and the simulator's own (it stands alone; `recorder simulate`
+# says its FaultError in one line itself).
+INTERNAL = {"recorder.store.batch_insert.Unavailable"}
+STANDALONE = "recorder.simulate."
+
+
+def test_every_exception_of_the_recorder_derives_from_recorder_error() -> None:
+    found: dict[str, type[BaseException]] = {}
+    for info in pkgutil.walk_packages(recorder.__path__, "recorder."):
+        if info.name.startswith(STANDALONE):
+            continue
+        module = importlib.import_module(info.name)
+        for name, obj in vars(module).items():
+            if (
+                inspect.isclass(obj)
+                and issubclass(obj, BaseException)
+                and obj.__module__ == module.__name__
+            ):
+                found[f"{module.__name__}.{name}"] = obj
+    assert len(found) >= 20, sorted(found)  # the walk did find the tree
+    strays = [n for n, c in found.items() if not issubclass(c, RecorderError) and n not in INTERNAL]
+    assert strays == []
+    assert all(c.exit_code in (1, 2) for c in found.values() if issubclass(c, RecorderError))
