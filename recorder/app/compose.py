@@ -27,6 +27,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from recorder.core.errors import RecorderError
 from recorder.metrics import Metrics
 from recorder.metrics.serving import MetricsServing
 from recorder.otel import SpanExport
@@ -39,12 +40,12 @@ from recorder.store import SqlSink, StoreError, StoreUnavailable, key_secret, up
 from recorder.store.sinks import FanoutSink, JsonlSink, Sink
 
 
-class StartError(Exception):
+class StartError(RecorderError):
     """The recorder cannot start: one line for the user; ``code`` the exit status
     (2 for a bad setting, 1 for anything else)."""
 
     def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
+        super().__init__(message, exit_code=code)
         self.code = code
 
 

@@ -40,6 +40,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from recorder.core import money
+from recorder.core.errors import UsageError
 from recorder.core.money import EXACT, ZERO
 from recorder.core.record_time import parse_started_at
 
@@ -99,7 +100,7 @@ def _pandas() -> Any:
     return pandas
 
 
-class AuditError(ValueError):
+class AuditError(UsageError, ValueError):
     """A grouping or filter the audit cannot do (printed to the user as is)."""
 
 

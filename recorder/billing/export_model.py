@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 
+from recorder.core.errors import UsageError
 from recorder.core.money import ZERO
 
 FIGURES = (
@@ -31,7 +32,7 @@ Number = int | Decimal
 Row = Mapping[str, str | None]
 
 
-class ExportError(ValueError):
+class ExportError(UsageError, ValueError):
     """An export or mapping file that cannot be read; the message names the place."""
 
 

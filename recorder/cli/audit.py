@@ -19,14 +19,13 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 from typing import Any, TextIO
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from recorder.billing import audit
-from recorder.cli.db import CliError, add_db_option, add_filter_options, db_url, open_for_reading
+from recorder.cli.db import CliError, add_db_option, add_filter_options, db_url
 from recorder.cli.render import add_table_options, default_format, emit, table
 from recorder.core import money
 from recorder.store.audit_sql import read_frame
-from recorder.store.queries import QueryError, SessionFilter, parse_when
+from recorder.store.queries import SessionFilter, parse_when
+from recorder.store.reading import reading_store
 
 FORMATS = ("table", "json", "csv", "parquet")
 SUFFIX_FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".txt": "table"}
@@ -67,21 +66,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def run(args: argparse.Namespace) -> int:
     """Execute `recorder audit`."""
-    try:
-        return _run(args)
-    except CliError as e:
-        print(f"recorder audit: {e}", file=sys.stderr)
-        return e.code
-    except (QueryError, audit.AuditError) as e:
-        print(f"recorder audit: {e}", file=sys.stderr)
-        return 2
-
-
-def _outcomes(values: Sequence[str] | None) -> list[str]:
-    return [o.strip() for v in values or [] for o in v.split(",") if o.strip()]
-
-
-def _run(args: argparse.Namespace) -> int:
     by = audit.parse_by(args.by)
     fmt = args.format or _format_for(args.output)
     if fmt == "parquet" and not args.output:
@@ -95,13 +79,8 @@ def _run(args: argparse.Namespace) -> int:
         key=args.key,
         limit=None,
     )
-    engine = open_for_reading(db_url(args))
-    try:
+    with reading_store(db_url(args)) as engine:
         df = read_frame(engine, f, project=args.project)
-    except SQLAlchemyError as e:
-        raise CliError(f"cannot read the store: {getattr(e, 'orig', None) or e}") from None
-    finally:
-        engine.dispose()
     groups = audit.aggregate(df, by)
     if fmt == "parquet":
         write_parquet(groups, by, Path(args.output))
@@ -115,6 +94,10 @@ def _run(args: argparse.Namespace) -> int:
     if fmt == "table" and not groups:
         print("(no streams)", file=sys.stderr)
     return 0
+
+
+def _outcomes(values: Sequence[str] | None) -> list[str]:
+    return [o.strip() for v in values or [] for o in v.split(",") if o.strip()]
 
 
 def _format_for(output: str | None) -> str:

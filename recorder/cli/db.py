@@ -19,39 +19,35 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
-from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from recorder.cli.render import command
-from recorder.store.engine import (
-    StoreError,
-    display_url,
-    make_engine,
-    normalize_url,
-    sqlite_path,
-)
-from recorder.store.migrate import current_revision, head_revision, upgrade
+from recorder.core.errors import RecorderError
+from recorder.store.engine import StoreError, display_url, normalize_url
+from recorder.store.migrate import head_revision, upgrade
 from recorder.store.queries import (
-    QueryError,
     count_before,
     count_bodies,
     parse_when,
     prune,
     purge_bodies,
 )
+from recorder.store.reading import database_error, reading_store
 
 DEFAULT_DB = "sqlite:///recorder.db"
 
 
-class CliError(Exception):
-    """A failure to report in one line; ``code`` is the exit status."""
+class CliError(RecorderError):
+    """A failure a command reports in one line (``main`` prints it); ``code`` is
+    the exit status."""
 
     def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.code = code
+        super().__init__(message, exit_code=code)
+
+    @property
+    def code(self) -> int:
+        return self.exit_code
 
 
 def add_db_option(p: argparse.ArgumentParser) -> None:
@@ -88,37 +84,6 @@ def add_filter_options(p: argparse.ArgumentParser) -> None:
 def db_url(args: argparse.Namespace) -> str:
     """The database a command works on."""
     return getattr(args, "db", None) or os.environ.get("RECORDER_DB") or DEFAULT_DB
-
-
-def open_for_reading(url: str) -> Engine:
-    """An engine on an existing, migrated store. Raises CliError otherwise (a
-    reading command never creates a database)."""
-    try:
-        path = sqlite_path(url)
-        if path is not None and not Path(path).expanduser().is_file():
-            raise CliError(
-                f"no database at {path} (run `{command('proxy')}` or `{command('db upgrade')}`)"
-            )
-        engine = make_engine(url)
-    except StoreError as e:
-        raise CliError(str(e), 2) from None
-    try:
-        with engine.connect() as conn:
-            rev = current_revision(conn)
-    except SQLAlchemyError as e:
-        engine.dispose()
-        raise CliError(f"cannot read {display_url(url)}: {_first_line(e)}") from None
-    if rev is None:
-        engine.dispose()
-        raise CliError(
-            f"{display_url(url)} holds no recorder tables (run `{command('db upgrade')}`)"
-        )
-    return engine
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(getattr(e, "orig", None) or e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -173,76 +138,51 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def run(args: argparse.Namespace) -> int:
     """Execute `recorder db ...`."""
-    try:
-        if args.db_command == "upgrade":
-            return _upgrade(args)
-        if args.db_command == "purge-bodies":
-            return _purge_bodies(args)
-        if args.db_command == "spool":
-            return _spool(args)
-        return _prune(args)
-    except CliError as e:
-        print(f"recorder db {args.db_command}: {e}", file=sys.stderr)
-        return e.code
+    if args.db_command == "upgrade":
+        return _upgrade(args)
+    if args.db_command == "purge-bodies":
+        return _purge_bodies(args)
+    if args.db_command == "spool":
+        return _spool(args)
+    return _prune(args)
 
 
 def _upgrade(args: argparse.Namespace) -> int:
     url = db_url(args)
-    try:
-        normalize_url(url)
-    except StoreError as e:
-        raise CliError(str(e), 2) from None
+    normalize_url(url)  # a bad URL is a usage error, said as is
     try:
         rev = upgrade(url)
     except StoreError as e:  # unreachable, or cannot be migrated
         raise CliError(f"{display_url(url)}: {e}") from None
     except SQLAlchemyError as e:
-        raise CliError(f"{display_url(url)}: {_first_line(e)}") from None
+        raise database_error(e, url) from None
     head = head_revision()
     print(f"{display_url(url)}: at revision {rev} (newest: {head})")
     return 0
 
 
 def _prune(args: argparse.Namespace) -> int:
-    try:
-        before = parse_when(args.before)
-    except QueryError as e:
-        raise CliError(str(e), 2) from None
-    url = db_url(args)
-    engine = open_for_reading(url)
-    try:
+    before = parse_when(args.before)
+    with reading_store(db_url(args)) as engine:
         if args.dry_run:
             n = count_before(engine, before)
             print(f"{n} stream(s) started before {before.isoformat()} would be deleted")
         else:
             n = prune(engine, before)
             print(f"deleted {n} stream(s) started before {before.isoformat()}")
-    except SQLAlchemyError as e:
-        raise CliError(f"{display_url(url)}: {_first_line(e)}") from None
-    finally:
-        engine.dispose()
     return 0
 
 
 def _purge_bodies(args: argparse.Namespace) -> int:
-    try:
-        before = parse_when(args.before) if args.before else None
-    except QueryError as e:
-        raise CliError(str(e), 2) from None
-    url = db_url(args)
-    engine = open_for_reading(url)
+    before = parse_when(args.before) if args.before else None
     which = "" if before is None else f" of streams started before {before.isoformat()}"
-    try:
+    with reading_store(db_url(args)) as engine:
         if args.dry_run:
             n, size = count_bodies(engine, before)
             print(f"{n} stored body(ies){which} would be deleted ({size:,} bytes compressed)")
         else:
             n = purge_bodies(engine, before)
             print(f"deleted {n} stored body(ies){which}; the streams' records are kept")
-    except SQLAlchemyError as e:
-        raise CliError(f"{display_url(url)}: {_first_line(e)}") from None
-    finally:
-        engine.dispose()
     return 0
 
 
@@ -254,11 +194,8 @@ def _adopt(args: argparse.Namespace, directory: Path) -> int:
     from recorder.store.spool import adopt, list_spool
 
     url = db_url(args)
-    try:
-        key = store_key(url)
-        into = Path(args.into) if args.into else default_spool_dir(url)
-    except StoreError as e:
-        raise CliError(str(e), 2) from None
+    key = store_key(url)
+    into = Path(args.into) if args.into else default_spool_dir(url)
     identity = StoreIdentity(key, read_cached_id(into, key))
     files = records = 0
     for f in list_spool(directory):
@@ -280,13 +217,7 @@ def _spool(args: argparse.Namespace) -> int:
     from recorder.store.identity import default_spool_dir
     from recorder.store.spool import list_spool
 
-    if args.spool_dir:
-        directory = Path(args.spool_dir)
-    else:
-        try:
-            directory = default_spool_dir(db_url(args))
-        except StoreError as e:
-            raise CliError(str(e), 2) from None
+    directory = Path(args.spool_dir) if args.spool_dir else default_spool_dir(db_url(args))
     if not directory.is_dir():
         if args.spool_dir:
             raise CliError(f"no spool directory at {directory}")

@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 
+from recorder.cli.db import CliError
 from recorder.cli.render import add_table_options, command, emit, fold
 
 # Most useful first: a narrow terminal keeps the first ones (render.table).
@@ -75,8 +76,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         spool_dir = default_spool_dir(args.db)
     except StoreError as e:
-        print(f"recorder demo: --db {e}", file=sys.stderr)
-        return 2
+        raise CliError(f"--db {e}", 2) from None
     opened = open_store(args.db, spool_dir, "demo")
     if opened is None:
         return 1

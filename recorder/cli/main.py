@@ -20,6 +20,7 @@ from recorder.cli import (
     simulate,
     top,
 )
+from recorder.core.errors import RecorderError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,16 +65,28 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    render.use_fit(render.Fit.from_args(args))
     try:
+        render.use_fit(render.Fit.from_args(args))
         return int(args.func(args))
-    except render.ColumnsError as e:
-        print(f"recorder {args.command}: {e}", file=sys.stderr)
-        return 2
+    except RecorderError as e:
+        # the one place a failure is said: one line, the (sub)command's name first
+        print(f"{getattr(args, '_parser', parser).prog}: {describe(e)}", file=sys.stderr)
+        return e.exit_code
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return 0
+
+
+def describe(e: RecorderError) -> str:
+    """The error's line: its message, then the commands it suggests, spelled as the
+    user started the program."""
+    text = str(e).strip() or type(e).__name__
+    if "\n" in text:  # one line, whatever a lower layer put in it
+        text = " ".join(line.strip() for line in text.splitlines() if line.strip())
+    if e.suggest:
+        text += " (run " + " or ".join(f"`{render.command(c)}`" for c in e.suggest) + ")"
+    return text
 
 
 if __name__ == "__main__":

@@ -23,9 +23,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.exc import SQLAlchemyError
-
-from recorder.cli.db import CliError, add_db_option, db_url, open_for_reading
+from recorder.cli.db import CliError, add_db_option, db_url
 from recorder.cli.render import default_format, emit
 from recorder.core.price_files import dump_entry, dump_prices, load_price_file, load_prices
 from recorder.core.pricing import (
@@ -37,7 +35,8 @@ from recorder.core.pricing import (
     unpriced_kind,
 )
 from recorder.store.models import format_started_at
-from recorder.store.queries import QueryError, parse_when
+from recorder.store.queries import parse_when
+from recorder.store.reading import reading_store
 
 FORMATS = ("table", "json", "csv")
 _MILLION = Decimal(1_000_000)
@@ -108,21 +107,14 @@ def _table_options(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Execute `recorder prices VERB`."""
-    try:
-        if args.verb == "import":
-            return _import(args)
-        table = load_price_file(args.prices)
-        if args.verb == "list":
-            return _list(args, table)
-        if args.verb == "show":
-            return _show(args, table)
-        return _missing(args, table)
-    except CliError as e:
-        print(f"recorder prices: {e}", file=sys.stderr)
-        return e.code
-    except (QueryError, PriceTableError) as e:
-        print(f"recorder prices: {e}", file=sys.stderr)
-        return 2
+    if args.verb == "import":
+        return _import(args)
+    table = load_price_file(args.prices)
+    if args.verb == "list":
+        return _list(args, table)
+    if args.verb == "show":
+        return _show(args, table)
+    return _missing(args, table)
 
 
 def _per_m(value: Decimal | None) -> str | None:
@@ -228,13 +220,8 @@ def _missing(args: argparse.Namespace, table: PriceTable) -> int:
     from recorder.store.unpriced import unpriced_models
 
     since = parse_when(args.since) if args.since else None
-    engine = open_for_reading(db_url(args))
-    try:
+    with reading_store(db_url(args)) as engine:
         found = unpriced_models(engine, since)
-    except SQLAlchemyError as e:
-        raise CliError(f"cannot read the store: {getattr(e, 'orig', None) or e}") from None
-    finally:
-        engine.dispose()
     rows = [
         {
             "model": u.model,

@@ -23,18 +23,18 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from recorder.billing import fetch, key_hints
 from recorder.billing.comparison import DIMENSIONS, Result, Tolerance, reconcile
-from recorder.billing.export_model import FIGURES, Export, ExportError, export_period
+from recorder.billing.export_model import FIGURES, Export, export_period
 from recorder.billing.exports import read_exports
 from recorder.billing.id_mapping import IdMapping, read_mapping
 from recorder.billing.reconcile_report import result_document
-from recorder.cli.db import CliError, add_db_option, db_url, open_for_reading
+from recorder.cli.db import CliError, add_db_option, db_url
 from recorder.cli.render import add_table_options, default_format, table, to_json
 from recorder.core import money
-from recorder.store.queries import QueryError, parse_when
+from recorder.core.errors import RecorderError
+from recorder.store.queries import parse_when
+from recorder.store.reading import reading_store
 from recorder.store.reconcile_sql import read_streams
 
 FORMATS = ("table", "json", "csv")
@@ -175,9 +175,9 @@ def run(args: argparse.Namespace) -> int:
     """Execute `recorder reconcile`: 0 reconciled, 1 differences, 2 could not compare."""
     try:
         return _run(args)
-    except (CliError, QueryError, ExportError) as e:
-        print(f"recorder reconcile: {e}", file=sys.stderr)
-        return 2
+    except RecorderError as e:
+        e.exit_code = 2  # 1 says the bill differs: any failure is "could not compare"
+        raise
 
 
 def _read(path: str) -> str:
@@ -211,13 +211,8 @@ def _run(args: argparse.Namespace) -> int:
     until = parse_when(args.until) if args.until else (period[1] if period else None)
     if since is None or until is None:
         raise CliError("the export has no rows: give --since and --until")
-    engine = open_for_reading(db_url(args))
-    try:
+    with reading_store(db_url(args)) as engine:
         streams = read_streams(engine, since, until, export.providers)
-    except SQLAlchemyError as e:
-        raise CliError(f"cannot read the store: {getattr(e, 'orig', None) or e}") from None
-    finally:
-        engine.dispose()
     key_lines: list[str] = []
     if provider_keys:
         match = key_hints.match_keys(provider_keys, {s.api_key_id for s in streams})

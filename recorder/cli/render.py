@@ -21,6 +21,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from recorder.core.errors import UsageError
+
 
 def command(words: str) -> str:
     """A command line to print as a hint, in the form the user started with:
@@ -105,7 +107,7 @@ class Fit:
         return None
 
 
-class ColumnsError(ValueError):
+class ColumnsError(UsageError, ValueError):
     """``--columns`` names a column the table does not have."""
 
 

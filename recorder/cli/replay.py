@@ -22,9 +22,7 @@ import sys
 from pathlib import Path
 from typing import BinaryIO
 
-from sqlalchemy.exc import SQLAlchemyError
-
-from recorder.cli.db import CliError, add_db_option, db_url, open_for_reading
+from recorder.cli.db import CliError, add_db_option, db_url
 from recorder.cli.render import emit
 from recorder.core.billing import complete_usage
 from recorder.core.captured import BodyFormatError, remeter
@@ -34,8 +32,8 @@ from recorder.core.price_files import load_price_file
 from recorder.core.pricing import PriceTable, PriceTableError
 from recorder.core.protocols import ENDPOINTS
 from recorder.core.record import StreamRecord
-from recorder.store.engine import display_url
-from recorder.store.queries import QueryError, get_body
+from recorder.store.queries import get_body
+from recorder.store.reading import reading_store
 
 READ_SIZE = 64 * 1024
 # Enough for the first events of any body (a Responses response.created event
@@ -110,16 +108,9 @@ def replay_stream(
 def replay_stored(
     url: str, ident: str, *, prices: PriceTable | None, stall_after: float | None = None
 ) -> StreamRecord:
-    """Meter the stored body of stream ``ident`` again. Raises CliError."""
-    engine = open_for_reading(url)
-    try:
+    """Meter the stored body of stream ``ident`` again. Raises RecorderError."""
+    with reading_store(url) as engine:
         stored, body = get_body(engine, ident)
-    except QueryError as e:
-        raise CliError(str(e)) from None
-    except SQLAlchemyError as e:
-        raise CliError(f"{display_url(url)}: {e}") from None
-    finally:
-        engine.dispose()
     if body.truncated:
         print(
             f"recorder replay: the stored body of {stored.id} is incomplete "
@@ -143,16 +134,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         prices = load_price_file(args.prices)
     except PriceTableError as e:
-        print(f"recorder replay: --prices {e}", file=sys.stderr)
-        return 2
+        raise CliError(f"--prices {e}", 2) from None
     if args.stream_id is not None:
-        try:
-            record = replay_stored(
-                db_url(args), args.stream_id, prices=prices, stall_after=args.stall_after
-            )
-        except CliError as e:
-            print(f"recorder replay: {e}", file=sys.stderr)
-            return e.code
+        record = replay_stored(
+            db_url(args), args.stream_id, prices=prices, stall_after=args.stall_after
+        )
         emit(record.to_dict(), args.format, single=True)
         return 0
     try:
@@ -162,11 +148,7 @@ def run(args: argparse.Namespace) -> int:
             with Path(args.file).open("rb") as fh:
                 record = _replay_file(fh, args.file, args.endpoint, prices)
     except OSError as e:
-        print(f"recorder replay: cannot read {args.file}: {e.strerror or e}", file=sys.stderr)
-        return 2
-    except CliError as e:
-        print(f"recorder replay: {e}", file=sys.stderr)
-        return e.code
+        raise CliError(f"cannot read {args.file}: {e.strerror or e}", 2) from None
     emit(record.to_dict(), args.format, single=True)
     return 0
 

@@ -13,13 +13,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sqlalchemy.exc import SQLAlchemyError
-
-from recorder.cli.db import CliError, add_db_option, db_url, open_for_reading
+from recorder.cli.db import add_db_option, db_url
 from recorder.cli.render import add_table_options, default_format, emit, table, vertical
 from recorder.core.price_files import load_price_file
-from recorder.core.pricing import PriceTableError
-from recorder.store.queries import QueryError, SessionFilter, parse_when
+from recorder.store.queries import SessionFilter, parse_when
+from recorder.store.reading import reading_store
 from recorder.store.reprice_sql import reprice
 
 FORMATS = ("table", "json")
@@ -61,17 +59,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def run(args: argparse.Namespace) -> int:
     """Execute `recorder reprice`."""
-    try:
-        return _run(args)
-    except CliError as e:
-        print(f"recorder reprice: {e}", file=sys.stderr)
-        return e.code
-    except (QueryError, PriceTableError) as e:
-        print(f"recorder reprice: {e}", file=sys.stderr)
-        return 2
-
-
-def _run(args: argparse.Namespace) -> int:
     f = SessionFilter(
         since=parse_when(args.since),
         until=parse_when(args.until) if args.until else None,
@@ -79,13 +66,8 @@ def _run(args: argparse.Namespace) -> int:
         limit=None,
     )
     prices = load_price_file(args.prices)
-    engine = open_for_reading(db_url(args))
-    try:
+    with reading_store(db_url(args)) as engine:
         report = reprice(engine, prices, f, dry_run=args.dry_run)
-    except SQLAlchemyError as e:
-        raise CliError(f"cannot reprice: {getattr(e, 'orig', None) or e}") from None
-    finally:
-        engine.dispose()
     doc = report.as_dict()
     if default_format(args.format) == "json":
         emit(doc, "json", single=True)

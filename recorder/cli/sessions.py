@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
 
-from recorder.cli.db import CliError, add_db_option, add_filter_options, db_url, open_for_reading
+from recorder.cli.db import CliError, add_db_option, add_filter_options, db_url
 from recorder.cli.render import add_table_options, default_format, emit, fold, table, vertical
 from recorder.core import money
 from recorder.core.captured import PackedBody
@@ -32,6 +31,7 @@ from recorder.store.queries import (
     list_sessions,
     parse_when,
 )
+from recorder.store.reading import reading_store
 
 FORMATS = ("table", "json", "csv")
 # Most useful first: a narrow terminal keeps the first ones (render.table).
@@ -91,15 +91,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Execute `recorder sessions` or `recorder show`."""
     show = getattr(args, "id", None) is not None
-    name = "show" if show else "sessions"
-    try:
-        return run_show(args) if show else run_sessions(args)
-    except CliError as e:
-        print(f"recorder {name}: {e}", file=sys.stderr)
-        return e.code
-    except QueryError as e:
-        print(f"recorder {name}: {e}", file=sys.stderr)
-        return 2
+    return run_show(args) if show else run_sessions(args)
 
 
 def _outcomes(values: list[str] | None) -> list[str]:
@@ -122,16 +114,10 @@ def run_sessions(args: argparse.Namespace) -> int:
         key=args.key,
         limit=args.limit or None,
     )
-    url = db_url(args)
-    engine = open_for_reading(url)
     fmt = default_format(args.format)
-    try:
+    with reading_store(db_url(args)) as engine:
         records = list_sessions(engine, f)
         matching = count_sessions(engine, f) if fmt == "table" and f.limit == len(records) else None
-    except SQLAlchemyError as e:
-        raise CliError(f"cannot read the store: {e.orig if hasattr(e, 'orig') else e}") from None
-    finally:
-        engine.dispose()
     if fmt == "table":
         rows = [table_row(r) for r in records]
         text = table(rows, TABLE_COLUMNS)
@@ -154,20 +140,11 @@ def run_sessions(args: argparse.Namespace) -> int:
 
 def run_show(args: argparse.Namespace) -> int:
     """`recorder show ID`: one stream with its gaps."""
-    url = db_url(args)
-    engine = open_for_reading(url)
     body = None
-    try:
-        try:
-            record = get_stream(engine, args.id)
-            if args.plot is not None and record.id is not None:
-                body = _body_if_any(engine, record.id)
-        except QueryError as e:
-            raise CliError(str(e)) from None
-    except SQLAlchemyError as e:
-        raise CliError(f"cannot read the store: {e}") from None
-    finally:
-        engine.dispose()
+    with reading_store(db_url(args)) as engine:
+        record = get_stream(engine, args.id)
+        if args.plot is not None and record.id is not None:
+            body = _body_if_any(engine, record.id)
     if args.plot is not None:
         return _plot(record, body, args.plot)
     fmt = default_format(args.format)

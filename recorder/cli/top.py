@@ -27,6 +27,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from recorder.core.errors import RecorderError, UsageError
 from recorder.proxy.live_lines import money
 
 DEFAULT_URL = "http://127.0.0.1:9464"
@@ -57,7 +58,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(func=run)
 
 
-class NoProxy(Exception):
+class NoProxy(RecorderError):
     """Nothing answers at the URL."""
 
 
@@ -225,14 +226,9 @@ def run(args: argparse.Namespace) -> int:
     """Execute `recorder top`."""
     url = args.url.rstrip("/")
     if args.interval <= 0:
-        print("recorder top: --interval must be positive", file=sys.stderr)
-        return 2
+        raise UsageError("--interval must be positive")
     if args.once:
-        try:
-            first = fetch(url)
-        except NoProxy as e:
-            print(f"recorder top: {e}", file=sys.stderr)
-            return 1
+        first = fetch(url)  # NoProxy: main says so, exit 1
         console = Console(record=bool(args.svg))
         console.print(render(first, url, "silence"))
         if args.svg:

@@ -48,6 +48,7 @@ import orjson
 
 from recorder.core.billing import complete_usage
 from recorder.core.counts import InputCounts
+from recorder.core.errors import RecorderError
 from recorder.core.keys import KeyMask
 from recorder.core.meter import DEFAULT_STALL_AFTER_S, ENDINGS, StreamMeter
 from recorder.core.pricing import PriceTable
@@ -66,7 +67,7 @@ TIMELINE_VERSION = 1
 ZSTD_LEVEL = 3
 
 
-class BodyFormatError(ValueError):
+class BodyFormatError(RecorderError, ValueError):
     """A stored body or timeline that cannot be read back."""
 
 

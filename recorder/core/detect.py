@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import orjson
 
+from recorder.core.errors import UsageError
 from recorder.core.sse import Comment, Event, SSEFramer
 
 # Event types that only one protocol uses (its ``event:`` line or ``type`` field).
@@ -27,7 +28,7 @@ _MESSAGES = frozenset(
 _EVENTS_LOOKED_AT = 16
 
 
-class NotSSE(ValueError):
+class NotSSE(UsageError, ValueError):
     """The bytes hold no Server-Sent Events (no ``data:``/``event:`` line)."""
 
 

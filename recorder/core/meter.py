@@ -37,7 +37,14 @@ from collections.abc import Callable, Iterable
 from itertools import repeat
 
 from recorder.core.protocols import PROVIDERS, interpreter_for
-from recorder.core.record import INTERRUPTED_OUTCOMES, Gap, StreamRecord, combine_sources
+from recorder.core.record import (
+    INTERRUPTED_OUTCOMES,
+    Gap,
+    Outcome,
+    StreamRecord,
+    combine_sources,
+    ending_outcome,
+)
 from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES, Comment, Event, FramingIssue, SSEFramer
 
 ENDINGS = ("eof", "upstream_disconnect", "client_disconnect")
@@ -457,14 +464,13 @@ class StreamMeter:
         obs = self.interpreter.obs
         rec = self.record
         status = rec.http_status
+        outcome: Outcome
         if status is not None and not 200 <= status < 300:
             outcome = "http_error"
         elif obs.terminal is not None:
             outcome = obs.terminal
-        elif ending == "eof":
-            outcome = "truncated"
         else:
-            outcome = ending
+            outcome = ending_outcome(ending)
         rec.outcome = outcome
         rec.interrupted = outcome in INTERRUPTED_OUTCOMES
         rec.transport_error = transport_error

@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal
 
+from recorder.core.errors import RecorderError, UsageError
 from recorder.core.model_families import model_base
 from recorder.core.record import StreamRecord
 
@@ -48,11 +49,11 @@ RATE_FIELDS = ("input", "output", "cache_read", "cache_write", "cache_write_1h",
 STANDARD_TIERS = frozenset({"default", "standard", "auto", "standard_only"})
 
 
-class PriceTableError(ValueError):
+class PriceTableError(UsageError, ValueError):
     """A price table that cannot be read; the message names the entry and field."""
 
 
-class Unpriced(ValueError):
+class Unpriced(RecorderError, ValueError):
     """A request the table cannot price; the message is the record's ``unpriced_reason``."""
 
 

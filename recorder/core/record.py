@@ -9,9 +9,11 @@ the transport's own words about an ending, ...) are additions, never renames.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Literal, get_args
 
-OUTCOMES = (
+# The closed vocabularies of a record, as types: mypy rejects a value outside them
+# (a typo in ``record.outcome = "upstream_disconect"`` fails the type check).
+Outcome = Literal[
     "completed",
     "incomplete",
     "error",
@@ -19,9 +21,20 @@ OUTCOMES = (
     "client_disconnect",
     "truncated",
     "http_error",
+]
+# Where one figure (input or output tokens) comes from.
+Source = Literal["reported", "estimated", "none"]
+# Where a record's usage as a whole comes from: ``mixed`` when its figures differ.
+UsageSource = Literal["reported", "estimated", "none", "mixed"]
+GapKind = Literal["stall", "keepalive", "silence"]
+
+OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
+INTERRUPTED_OUTCOMES: frozenset[Outcome] = frozenset(
+    {"error", "upstream_disconnect", "client_disconnect", "truncated"}
 )
-INTERRUPTED_OUTCOMES = frozenset({"error", "upstream_disconnect", "client_disconnect", "truncated"})
-SOURCES = ("reported", "estimated", "none")
+SOURCES: tuple[Source, ...] = get_args(Source)
+USAGE_SOURCES: tuple[UsageSource, ...] = get_args(UsageSource)
+GAP_KINDS: tuple[GapKind, ...] = get_args(GapKind)
 
 
 @dataclass(slots=True, frozen=True)
@@ -33,7 +46,7 @@ class Gap:
     (the longest interval with no bytes at all). Offsets are from the request start.
     """
 
-    kind: str
+    kind: GapKind
     start_ms: float
     length_ms: float
 
@@ -58,7 +71,7 @@ class StreamRecord:
     project: str | None = None
     streamed: bool = True
     http_status: int | None = None
-    outcome: str = "truncated"
+    outcome: Outcome = "truncated"
     interrupted: bool = True
     finish_reason: str | None = None
     error_type: str | None = None
@@ -82,9 +95,9 @@ class StreamRecord:
     cache_write_tokens: int | None = None
     output_tokens: int | None = None
     reasoning_tokens: int | None = None
-    input_source: str = "none"
-    output_source: str = "none"
-    usage_source: str = "none"
+    input_source: Source = "none"
+    output_source: Source = "none"
+    usage_source: UsageSource = "none"
     estimate_method: str | None = None
     cost_usd: str | None = None
     price_version: str | None = None
@@ -126,7 +139,19 @@ class StreamRecord:
 FIELDS: tuple[str, ...] = tuple(f.name for f in fields(StreamRecord) if f.name != "gaps")
 
 
-def combine_sources(input_source: str, output_source: str) -> str:
+def ending_outcome(ending: str) -> Outcome:
+    """The outcome of a stream whose body ended as ``ending`` says (``eof``,
+    ``upstream_disconnect``, ``client_disconnect``) before any terminal event: a
+    clean end without one is ``truncated``; an ending the edge does not name is
+    taken for the upstream's."""
+    if ending == "eof":
+        return "truncated"
+    if ending == "client_disconnect":
+        return "client_disconnect"
+    return "upstream_disconnect"
+
+
+def combine_sources(input_source: Source, output_source: Source) -> UsageSource:
     """``usage_source`` from the two per-figure sources (docs/record.md, "Usage")."""
     if input_source == output_source:
         return input_source

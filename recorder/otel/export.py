@@ -34,6 +34,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from recorder import __version__ as _recorder_version
+from recorder.core.errors import UsageError
 from recorder.core.record import StreamRecord
 from recorder.otel.spans import SEMCONV, plan_span
 
@@ -48,7 +49,7 @@ DEFAULT_MAX_QUEUE_SIZE = 2048
 DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
 
 
-class OtlpConfigError(Exception):
+class OtlpConfigError(UsageError):
     """A bad OTLP setting; printed as one line."""
 
 

@@ -44,7 +44,7 @@ from recorder.core.endpoints import endpoint_for
 from recorder.core.estimate import Estimator
 from recorder.core.keys import KeyMask, authenticating_key, fingerprint, request_keys
 from recorder.core.meter import StreamMeter
-from recorder.core.record import StreamRecord
+from recorder.core.record import StreamRecord, ending_outcome
 from recorder.core.request import read_error_body
 from recorder.metrics.health import Health
 from recorder.proxy.decoding import decoder_for
@@ -171,7 +171,7 @@ class Recorder(Finishing):
         except Exception as e:
             self._internal_error("finishing a record")
             rec = state.record
-            rec.outcome = ending if ending != "eof" else "truncated"
+            rec.outcome = ending_outcome(ending)
             rec.interrupted = True
             rec.transport_error = transport_error
             rec.duration_ms = round((now - state.t0) * 1000.0, 3)

@@ -8,8 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from recorder.core.errors import UsageError
 
-class OptionError(Exception):
+
+class OptionError(UsageError):
     """A bad option value; printed as one line, exit code 2 (under mitmproxy an
     ``OptionsError``)."""
 

@@ -29,6 +29,7 @@ from mitmproxy import options
 from mitmproxy.master import Master
 from mitmproxy.tools.dump import DumpMaster
 
+from recorder.core.errors import RecorderError, UsageError
 from recorder.proxy.addon import Recorder
 
 # How long the connections still open at shutdown get to wind down once cancelled.
@@ -65,7 +66,7 @@ class ProxySettings:
     log_out: IO[str] | None = None
 
 
-class ListenError(Exception):
+class ListenError(RecorderError):
     """A listener's address cannot be bound (in use, not ours, a privileged port);
     ``option`` is the one that sets its port (``--mode`` when the mode spec does)."""
 
@@ -184,7 +185,7 @@ def build_master(
     return master
 
 
-class SetError(Exception):
+class SetError(UsageError):
     """A ``--set`` mitmproxy option that mitmproxy refuses (unknown, or a bad value)."""
 
 

@@ -4,8 +4,8 @@ SQLite (WAL) by default, PostgreSQL (psycopg 3) to share one database between
 proxies; same schema and migrations on both. See docs/storage.md.
 """
 
-from recorder.store.engine import StoreError, make_engine, normalize_url
-from recorder.store.migrate import StoreUnavailable, upgrade
+from recorder.store.engine import StoreError, StoreUnavailable, make_engine, normalize_url
+from recorder.store.migrate import upgrade
 from recorder.store.secret import key_secret
 from recorder.store.writer import SqlSink
 

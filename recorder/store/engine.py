@@ -27,35 +27,61 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
+from recorder.core.errors import RecorderError, UsageError
+
 SUPPORTED = ("sqlite", "postgresql")
 SQLITE_BUSY_TIMEOUT_MS = 5000
 PG_CONNECT_TIMEOUT_S = 5
 _BEGIN_MODES = ("", "DEFERRED", "IMMEDIATE", "EXCLUSIVE")
 
 
-class StoreError(Exception):
-    """A database URL or database the store cannot work with."""
+class StoreError(RecorderError):
+    """A database URL or database the store cannot work with (exit 1)."""
+
+
+class DatabaseURLError(StoreError, UsageError):
+    """A ``--db`` that is no database URL, or names a database other than SQLite
+    or PostgreSQL: a usage mistake (exit 2)."""
+
+    exit_code = UsageError.exit_code
+
+
+class StoreUnavailable(StoreError):
+    """The database could not be reached (or refused the connection)."""
+
+
+class StoreNotMigrated(StoreError):
+    """No such database file, or a database without the recorder's tables: a reading
+    command never creates one."""
+
+
+class StoreLocked(StoreError):
+    """Another process holds the database longer than the busy timeout."""
+
+
+class StoreDenied(StoreError):
+    """The database (or its file) refuses this user."""
 
 
 def normalize_url(url: str | URL) -> URL:
     """The SQLAlchemy URL to connect with: PostgreSQL URLs use psycopg 3.
 
-    Raises StoreError for an unparsable URL or a database other than SQLite or
+    Raises DatabaseURLError for an unparsable URL or a database other than SQLite or
     PostgreSQL.
     """
     try:
         u = make_url(url) if isinstance(url, str) else url
     except ArgumentError as e:
         if isinstance(url, str) and "://" not in url:  # a path: say how to write it
-            raise StoreError(
+            raise DatabaseURLError(
                 f"not a database URL: {url!r} (for a SQLite file, write sqlite:///{url})"
             ) from None
-        raise StoreError(f"not a database URL: {url!r} ({e})") from None
+        raise DatabaseURLError(f"not a database URL: {url!r} ({e})") from None
     backend, _, driver = u.drivername.partition("+")
     if backend == "postgres":
         backend = "postgresql"
     if backend not in SUPPORTED:
-        raise StoreError(
+        raise DatabaseURLError(
             f"unsupported database {u.drivername!r}: use sqlite:///FILE or "
             "postgresql+psycopg://USER@HOST/DB"
         )

@@ -32,6 +32,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from recorder.store.engine import (
     StoreError,
+    StoreUnavailable,
     create_sqlite_file,
     make_engine,
     normalize_url,
@@ -44,10 +45,6 @@ ADVISORY_LOCK_KEY = int.from_bytes(b"recorder", "big")
 # Alembic keeps its running context in module globals (``alembic.context``): one
 # command at a time per process. Between processes, the database's lock serialises.
 _ALEMBIC = threading.Lock()
-
-
-class StoreUnavailable(StoreError):
-    """The database could not be reached (or refused the connection)."""
 
 
 def alembic_config(connection: Connection | None = None) -> Config:

@@ -54,7 +54,7 @@ from sqlalchemy.types import TypeDecorator, TypeEngine
 from recorder import __version__
 from recorder.core.captured import PackedBody
 from recorder.core.money import PLACES, QUANTUM
-from recorder.core.record import FIELDS, Gap, StreamRecord
+from recorder.core.record import FIELDS, Gap, GapKind, StreamRecord
 
 # The record's time form lives in the core (billing reads it too); re-exported for the store.
 from recorder.core.record_time import format_started_at as format_started_at
@@ -464,5 +464,6 @@ def record_from_row(row: Any, gaps: list[Gap] | None = None) -> StreamRecord:
 
 def to_record(stream: Stream) -> StreamRecord:
     """The ``StreamRecord`` of an ORM ``Stream`` whose gaps are loaded."""
-    gaps = [Gap(g.kind, g.start_ms, g.length_ms) for g in stream.gaps]
+    # the kinds the writer stored (the column holds no other)
+    gaps = [Gap(cast(GapKind, g.kind), g.start_ms, g.length_ms) for g in stream.gaps]
     return record_from_row(stream, gaps)

@@ -22,6 +22,7 @@ from sqlalchemy import ColumnElement, Engine, delete, func, select
 from sqlalchemy.orm import Session, selectinload
 
 from recorder.core.captured import PackedBody
+from recorder.core.errors import RecorderError, UsageError
 from recorder.core.keys import fingerprint
 from recorder.core.record import OUTCOMES, StreamRecord
 from recorder.store.models import (
@@ -40,8 +41,16 @@ _HEX12 = re.compile(r"^[0-9a-f]{12}$")
 MIN_PREFIX = 4
 
 
-class QueryError(Exception):
-    """A filter or id the store cannot answer (printed to the user as is)."""
+class QueryError(UsageError):
+    """A filter or id the store cannot answer (printed to the user as is); a
+    filter that cannot be read is a usage mistake (exit 2)."""
+
+
+class NoSuchStream(QueryError):
+    """No stream (or several) for an id, or no stored body for it: the store
+    cannot give what was asked, which is no mistake in how it was asked (exit 1)."""
+
+    exit_code = RecorderError.exit_code
 
 
 def parse_when(text: str, now: datetime | None = None) -> datetime:
@@ -162,7 +171,7 @@ def get_stream(engine: Engine, ident: str) -> StreamRecord:
         if stream is None and len(ident.replace("…", "").replace("...", "")) >= MIN_PREFIX:
             stream = _by_pattern(session, ident)
         if stream is None:
-            raise QueryError(f"no stream with id {ident!r}")
+            raise NoSuchStream(f"no stream with id {ident!r}")
         return to_record(stream)
 
 
@@ -187,7 +196,7 @@ def _by_pattern(session: Session, ident: str) -> Stream | None:
             .limit(2)
         ).all()
         if len(found) > 1:
-            raise QueryError(
+            raise NoSuchStream(
                 f"id {ident!r} matches several streams; give more of it (or its last characters)"
             )
         if found:
@@ -246,7 +255,7 @@ def get_body(engine: Engine, ident: str) -> tuple[StreamRecord, PackedBody]:
             )
         ).first()
     if row is None:
-        raise QueryError(
+        raise NoSuchStream(
             f"stream {record.id} has no stored body (the proxy keeps bodies only with "
             "--capture-bodies, and `recorder db purge-bodies` removes them)"
         )

@@ -31,8 +31,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from recorder.core.keys import SECRET_ENV
-from recorder.store.engine import make_engine, normalize_url
-from recorder.store.migrate import StoreUnavailable
+from recorder.store.engine import StoreUnavailable, make_engine, normalize_url
 from recorder.store.models import SETTINGS
 
 log = logging.getLogger("recorder.store")

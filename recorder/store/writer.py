@@ -69,79 +69,38 @@ the state of the database link.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import (
-    DataError,
-    DisconnectionError,
-    IntegrityError,
-    InterfaceError,
-    OperationalError,
-    SQLAlchemyError,
-)
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from recorder.core.captured import CapturedRecord, PackedBody, body_of
+from recorder.core.captured import body_of
 from recorder.core.record import StreamRecord
-from recorder.store import migrate
+from recorder.store import batch_insert, handover, spool_replay
+from recorder.store.batch_insert import Unavailable
 from recorder.store.engine import SUPPORTED, StoreError, display_url, make_engine
-from recorder.store.identity import (
-    StoreIdentity,
-    cache_id,
-    get_or_create_store_id,
-    read_cached_id,
-    store_key,
-)
+from recorder.store.identity import StoreIdentity, read_cached_id, store_key
 from recorder.store.journal import DEFAULT_INTERVAL, Journal
 from recorder.store.models import BulkRows
-from recorder.store.spool import (
-    BadLine,
-    Segment,
-    Spool,
-    SpoolFile,
-    append_rejected,
-    describe,
-    os_error_text,
-    read_records,
-    record_line,
-)
+from recorder.store.spool import BadLine, Segment, Spool
 
 log = logging.getLogger("recorder.store")
 
 _STOP = object()
-# Exceptions that say something about one record, not about the database.
-_DATA_ERRORS = (IntegrityError, DataError)
-# Exceptions that say the database is away (or busy): the batch waits in the spool.
-# Anything else a batch raises (a value a driver cannot bind, a statement the
-# database refuses) is searched for the record that causes it, which is then
-# rejected alone: one bad record must never hold back the ones after it.
-_OUTAGE_ERRORS = (OperationalError, InterfaceError, DisconnectionError, PoolTimeout)
-_RECORD_ERRORS = (SQLAlchemyError, ValueError, TypeError, OverflowError, UnicodeError)
-_LOG_FIRST = 10  # log every one of the first N drops, then every 1000th
-# Building rows is pure Python, holding the GIL the event loop needs; handing it
-# over every few dozen records (about 0.5 ms of work) keeps the loop's wait far
-# below the interpreter's 5 ms switch interval.
-_YIELD_EVERY = 32
 # Captured bodies waiting in the queue, in bytes, before records with a body are
 # spooled instead (a queue of 10,000 records must not hold 10,000 bodies).
 DEFAULT_BODY_QUEUE_BYTES = 256 * 1024 * 1024
 # How long ``close`` gives the writer to drain before it spools what is left
 # itself: a shutdown is bounded whatever the database does (docs/reliability.md).
 CLOSE_TIMEOUT_S = 5.0
-
-
-class _Unavailable(Exception):
-    """The database could not take a batch (unreachable, locked, not migrated...)."""
 
 
 class SqlSink:
@@ -234,7 +193,9 @@ class SqlSink:
         self._close_deadline = 0.0
         self._journal: Journal | None = None
         if journal:
-            self._journal = Journal(self._journal_group, interval=journal_interval)
+            self._journal = Journal(
+                functools.partial(handover.journal_group, self), interval=journal_interval
+            )
         if start:
             self.start()
 
@@ -253,147 +214,29 @@ class SqlSink:
                 self._journal.add(record)
                 return
             if self.spool_first:
-                self._submit_spool_first(record)
+                handover.submit_spool_first(self, record)
                 return
             if self._closed:  # late: leave it on disk, unlocked, for the next process
-                self._spill_now([record])
+                handover.spill_now(self, [record])
                 self._spool.close()
                 return
             body = body_of(record)
             if body is not None:
                 n = body.queued_bytes
                 if self._body_bytes_in - self._body_bytes_out + n > self.body_queue_bytes:
-                    self._spill_now([record])  # bodies pile up: the writer is behind
+                    handover.spill_now(self, [record])  # bodies pile up: the writer is behind
                     return
             try:
                 self._queue.put_nowait((0, record))
             except queue.Full:
-                self._spill_now([record])
+                handover.spill_now(self, [record])
                 return
             if body is not None:
                 self._body_bytes_in += n
         except Exception as e:  # a sink must not raise into the event loop
             self._loop_dropped += 1
-            self._log_drop(1, f"unexpected {type(e).__name__}: {e}", getattr(record, "id", None))
-
-    def _submit_spool_first(self, record: StreamRecord) -> None:
-        line = record_line(record)
-        with self._spool.lock:
-            self._seq += 1
-            seq = self._seq
-            try:
-                seg = self._spool.append_locked(line, 1, seq)
-            except OSError as e:
-                seg, seq = None, 0
-                self._seq -= 1  # seqs stay those of the lines in the files
-                log.error(
-                    "recorder: cannot write spool in %s: %s", self.spool_dir, os_error_text(e)
-                )
-            if self._closed:
-                if seg is None:
-                    self._loop_dropped += 1
-                    self._log_drop(1, "spool unwritable after close", record.id)
-                else:
-                    seg.mark(seq, seq)
-                    self._loop_spooled += 1
-                    self._spool.close_locked()
-                return
-            try:
-                self._queue.put_nowait((seq, record))
-                return
-            except queue.Full:
-                pass
-            if seg is not None:
-                seg.mark(seq, seq)
-                self._loop_spooled += 1
-                return
-        self._loop_dropped += 1
-        self._log_drop(1, "queue full and spool unwritable", record.id)
-
-    def _journal_group(self, records: list[StreamRecord]) -> None:
-        """The journal's thread: append a group of records to the spool (one
-        ``os.write``), then queue them, as ``_submit_spool_first`` does one."""
-        lines: list[bytes] = []
-        good: list[StreamRecord] = []
-        for n, r in enumerate(records, 1):
-            if not n % _YIELD_EVERY:
-                time.sleep(0)  # let the event loop have the GIL, as the writer does
-            try:
-                lines.append(record_line(r))
-                good.append(r)
-            except Exception as e:
-                self._loop_dropped += 1
-                self._log_drop(1, f"cannot encode it for the spool: {e}", getattr(r, "id", None))
-        if not good:
-            return
-        with self._spool.lock:
-            first = self._seq + 1
-            self._seq += len(good)
-            seg: Segment | None
-            try:
-                seg = self._spool.append_locked(b"".join(lines), len(good), first)
-                seg.last_seq = self._seq
-            except OSError as e:
-                seg, first = None, 0
-                self._seq -= len(good)  # seqs stay those of the lines in the files
-                log.error(
-                    "recorder: cannot write spool in %s: %s", self.spool_dir, os_error_text(e)
-                )
-            for n, r in enumerate(good):
-                body = body_of(r)
-                size = body.queued_bytes if body is not None else 0
-                try:
-                    if size and self._body_bytes_in - self._body_bytes_out + size > (
-                        self.body_queue_bytes
-                    ):
-                        raise queue.Full  # bodies pile up: it waits in the spool alone
-                    self._queue.put_nowait((first + n if seg else 0, r))
-                    self._body_bytes_in += size
-                except queue.Full:
-                    if seg is not None:
-                        seg.mark(first + n, first + n)
-                        self._loop_spooled += 1
-                    else:
-                        self._loop_dropped += 1
-                        self._log_drop(1, "queue full and spool unwritable", r.id)
-
-    def _spill_now(self, records: Sequence[StreamRecord]) -> None:
-        """Spool from the caller's thread (queue full, or after close)."""
-        data, n = self._encode(records, writer=False)
-        if not n:
-            return
-        try:
-            self._spool.append(data, n)
-        except OSError as e:
-            self._loop_dropped += n
-            self._log_drop(n, f"queue full and spool unwritable: {os_error_text(e)}", records[0].id)
-            return
-        self._loop_spooled += n
-
-    def _encode(self, records: Sequence[StreamRecord], *, writer: bool) -> tuple[bytes, int]:
-        """Spool lines for ``records``; one that cannot be encoded is dropped, loudly."""
-        lines = []
-        for r in records:
-            try:
-                lines.append(record_line(r))
-            except (TypeError, ValueError) as e:
-                if writer:
-                    self._dropped += 1
-                else:
-                    self._loop_dropped += 1
-                self._log_drop(1, f"cannot encode it for the spool: {e}", getattr(r, "id", None))
-        return b"".join(lines), len(lines)
-
-    def _log_drop(self, n: int, reason: str, record_id: str | None) -> None:
-        self._drop_logged += 1
-        k = self._drop_logged
-        if k <= _LOG_FIRST or k % 1000 == 0:
-            log.error(
-                "recorder: DROPPED %d record(s) (e.g. %s): %s; %d dropped so far",
-                n,
-                record_id,
-                reason,
-                self._loop_dropped + self._dropped,
+            handover.log_drop(
+                self, 1, f"unexpected {type(e).__name__}: {e}", getattr(record, "id", None)
             )
 
     def flush(self, timeout: float | None = None) -> bool:
@@ -423,7 +266,7 @@ class SqlSink:
         if self._started:
             self._thread.join(timeout)
         if self._thread.is_alive() or not self._started:
-            self._rescue()
+            handover.rescue(self)
         else:
             self._spool.close()
             if self._own_engine:
@@ -438,31 +281,6 @@ class SqlSink:
             s["dropped"],
             s["failed"],
         )
-
-    def _rescue(self) -> None:
-        """The writer is stuck in the database (or never ran): spool what it holds."""
-        if self._started:
-            log.error(
-                "recorder: the SQL writer did not finish in time; spooling what is left in %s",
-                self.spool_dir,
-            )
-        with self._handoff:
-            self._abandoned = True
-            items = list(self._inflight)
-            self._inflight = []
-            while True:
-                try:
-                    items.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-                self._queue.task_done()
-            records = [r for seq, r in items if isinstance(r, StreamRecord) and not seq]
-            in_spool = [seq for seq, r in items if isinstance(r, StreamRecord) and seq]
-            if in_spool:
-                self._spool.mark_dirty(min(in_spool), max(in_spool))
-            if records:
-                self._spill_now(records)
-        self._spool.close()
 
     def stats(self) -> dict[str, Any]:
         """The writer's health: counters since start and the database link."""
@@ -499,14 +317,14 @@ class SqlSink:
                 if self._abandoned:  # close() spooled what was left; the process is going
                     return
                 if stopping and self._queue.empty():
-                    self._finish()
+                    spool_replay.finish(self)
                     return
                 if not stopping:
-                    self._housekeeping()
+                    spool_replay.housekeeping(self)
             except Exception:  # the thread must outlive any bug
                 log.exception("recorder: internal error in the SQL writer")
                 if self._inflight:
-                    self._spill_items(self._inflight)
+                    handover.spill_items(self, self._inflight)
                     self._inflight = []
                 time.sleep(0.05)
 
@@ -540,7 +358,7 @@ class SqlSink:
                 continue
             with self._handoff:
                 if self._abandoned:  # close() took the batch: spool this one too
-                    self._spill_late(item)
+                    handover.spill_late(self, item)
                     q.task_done()
                     continue
                 batch.append(item)
@@ -559,18 +377,18 @@ class SqlSink:
                 self._body_bytes_out += body.queued_bytes
         try:
             if not self._may_use_db():
-                self._spill_items(batch)
+                handover.spill_items(self, batch)
                 return
             records = [r for _, r in batch]
             try:
-                stored = self._commit(records)
-            except _Unavailable:
-                self._spill_items(batch)
+                stored = batch_insert.commit(self, records)
+            except Unavailable:
+                handover.spill_items(self, batch)
                 return
             except Exception as e:  # a bug, or a driver error SQLAlchemy did not wrap
                 log.exception("recorder: unexpected error writing a batch; spooling it")
-                self._outage(e)
-                self._spill_items(batch)
+                batch_insert.outage(self, e)
+                handover.spill_items(self, batch)
                 return
             self._written += stored  # the rejected ones are counted as failed
         finally:
@@ -580,360 +398,3 @@ class SqlSink:
             self._inflight = []
             for _ in batch:
                 self._queue.task_done()
-
-    def _spill_late(self, item: tuple[int, StreamRecord]) -> None:
-        """A record the writer took after close() gave up on it (caller holds _handoff)."""
-        seq, rec = item
-        if seq:
-            self._spool.mark_dirty(seq, seq)
-            self._spooled += 1
-        else:
-            self._spill_now([rec])
-
-    def _spill_items(self, items: Sequence[tuple[int, StreamRecord]]) -> None:
-        """The writer's fallback: records not already in the spool are appended to it."""
-        with self._handoff:
-            if self._abandoned:  # close() spooled them already
-                return
-            self._spill_items_locked(items)
-
-    def _spill_items_locked(self, items: Sequence[tuple[int, StreamRecord]]) -> None:
-        in_spool = [s for s, _ in items if s]
-        if in_spool:  # spool-first: already on disk, now waiting there for a replay
-            self._spool.mark_dirty(min(in_spool), max(in_spool))
-            self._spooled += len(in_spool)
-        records = [r for s, r in items if not s]
-        data, n = self._encode(records, writer=True)
-        if not n:
-            return
-        try:
-            self._spool.append(data, n)
-        except OSError as e:
-            self._dropped += n
-            reason = f"database unavailable and spool unwritable: {os_error_text(e)}"
-            self._log_drop(n, reason, records[0].id)
-            return
-        self._spooled += n
-
-    def _commit(self, records: Sequence[StreamRecord]) -> int:
-        """Insert a batch in one transaction; return how many records were stored.
-        Records that cannot be stored are rejected one by one. Raises _Unavailable
-        when the database is the problem."""
-        rows, gaps, bodies, good = self._rows(records)
-        if not rows:
-            return 0
-        try:
-            self._ensure_schema()
-            with self._engine.connect() as conn:
-                self._insert(conn, rows, gaps, bodies)
-        except _DATA_ERRORS as e:
-            return self._split(good, e)
-        except _OUTAGE_ERRORS as e:
-            self._outage(e)
-            raise _Unavailable(str(e)) from e
-        except _Unavailable:
-            raise
-        except _RECORD_ERRORS as e:
-            return self._split(good, e)
-        self._bodies_written += len(bodies)
-        self._recovered()
-        return len(good)
-
-    def _split(self, good: list[StreamRecord], error: Exception) -> int:
-        """A batch the database refused: commit its records one by one, rejecting
-        whichever it refuses alone (each is kept in the rejected file)."""
-        if len(good) == 1:
-            self._reject(good[0], error)
-            return 0
-        return sum(self._commit([rec]) for rec in good)
-
-    def _rows(
-        self, records: Sequence[StreamRecord]
-    ) -> tuple[
-        list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]], list[StreamRecord]
-    ]:
-        now = datetime.now(UTC)
-        enc = self._rows_for
-        rows: list[tuple[Any, ...]] = []
-        gaps: list[tuple[Any, ...]] = []
-        bodies: list[tuple[Any, ...]] = []
-        good: list[StreamRecord] = []
-        for n, rec in enumerate(records, 1):
-            if not n % _YIELD_EVERY:
-                time.sleep(0)  # let the event loop have the GIL (see _YIELD_EVERY)
-            try:
-                row = enc.stream(rec, now)
-                rec_gaps = enc.gaps(rec)
-            except (TypeError, ValueError, AttributeError) as e:
-                self._reject(rec, e)
-                continue
-            rows.append(row)
-            gaps.extend(rec_gaps)
-            good.append(rec)
-            body = body_of(rec)
-            if body is not None:
-                packed = self._pack(rec)
-                if packed is not None:
-                    bodies.append(enc.body(rec, packed))
-                time.sleep(0)  # a body is a lot of work for one record: hand the GIL over
-        return rows, gaps, bodies, good
-
-    def _pack(self, rec: StreamRecord) -> PackedBody | None:
-        """A record's body packed (compressed) here, off the event loop; None, logged
-        and counted, if that fails (the record is stored without it)."""
-        body = body_of(rec)
-        if body is None:
-            return None
-        try:
-            return body.pack()
-        except Exception as e:
-            self._bodies_failed += 1
-            log.error(
-                "recorder: cannot pack the body of record %s (%s: %s); stored without it",
-                rec.id,
-                type(e).__name__,
-                e,
-            )
-            if isinstance(rec, CapturedRecord):
-                rec.body = None  # spooled or retried, it goes without the body too
-            return None
-
-    def _insert(
-        self,
-        conn: Connection,
-        rows: list[tuple[Any, ...]],
-        gaps: list[tuple[Any, ...]],
-        bodies: list[tuple[Any, ...]],
-    ) -> None:
-        conn = conn.execution_options(**self._begin) if self._begin else conn
-        enc = self._rows_for
-        with conn.begin():
-            conn.exec_driver_sql(enc.streams_sql, rows)
-            if gaps:
-                conn.exec_driver_sql(enc.gaps_sql, gaps)
-            if bodies:
-                conn.exec_driver_sql(enc.bodies_sql, bodies)
-
-    def _reject(self, rec: StreamRecord, e: BaseException) -> None:
-        reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        if append_rejected(self.spool_dir, rec, reason):
-            self._failed += 1
-            log.error(
-                "recorder: the database refused record %s (%s); kept in %s",
-                rec.id,
-                reason,
-                self.spool_dir / "recorder-rejected.jsonl",
-            )
-        else:
-            self._dropped += 1
-            self._log_drop(1, f"refused by the database ({reason}), and unkeepable", rec.id)
-
-    def _ensure_schema(self) -> None:
-        if not self._needs_upgrade:
-            return
-        try:
-            # usually already done at start: then one SELECT, and Alembic stays idle
-            if not migrate.is_current(self._engine):
-                migrate.upgrade(self._engine)
-        except SQLAlchemyError as e:
-            self._outage(e)
-            raise _Unavailable(str(e)) from e
-        except Exception as e:  # e.g. a database newer than this code
-            self._outage(e)
-            raise _Unavailable(str(e)) from e
-        self._needs_upgrade = False
-
-    def _outage(self, e: BaseException) -> None:
-        reason = _short(e)
-        now = time.monotonic()
-        if self._db_ok:
-            log.warning(
-                "recorder: database %s unavailable (%s); spooling records in %s",
-                self.url,
-                reason,
-                self.spool_dir,
-            )
-            self._backoff = self.retry_min
-        else:
-            self._backoff = min(self._backoff * 2, self.retry_max)
-        self._db_ok = False
-        self._last_error = reason
-        self._retry_at = now + self._backoff
-
-    def _recovered(self) -> None:
-        if not self._db_ok:
-            log.warning("recorder: database %s is back; replaying the spool", self.url)
-            self._db_ok = True
-            self._next_orphan_scan = 0.0  # look for spool files right away
-
-    # -- spool upkeep, between batches -----------------------------------------
-
-    def _housekeeping(self) -> None:
-        if not self._may_use_db():
-            return
-        now = time.monotonic()
-        if self._needs_upgrade:
-            try:
-                self._ensure_schema()
-            except _Unavailable:
-                return
-        self._sort_own_segments()
-        if now >= self._next_orphan_scan and self._read_identity():
-            self._next_orphan_scan = now + self.orphan_scan_interval
-            exclude = self._spool.owned_paths() | {s.path for s in self._replay_queue}
-            if self._replay_seg is not None:
-                exclude.add(self._replay_seg.path)
-            mine, others = self._spool.claim_orphans(exclude)
-            for seg in mine:
-                log.warning("recorder: replaying spool file %s left by another process", seg.path)
-                self._replay_queue.append(seg)
-            self._tell_of_others(others)
-        if self._queue.qsize() < self.batch_size:  # the queue comes first
-            self._replay_step()
-
-    def _read_identity(self) -> bool:
-        """Read the store id from the database once (creating it on first use) and
-        cache it beside the spool; False while the database cannot be read."""
-        if self._identity_read:
-            return True
-        try:
-            self._ensure_schema()
-            store_id = get_or_create_store_id(self._engine)
-        except _Unavailable:
-            return False
-        except SQLAlchemyError as e:
-            self._outage(e)
-            return False
-        known = self.identity.store_id
-        if known is not None and known != store_id:
-            log.warning(
-                "recorder: %s is another store than the one this spool directory knew"
-                " there (store id %s, was %s); the old one's spool files are left alone",
-                self.url,
-                store_id,
-                known,
-            )
-        with self._spool.lock:  # new spool files carry the id from now on
-            self.identity.store_id = store_id
-        cache_id(self.spool_dir, self.identity.key, store_id)
-        self._identity_read = True
-        return True
-
-    def _tell_of_others(self, others: list[SpoolFile]) -> None:
-        """Say once, in one line, what waits in the spool directory for other stores."""
-        new = [f for f in others if f.path not in self._reported]
-        if not new:
-            return
-        self._reported.update(f.path for f in new)
-        waiting: dict[str, int] = {}
-        for f in map(describe, (f.path for f in others)):  # read through, to count
-            name = f.store or "no store named (an older recorder's files)"
-            if f.store_id:
-                name += f" (store id {f.store_id})"
-            waiting[name] = waiting.get(name, 0) + f.records
-        log.warning(
-            "recorder: spool directory %s holds records for other stores, left untouched: %s",
-            self.spool_dir,
-            "; ".join(f"{n} for {name}" for name, n in waiting.items()),
-        )
-
-    def _sort_own_segments(self) -> None:
-        spool = self._spool
-        cur = spool.current
-        if cur is not None and cur.records:
-            # a spilled record waits in the current file: retire it so it can be replayed
-            # (once the database may be tried); spool-first: retire files as they age, so
-            # the committed ones can be removed
-            age = time.monotonic() - cur.opened_at
-            if (cur.dirty and self._may_use_db()) or (
-                self.spool_first and age >= self.segment_seconds
-            ):
-                spool.seal()
-        for seg in spool.sealed():
-            if seg.dirty:
-                with spool.lock:
-                    spool.segments.remove(seg)
-                self._replay_queue.append(seg)
-            elif seg.last_seq <= self._done_seq or (self._queue.empty() and not self._inflight):
-                spool.forget(seg, remove=True)  # every record in it is committed
-
-    def _replay_step(self) -> None:
-        """Replay one batch from the spool."""
-        if self._replay_iter is None:
-            if not self._replay_queue:
-                return
-            first = self._replay_queue.popleft()
-            self._replay_seg = first
-            self._replay_iter = read_records(first.path, self.batch_size)
-            self._replay_pos = 0
-        seg = self._replay_seg
-        assert seg is not None
-        try:
-            chunk = next(self._replay_iter)
-        except StopIteration:
-            self._replay_iter = None
-            self._replay_seg = None
-            seg.release(remove=True)
-            log.info("recorder: spool file %s replayed", seg.path.name)
-            return
-        except OSError as e:
-            log.error("recorder: cannot read spool file %s: %s", seg.path, e)
-            self._replay_iter = None
-            self._replay_seg = None
-            seg.release(remove=False)
-            return
-        records: list[StreamRecord] = []
-        for item in chunk:
-            self._replay_pos += 1
-            if not seg.replays(self._replay_pos - 1):
-                continue  # one of this process's records that is in the database already
-            if isinstance(item, BadLine):
-                self._dropped += 1
-                self._log_drop(
-                    1, f"unreadable line {item.lineno} of {seg.path.name}: {item.reason}", None
-                )
-            else:
-                records.append(item)
-        try:
-            stored = self._commit(records)
-        except Exception as e:
-            if not isinstance(e, _Unavailable):
-                log.exception("recorder: unexpected error replaying %s", seg.path.name)
-                self._outage(e)
-            # start this file again later (idempotent); keep its lock meanwhile
-            self._replay_iter = None
-            self._replay_seg = None
-            self._replay_queue.appendleft(seg)
-            return
-        self._replayed += stored  # the rejected ones are counted as failed
-
-    def _finish(self) -> None:
-        """Stopping: the queue is empty. Replay this process's own spool files while
-        the database takes them and time allows (half of ``close``'s timeout), then
-        release the spool; files still holding records stay for the next process."""
-        while self._db_ok and not self._abandoned and time.monotonic() < self._close_deadline:
-            self._spool.seal()
-            self._sort_own_segments()
-            if self._replay_iter is None and not self._replay_queue:
-                break
-            self._replay_step()
-        if self._replay_iter is not None:
-            self._replay_iter = None
-        if self._replay_seg is not None:
-            self._replay_seg.release(remove=False)
-            self._replay_seg = None
-        while self._replay_queue:
-            self._replay_queue.popleft().release(remove=False)
-        spool = self._spool
-        if self.spool_first:
-            spool.seal()
-            for seg in spool.sealed():
-                if not seg.dirty:
-                    spool.forget(seg, remove=True)
-
-
-def _short(e: BaseException) -> str:
-    orig = getattr(e, "orig", None)
-    text = str(orig if orig is not None else e).strip()
-    first = text.splitlines()[0] if text else ""
-    return f"{type(orig if orig is not None else e).__name__}: {first}"

@@ -22,6 +22,7 @@ from storedb import db_url, pg_admin, pg_template, sqlite_template
 
 from recorder.billing import audit as audit_lib
 from recorder.cli import audit
+from recorder.cli.main import main
 from recorder.core.record import StreamRecord
 from tests.billing.test_audit import PER_STREAM, random_records, rec, row_sums, store
 
@@ -36,7 +37,7 @@ def parse(*argv: str) -> argparse.Namespace:
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = audit.run(parse(*argv))
+    code = main(["audit", *argv])
     out, err = capsys.readouterr()
     return code, out, err
 

@@ -23,6 +23,7 @@ from storedb import (
 )
 
 from recorder.cli import db
+from recorder.cli.main import main
 from recorder.store.identity import default_spool_dir, store_key
 from recorder.store.migrate import head_revision
 from recorder.store.spool import record_line
@@ -32,10 +33,7 @@ __all__ = ["db_url", "empty_db_url", "pg_admin", "pg_template", "sqlite_template
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    parser = argparse.ArgumentParser(prog="recorder")
-    sub = parser.add_subparsers(dest="command")
-    db.add_parser(sub)
-    code = db.run(parser.parse_args(list(argv)))
+    code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
 

@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
 from storedb import db_url, pg_admin, pg_template, sqlite_template
 
 from recorder.cli import reconcile
+from recorder.cli.main import main
 from recorder.core.record import StreamRecord
 from tests.billing.test_audit import rec, store
 
@@ -36,7 +37,7 @@ def parse(*argv: str) -> argparse.Namespace:
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = reconcile.run(parse(*argv))
+    code = main(["reconcile", *argv])
     out, err = capsys.readouterr()
     return code, out, err
 

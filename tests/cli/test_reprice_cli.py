@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
 from storedb import db_url, pg_admin, pg_template, sqlite_template
 
 from recorder.cli import reprice
+from recorder.cli.main import main
 from recorder.core.record import StreamRecord
 from tests.store.test_reprice_sql import V2, check_report, rows_by_id, stored
 
@@ -28,7 +29,7 @@ def parse(*argv: str) -> argparse.Namespace:
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = reprice.run(parse(*argv))
+    code = main(["reprice", *argv])
     out, err = capsys.readouterr()
     return code, out, err
 

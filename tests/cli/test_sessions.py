@@ -23,6 +23,7 @@ from storedb import (
 )
 
 from recorder.cli import sessions
+from recorder.cli.main import main
 from recorder.core.record import FIELDS, Gap, StreamRecord
 from recorder.store.writer import SqlSink
 
@@ -37,7 +38,7 @@ def parse(*argv: str) -> argparse.Namespace:
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = sessions.run(parse(*argv))
+    code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
 

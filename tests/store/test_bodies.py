@@ -3,7 +3,6 @@ spool, deleted with their streams (prune) or alone (purge-bodies)."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,7 +21,7 @@ from storedb import (
     wait_for,
 )
 
-from recorder.cli import db as db_cli
+from recorder.cli.main import main
 from recorder.core.captured import CapturedBody, CapturedRecord, PackedBody, body_of
 from recorder.core.record import StreamRecord
 from recorder.store.engine import make_engine
@@ -272,10 +271,7 @@ def test_purge_bodies_keeps_the_streams(db_url: str, tmp_path: Path) -> None:
 
 
 def run_db(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    parser = argparse.ArgumentParser(prog="recorder")
-    sub = parser.add_subparsers(dest="command")
-    db_cli.add_parser(sub)
-    code = db_cli.run(parser.parse_args(list(argv)))
+    code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
 

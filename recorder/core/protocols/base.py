@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 
+from recorder.core.record import Outcome
 from recorder.core.sse import Event
 from recorder.core.usage import Usage
 
@@ -77,7 +78,7 @@ class Observations:
         self.usage: Usage | None = None
         self.raw_usage: dict[str, Any] | None = None
         self.output_final = False
-        self.terminal: str | None = None  # completed | incomplete | error
+        self.terminal: Outcome | None = None  # completed | incomplete | error
         self.error_type: str | None = None
         self.error_code: str | None = None
         self.error_message: str | None = None
@@ -94,7 +95,7 @@ class Observations:
         self.service_tier: str | None = None
         self.server_tools: dict[str, int] | None = None  # e.g. {"web_search": 2}
 
-    def decide(self, outcome: str) -> None:
+    def decide(self, outcome: Outcome) -> None:
         """Record a terminal or error event; only the first one counts."""
         if self.terminal is None:
             self.terminal = outcome

@@ -29,6 +29,7 @@ import orjson
 
 from recorder.core.protocols.base import REASONING, SUMMARY, TEXT, TOOL, Interpreter
 from recorder.core.protocols.template import INT, MAX_LEARNED, STRING, learn
+from recorder.core.record import Outcome
 from recorder.core.sse import Event
 from recorder.core.usage import from_openai_responses
 
@@ -84,7 +85,7 @@ _SERVER_TOOLS = {
 # nothing here reads: holes of the fast path's template, like the text.
 _IGNORED = (("obfuscation", STRING), ("sequence_number", INT))
 FAST_PATH = True  # tests turn it off to check that both paths agree
-_UNREADABLE_TERMINAL = {
+_UNREADABLE_TERMINAL: dict[str | None, Outcome] = {
     "response.completed": "completed",
     "response.incomplete": "incomplete",
     "response.failed": "error",
