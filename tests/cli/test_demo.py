@@ -27,7 +27,7 @@ from recorder.cli.main import main
 from recorder.cli.scenarios import SCENARIOS, run_demo
 from recorder.store.sinks import MemorySink
 from recorder.store.writer import SqlSink
-from tests.store.storedb import simple_record
+from tests.kit.records import simple_record
 
 CONSOLE_SCRIPT = Path(sys.executable).parent / "recorder"
 

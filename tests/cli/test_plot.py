@@ -4,15 +4,10 @@ keepalive at the time it arrived."""
 
 from __future__ import annotations
 
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
-
-from storedb import simple_record
 
 from recorder.cli.main import main
 from recorder.cli.plot import arrivals
@@ -22,6 +17,7 @@ from recorder.core.record import StreamRecord
 from recorder.store.engine import make_engine
 from recorder.store.queries import get_body
 from recorder.store.writer import SqlSink
+from tests.kit.records import simple_record
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "openai-chat" / "e2aad469b71d.sse"
 STALL_AFTER = 1.0

@@ -13,7 +13,7 @@ import pytest
 
 from recorder.cli.main import main
 from recorder.core.record import FIELDS
-from tests.core.test_record import DOCUMENTED_FIELDS  # INTERFACES.md's "A recorded stream"
+from tests.kit.records import DOCUMENTED_FIELDS
 
 EXPECTED: dict[str, dict[str, Any]] = json.loads(
     (Path(__file__).resolve().parents[1] / "fixtures" / "expected.json").read_text()

@@ -7,17 +7,12 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
-
-from storedb import db_url, pg_admin, pg_template, simple_record, sqlite_template
 
 from recorder.cli.main import main
 from recorder.core.captured import CapturedBody, CapturedRecord
@@ -26,11 +21,10 @@ from recorder.simulate import Simulator, run_in_thread
 from recorder.store.engine import make_engine
 from recorder.store.queries import get_stream
 from recorder.store.writer import SqlSink
-from tests.cli.proxy_process import RECORDER, start_proxy
-from tests.e2e.conftest import free_port
-from tests.e2e.harness import running_proxy
-
-__all__ = ["db_url", "pg_admin", "pg_template", "sqlite_template"]
+from tests.kit.ports import free_port
+from tests.kit.processes import RECORDER, start_proxy
+from tests.kit.proxy_thread import running_proxy
+from tests.kit.records import simple_record
 
 KEY = "sk-replay-id-test-0042"
 STALL_AFTER = 1.0

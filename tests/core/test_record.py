@@ -17,57 +17,10 @@ from recorder.core.record import (
     StreamRecord,
     combine_sources,
 )
+from tests.kit.records import DOCUMENTED_FIELDS
 
 # the design documents live in ../shared beside the checkout; the copy below serves elsewhere
 INTERFACES_MD = Path(__file__).resolve().parents[3] / "shared" / "design" / "INTERFACES.md"
-
-# Copied from INTERFACES.md, "A recorded stream (one row)", in its order; used
-# when the design document is not at hand.
-DOCUMENTED_FIELDS = (
-    "id",
-    "started_at",
-    "endpoint",
-    "provider",
-    "upstream",
-    "model",
-    "response_model",
-    "request_id",
-    "response_id",
-    "project",
-    "streamed",
-    "http_status",
-    "outcome",
-    "interrupted",
-    "finish_reason",
-    "error_type",
-    "error_code",
-    "error_message",
-    "ttfb_ms",
-    "first_event_ms",
-    "ttft_ms",
-    "duration_ms",
-    "events",
-    "keepalives",
-    "max_keepalive_gap_ms",
-    "max_silence_ms",
-    "max_output_gap_ms",
-    "stalls",
-    "stall_ms",
-    "output_chars",
-    "tool_calls",
-    "input_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "output_tokens",
-    "reasoning_tokens",
-    "input_source",
-    "output_source",
-    "usage_source",
-    "estimate_method",
-    "cost_usd",
-    "price_version",
-    "api_key_id",
-)
 
 
 def parse_documented_fields(text: str) -> tuple[str, ...]:

@@ -7,7 +7,6 @@ import logging
 from pathlib import Path
 
 import pytest
-from storedb import outage, simple_record
 
 from recorder.cli import sessions
 from recorder.core.keys import fingerprint
@@ -15,6 +14,8 @@ from recorder.store.engine import make_engine
 from recorder.store.migrate import upgrade
 from recorder.store.secret import key_secret
 from recorder.store.writer import SqlSink
+from tests.kit.databases import outage
+from tests.kit.records import simple_record
 
 KEY = "sk-live-SECRETKEY123456"
 NEEDLES = (KEY.encode(), b"SECRETKEY", b"sk-live", KEY.encode("utf-16-le"))

@@ -11,12 +11,15 @@ the label cap allows.
 tapped request arrives, ``stream_ended`` and ``observe`` when its record is
 finished. ``fake_billing`` stands in for the price table until billing fills
 ``cost_usd`` and the estimated token figures itself.
+
+``post_stream`` is the other kind: one real request to a running proxy.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import math
+import urllib.request
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
@@ -30,9 +33,9 @@ from recorder.core.record import StreamRecord, combine_sources
 from recorder.metrics import Metrics
 from recorder.proxy.addon import Recorder, RecorderConfig
 from recorder.store.sinks import MemorySink
+from tests.kit.flows import CHAT_SSE, MESSAGES_SSE, SECRET, Clock, pieces_of
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-SECRET = b"test-secret"
 
 
 def _framing() -> object:
@@ -44,9 +47,6 @@ def _framing() -> object:
 
 
 _FRAMING = _framing()
-CHAT_SSE = (FIXTURES / "openai-chat" / "d61558011839.sse").read_bytes()
-# The SDK stored this capture without the blank line that ends its last event on the wire.
-MESSAGES_SSE = (FIXTURES / "anthropic-messages" / "basic_response.sse").read_bytes() + b"\n\n"
 RESPONSES_SSE: bytes = _FRAMING.load_body(  # type: ignore[attr-defined]
     FIXTURES / "payload-only" / "openai-responses" / "openai-web-search-tool.1.chunks.txt"
 )
@@ -59,16 +59,6 @@ ANTHROPIC_ERROR_SSE = (
     + b'data: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n'
 )
 KEEPALIVE = b": keepalive\n\n"
-
-
-class Clock:
-    """A fake monotonic clock the tests move by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def fake_billing(rec: StreamRecord) -> None:
@@ -135,10 +125,6 @@ def make_flow(path: str, body: dict[str, object]) -> http.HTTPFlow:
 def sse_response(status: int = 200) -> http.Response:
     headers = http.Headers([(b"content-type", b"text/event-stream; charset=utf-8")])
     return tutils.tresp(status_code=status, headers=headers, content=None)
-
-
-def pieces_of(body: bytes, size: int) -> list[bytes]:
-    return [body[i : i + size] for i in range(0, len(body), size)]
 
 
 PATHS = {
@@ -294,3 +280,18 @@ class Traffic:
         ]
         for scenario in scenarios:
             await scenario()  # type: ignore[misc]
+
+
+def post_stream(port: int, model: str) -> bytes:
+    """One streamed chat request to 127.0.0.1:``port``, with a key; the bytes answered."""
+    body = orjson.dumps(
+        {"model": model, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    )
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/chat/completions",
+        data=body,
+        headers={"content-type": "application/json", "authorization": "Bearer sk-live-test-9876"},
+    )
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        data: bytes = resp.read()
+        return data

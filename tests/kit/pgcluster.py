@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import free_port
+from tests.kit.ports import free_port
 
 
 def _bindir() -> Path | None:
