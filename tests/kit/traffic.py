@@ -17,7 +17,6 @@ finished. ``fake_billing`` stands in for the price table until billing fills
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import urllib.request
 from collections.abc import Callable
@@ -33,24 +32,16 @@ from recorder.core.record import StreamRecord, combine_sources
 from recorder.metrics import Metrics
 from recorder.proxy.addon import Recorder, RecorderConfig
 from recorder.store.sinks import MemorySink
+from tests.kit import framing
 from tests.kit.flows import CHAT_SSE, MESSAGES_SSE, SECRET, Clock, pieces_of
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 
-def _framing() -> object:
-    spec = importlib.util.spec_from_file_location("fixture_framing", FIXTURES / "framing.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_FRAMING = _framing()
-RESPONSES_SSE: bytes = _FRAMING.load_body(  # type: ignore[attr-defined]
+RESPONSES_SSE: bytes = framing.load_body(
     FIXTURES / "payload-only" / "openai-responses" / "openai-web-search-tool.1.chunks.txt"
 )
-RESPONSES_ERROR_SSE: bytes = _FRAMING.load_body(  # type: ignore[attr-defined]
+RESPONSES_ERROR_SSE: bytes = framing.load_body(
     FIXTURES / "payload-only" / "openai-responses" / "openai-error.1.chunks.txt"
 )
 ANTHROPIC_ERROR_SSE = (
