@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
 
 import pytest
 
-from recorder.cli import db
 from recorder.store.identity import default_spool_dir, store_key
 from recorder.store.migrate import head_revision
 from recorder.store.spool import record_line
 from recorder.store.writer import SqlSink
-from tests.kit.cli import Cli
+from tests.kit.cli import Cli, parse
 from tests.kit.databases import count_rows
 from tests.kit.records import simple_record
 
@@ -79,11 +77,8 @@ def test_prune_missing_database(cli: Cli, tmp_path: Path) -> None:
 
 
 def test_subcommand_is_required() -> None:
-    parser = argparse.ArgumentParser(prog="recorder")
-    sub = parser.add_subparsers(dest="command")
-    db.add_parser(sub)
     with pytest.raises(SystemExit):
-        parser.parse_args(["db"])
+        parse("db")
 
 
 def test_spool_lists_what_waits_by_store_and_adopts_an_older_recorders_files(
