@@ -42,6 +42,7 @@ from tests.kit.proxy_faults import (
     stream,
     wait_until,
 )
+from tests.kit.proxy_faults import pg_store as pg_store
 from tests.kit.proxy_faults import sim as sim
 from tests.kit.proxy_faults import store as store
 
