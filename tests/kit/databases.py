@@ -1,4 +1,4 @@
-"""Databases for the store's tests, built by running the migrations.
+"""Databases for the tests, built by running the migrations.
 
 Every test that takes ``db_url`` runs twice: on SQLite (a copy of a migrated
 template file) and on PostgreSQL (a database cloned from a migrated template
