@@ -59,7 +59,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CAL_SAMPLES = 5
 sys.path.insert(0, str(ROOT))
 
-from recorder import tokenizers  # noqa: E402
 from recorder.core.billing import absorb, fill_usage  # noqa: E402
 from recorder.core.estimate import (  # noqa: E402
     PROFILES,
@@ -71,6 +70,7 @@ from recorder.core.estimate import (  # noqa: E402
 )
 from recorder.core.meter import StreamMeter  # noqa: E402
 from recorder.core.record import StreamRecord  # noqa: E402
+from recorder.proxy import tokenizers  # noqa: E402
 
 
 def _framing(fixtures: Path) -> Any:

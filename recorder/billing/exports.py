@@ -1,7 +1,7 @@
 """Export files and directories of pages, CSV or JSON, read as one export.
 
 `recorder reconcile FILE...` takes any mix of: the flattened CSV exports
-(:func:`recorder.reconcile.read_export`), the providers' API responses as
+(:func:`recorder.billing.export_csv.read_export`), the providers' API responses as
 returned (:func:`recorder.billing.usage_api.read_pages`), and directories of
 such files (every ``*.json`` and ``*.csv`` in it, in name order: a directory of
 pages saved one per request). The pages of one response are checked as a set:
@@ -16,7 +16,8 @@ import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from recorder import reconcile as rc
+from recorder.billing.export_csv import read_export
+from recorder.billing.export_model import Export, ExportError, merge_exports
 from recorder.billing.usage_api import looks_like_json, read_pages
 
 SUFFIXES = (".json", ".csv")
@@ -33,33 +34,33 @@ def expand(paths: Iterable[str]) -> list[str]:
                 p for p in path.iterdir() if p.is_file() and p.suffix.lower() in SUFFIXES
             )
             if not found:
-                raise rc.ExportError(f"{name}: a directory without .json or .csv files")
+                raise ExportError(f"{name}: a directory without .json or .csv files")
             out.extend(str(p) for p in found)
         else:
             out.append(name)
     return out
 
 
-def read_text(text: str, *, source: str) -> rc.Export:
+def read_text(text: str, *, source: str) -> Export:
     """One file's export: JSON (an API response) or CSV, told by its first character."""
     if looks_like_json(text):
         return read_pages(text, source=source)
-    return rc.read_export(text, source=source)
+    return read_export(text, source=source)
 
 
-def _check_pages(exports: Sequence[rc.Export]) -> list[str]:
+def _check_pages(exports: Sequence[Export]) -> list[str]:
     """Refuse a page given twice; say when a response's last page is missing."""
     seen: dict[str, str] = {}
     for e in exports:
         for cursor in e.next_pages:
             if cursor in seen:
-                raise rc.ExportError(
+                raise ExportError(
                     f"{e.source}: the same page as {seen[cursor]} (both give next_page "
                     f"{cursor!r}); its rows would count twice"
                 )
             seen[cursor] = e.source
     notes = []
-    by_format: dict[str, list[rc.Export]] = {}
+    by_format: dict[str, list[Export]] = {}
     for e in exports:
         if e.pages_more or e.pages_last:
             by_format.setdefault(e.format, []).append(e)
@@ -76,7 +77,7 @@ def read_exports(
     paths: Iterable[str],
     read: Callable[[str], str],
     fetched: Sequence[tuple[str, str]] = (),
-) -> rc.Export:
+) -> Export:
     """Every file (directories expanded) read with ``read``, and the pages fetched
     (name, text), merged into one export."""
     texts = [(f, read(f)) for f in expand(paths)]
@@ -84,14 +85,12 @@ def read_exports(
     for name, text in texts:
         digest = hashlib.sha256(text.strip().encode()).hexdigest()
         if digest in seen:
-            raise rc.ExportError(
-                f"{name}: the same content as {seen[digest]}; it would count twice"
-            )
+            raise ExportError(f"{name}: the same content as {seen[digest]}; it would count twice")
         seen[digest] = name
     exports = [read_text(text, source=name) for name, text in texts]
     exports += [read_pages(text, source=name) for name, text in fetched]
     notes = _check_pages(exports)
     real = [e for e in exports if e.format != "empty-response"] or exports
-    merged = rc.merge_exports(real)
+    merged = merge_exports(real)
     merged.notes.extend(notes)
     return merged

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from ipaddress import ip_address
 
+from recorder.billing.export_model import ExportError
 from recorder.core.keys import scrub_key
-from recorder.reconcile import ExportError
 
 MAX_PAGES = 1000
 TIMEOUT_S = 60.0

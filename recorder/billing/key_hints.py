@@ -26,7 +26,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from recorder.reconcile import ExportError
+from recorder.billing.export_model import ExportError
 
 HINT_FIELDS = ("redacted_value", "partial_key_hint")
 _ELLIPSES = ("...", "…")

@@ -27,9 +27,9 @@ tests/fixtures/usage_exports/):
 
 Each result becomes one flat row, nested objects joined with ``_``
 (``cache_creation.ephemeral_5m_input_tokens`` as the flattened CSV names it),
-its bucket's start and end carried onto it, and is read by the same
-:data:`recorder.reconcile.FORMATS` reader as the flattened CSV: one meaning per
-field, whichever way the file came. Numbers are parsed as ``Decimal`` (a cost
+its bucket's start and end carried onto it, and is read by the same reader
+(:data:`recorder.billing.export_formats.FORMATS`) as the flattened CSV: one
+meaning per field, whichever way the file came. Numbers are parsed as ``Decimal`` (a cost
 of ``0.06`` stays 0.06, never a float).
 """
 
@@ -40,9 +40,10 @@ from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from typing import Any
 
-from recorder import reconcile as rc
+from recorder.billing.export_formats import FORMATS, read_rows
+from recorder.billing.export_model import Export, ExportError, header_name
 
-_FORMATS = {f.name: f for f in rc.FORMATS}
+_FORMATS = {f.name: f for f in FORMATS}
 
 # The columns each shape's reader needs, present (null) even when the response
 # leaves a group-by field out.
@@ -80,12 +81,12 @@ def _shape(result: Mapping[str, Any], where: str) -> str:
     if "amount" in result and "currency" in result and not isinstance(result["amount"], dict):
         return "anthropic-cost"
     if isinstance(obj, str) and obj.startswith("organization.usage."):
-        raise rc.ExportError(
+        raise ExportError(
             f"{where}: {obj} results are not compared; read the completions usage "
             "(organization/usage/completions) and the costs"
         )
     keys = ", ".join(sorted(str(k) for k in result)) or "none"
-    raise rc.ExportError(
+    raise ExportError(
         f"{where}: not a result of the usage or cost APIs this recorder reads (keys: {keys})"
     )
 
@@ -106,7 +107,7 @@ def _flatten(obj: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, st
         if isinstance(value, Mapping):
             yield from _flatten(value, f"{name}.")
         else:
-            yield rc.header_name(name), _cell(value)
+            yield header_name(name), _cell(value)
 
 
 def _pages(doc: Any, source: str) -> list[Mapping[str, Any]]:
@@ -114,19 +115,19 @@ def _pages(doc: Any, source: str) -> list[Mapping[str, Any]]:
     for n, page in enumerate(pages):
         if not isinstance(page, Mapping) or not isinstance(page.get("data"), list):
             where = source if len(pages) == 1 else f"{source} page {n + 1}"
-            raise rc.ExportError(
+            raise ExportError(
                 f"{where}: not a usage or cost API response (a page has a 'data' list)"
             )
     return pages
 
 
-def read_pages(text: str, *, source: str = "response") -> rc.Export:
+def read_pages(text: str, *, source: str = "response") -> Export:
     """An export from a file holding one API response page, or a JSON array of
     pages, of one of the four shapes (a file mixing shapes is refused)."""
     try:
         doc = json.loads(text.lstrip("\ufeff"), parse_float=Decimal)
     except ValueError as e:
-        raise rc.ExportError(f"{source}: not JSON: {e}") from None
+        raise ExportError(f"{source}: not JSON: {e}") from None
     pages = _pages(doc, source)
     shape: str | None = None
     rows: list[tuple[str, dict[str, str | None]]] = []
@@ -135,10 +136,10 @@ def read_pages(text: str, *, source: str = "response") -> rc.Export:
         here = source if len(pages) == 1 else f"{source} page {p + 1}"
         for b, bucket in enumerate(page["data"]):
             if not isinstance(bucket, Mapping):
-                raise rc.ExportError(f"{here}: data[{b}] is not a bucket object")
+                raise ExportError(f"{here}: data[{b}] is not a bucket object")
             results = bucket.get("results", bucket.get("result"))
             if not isinstance(results, list):
-                raise rc.ExportError(f"{here}: data[{b}] has no results list")
+                raise ExportError(f"{here}: data[{b}] has no results list")
             edges = {
                 name: _cell(bucket.get(name))
                 for name in ("start_time", "end_time", "starting_at", "ending_at")
@@ -147,12 +148,12 @@ def read_pages(text: str, *, source: str = "response") -> rc.Export:
             for r, result in enumerate(results):
                 where = f"{here}: data[{b}].results[{r}]"
                 if not isinstance(result, Mapping):
-                    raise rc.ExportError(f"{where}: not an object")
+                    raise ExportError(f"{where}: not an object")
                 this = _shape(result, where)
                 if shape is None:
                     shape = this
                 elif this != shape:
-                    raise rc.ExportError(f"{where}: one {this} result among {shape} results")
+                    raise ExportError(f"{where}: one {this} result among {shape} results")
                 row = dict(_flatten(result))
                 row.update(edges)
                 cols.update(row)
@@ -165,7 +166,7 @@ def read_pages(text: str, *, source: str = "response") -> rc.Export:
     )
     if shape is None:
         # no results at all: nothing to read, and no way to tell the shape
-        return rc.Export(
+        return Export(
             "empty-response",
             frozenset(),
             [],
@@ -178,7 +179,7 @@ def read_pages(text: str, *, source: str = "response") -> rc.Export:
     fmt = _FORMATS[shape]
     cols.update(_NEEDED[shape])
     full = [(where, {c: row.get(c) for c in cols}) for where, row in rows]
-    export = rc.read_rows(fmt, frozenset(cols), full, source=source)
+    export = read_rows(fmt, frozenset(cols), full, source=source)
     export.pages_more = more
     export.pages_last = len(pages) - more
     export.next_pages = cursors

@@ -21,9 +21,11 @@ from typing import Any, TextIO
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from recorder import audit
+from recorder.billing import audit
 from recorder.cli.db import CliError, add_db_option, add_filter_options, db_url, open_for_reading
 from recorder.cli.render import add_table_options, default_format, emit, table
+from recorder.core import money
+from recorder.store.audit_sql import read_frame
 from recorder.store.queries import QueryError, SessionFilter, parse_when
 
 FORMATS = ("table", "json", "csv", "parquet")
@@ -95,7 +97,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     engine = open_for_reading(db_url(args))
     try:
-        df = audit.read_frame(engine, f, project=args.project)
+        df = read_frame(engine, f, project=args.project)
     except SQLAlchemyError as e:
         raise CliError(f"cannot read the store: {getattr(e, 'orig', None) or e}") from None
     finally:
@@ -137,7 +139,7 @@ def _output(path: str | None) -> Iterator[TextIO]:
 
 def columns(by: Sequence[str]) -> list[str]:
     """The columns of every format but Parquet: the group's keys (``group`` when
-    there are none), then :data:`recorder.audit.METRICS`."""
+    there are none), then :data:`recorder.billing.audit.METRICS`."""
     return [*(by or ["group"]), *audit.METRICS]
 
 
@@ -158,7 +160,7 @@ def document(groups: Sequence[dict[str, Any]], by: Sequence[str]) -> list[dict[s
         out: dict[str, Any] = {k: label.get(k) for k in keys}
         for m in audit.METRICS:
             v = shown_cost(group) if m == "cost_usd" else group[m]
-            out[m] = (None if v is None else audit.money(v)) if m in audit.MONEY_METRICS else v
+            out[m] = (None if v is None else money.exact(v)) if m in audit.MONEY_METRICS else v
         return out
 
     rows = [row(g, {k: g[k] for k in by} if by else {"group": "all"}) for g in groups]
@@ -191,18 +193,11 @@ def write_parquet(groups: Sequence[dict[str, Any]], by: Sequence[str], path: Pat
 
     fields = [pa.field(k, pa.string()) for k in by]
     for m in audit.METRICS:
-        kind = pa.decimal128(38, audit.MONEY_PLACES) if m in audit.MONEY_METRICS else pa.int64()
+        kind = pa.decimal128(38, money.PLACES) if m in audit.MONEY_METRICS else pa.int64()
         fields.append(pa.field(m, kind, nullable=False))
     schema = pa.schema(fields)
     rows = [
-        {
-            k: (
-                v.quantize(Decimal(1).scaleb(-audit.MONEY_PLACES))
-                if k in audit.MONEY_METRICS
-                else v
-            )
-            for k, v in g.items()
-        }
+        {k: (v.quantize(money.QUANTUM) if k in audit.MONEY_METRICS else v) for k, v in g.items()}
         for g in groups
     ]
     try:

@@ -25,12 +25,17 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from recorder import reconcile as rc
 from recorder.billing import fetch, key_hints
+from recorder.billing.comparison import DIMENSIONS, Result, Tolerance, reconcile
+from recorder.billing.export_model import FIGURES, Export, ExportError, export_period
 from recorder.billing.exports import read_exports
+from recorder.billing.id_mapping import IdMapping, read_mapping
+from recorder.billing.reconcile_report import result_document
 from recorder.cli.db import CliError, add_db_option, db_url, open_for_reading
 from recorder.cli.render import add_table_options, default_format, table, to_json
+from recorder.core import money
 from recorder.store.queries import QueryError, parse_when
+from recorder.store.reconcile_sql import read_streams
 
 FORMATS = ("table", "json", "csv")
 
@@ -111,7 +116,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument(
         "--by",
-        choices=("auto", *rc.DIMENSIONS),
+        choices=("auto", *DIMENSIONS),
         default="auto",
         help="third grouping key (default auto: key if the export names keys, else project)",
     )
@@ -170,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     """Execute `recorder reconcile`: 0 reconciled, 1 differences, 2 could not compare."""
     try:
         return _run(args)
-    except (CliError, QueryError, rc.ExportError) as e:
+    except (CliError, QueryError, ExportError) as e:
         print(f"recorder reconcile: {e}", file=sys.stderr)
         return 2
 
@@ -197,18 +202,18 @@ def _run(args: argparse.Namespace) -> int:
     elif args.base_url:
         raise CliError("--base-url goes with --fetch")
     export = read_exports(args.files, _read, fetched)
-    mapping = rc.read_mapping(_read(args.mapping), source=args.mapping) if args.mapping else None
+    mapping = read_mapping(_read(args.mapping), source=args.mapping) if args.mapping else None
     provider_keys = [
         k for f in args.keys or () for k in key_hints.read_key_list(_read(f), source=f)
     ]
-    period = rc.export_period(export)
+    period = export_period(export)
     since = parse_when(args.since) if args.since else (period[0] if period else None)
     until = parse_when(args.until) if args.until else (period[1] if period else None)
     if since is None or until is None:
         raise CliError("the export has no rows: give --since and --until")
     engine = open_for_reading(db_url(args))
     try:
-        streams = rc.read_streams(engine, since, until, export.providers)
+        streams = read_streams(engine, since, until, export.providers)
     except SQLAlchemyError as e:
         raise CliError(f"cannot read the store: {getattr(e, 'orig', None) or e}") from None
     finally:
@@ -216,12 +221,12 @@ def _run(args: argparse.Namespace) -> int:
     key_lines: list[str] = []
     if provider_keys:
         match = key_hints.match_keys(provider_keys, {s.api_key_id for s in streams})
-        mapping = mapping or rc.IdMapping()
+        mapping = mapping or IdMapping()
         for provider_id, fp in match.keys.items():
             mapping.keys.setdefault(provider_id, fp)  # --mapping, if it names one, wins
         key_lines = key_hints.describe(match)
-    tolerance = rc.Tolerance(args.tolerance, args.tolerance_tokens, args.tolerance_usd)
-    result = rc.reconcile(
+    tolerance = Tolerance(args.tolerance, args.tolerance_tokens, args.tolerance_usd)
+    result = reconcile(
         export,
         streams,
         mapping=mapping,
@@ -229,7 +234,7 @@ def _run(args: argparse.Namespace) -> int:
         tolerance=tolerance,
         exact_models=args.exact_models,
     )
-    docs = rc.result_document(result, include_all=args.all, max_streams=args.max_streams)
+    docs = result_document(result, include_all=args.all, max_streams=args.max_streams)
     fmt = default_format(args.format)
     if fmt == "json":
         sys.stdout.write(to_json(docs) + "\n")
@@ -241,12 +246,13 @@ def _run(args: argparse.Namespace) -> int:
     return 1 if result.differing else 0
 
 
-def batch_line(result: rc.Result) -> str | None:
+def batch_line(result: Result) -> str | None:
     """The Batch API traffic the export reports, left out of the comparison."""
     if not result.batch_rows:
         return None
     figures = ", ".join(
-        f"{f} {rc.money(v) if isinstance(v, Decimal) else v}" for f, v in result.batch_total.items()
+        f"{f} {money.exact(v) if isinstance(v, Decimal) else v}"
+        for f, v in result.batch_total.items()
     )
     rows = f"{result.batch_rows} row{'' if result.batch_rows == 1 else 's'}"
     return f"batch traffic (not proxied, left out of the comparison): {rows}" + (
@@ -254,7 +260,7 @@ def batch_line(result: rc.Result) -> str | None:
     )
 
 
-def _summary(export: rc.Export, result: rc.Result, streams: int, key_lines: list[str]) -> None:
+def _summary(export: Export, result: Result, streams: int, key_lines: list[str]) -> None:
     err = sys.stderr
     n = len(result.differing)
     print(
@@ -272,7 +278,7 @@ def _summary(export: rc.Export, result: rc.Result, streams: int, key_lines: list
         print(f"recorder reconcile: {batch}", file=err)
     for line in [*export.notes, *key_lines]:
         print(f"recorder reconcile: {line}", file=err)
-    missing = ", ".join(f for f in rc.FIGURES if f not in result.figures)
+    missing = ", ".join(f for f in FIGURES if f not in result.figures)
     if missing:
         print(f"recorder reconcile: the export does not cover {missing}", file=err)
     for kind, ids in (("key", result.unmapped_keys), ("project", result.unmapped_projects)):
@@ -296,7 +302,7 @@ def _signed(amount: str) -> str:
     return amount if amount.startswith("-") else "+" + amount
 
 
-def _footer(result: rc.Result) -> list[str]:
+def _footer(result: Result) -> list[str]:
     lines = [f"({result.tolerance.describe()})"]
     batch = batch_line(result)
     if batch:
@@ -304,7 +310,7 @@ def _footer(result: rc.Result) -> list[str]:
     return lines
 
 
-def render_table(docs: list[dict[str, Any]], result: rc.Result) -> str:
+def render_table(docs: list[dict[str, Any]], result: Result) -> str:
     """One line per group and figure, then the explaining streams, indented; the
     tolerance applied and the batch traffic left out, last."""
     if not docs:
@@ -345,7 +351,7 @@ def render_table(docs: list[dict[str, Any]], result: rc.Result) -> str:
     return "\n".join(lines)
 
 
-def _write_csv(docs: list[dict[str, Any]], result: rc.Result) -> None:
+def _write_csv(docs: list[dict[str, Any]], result: Result) -> None:
     who = [] if result.by == "none" else [result.by]
     columns = ["day", "model", *who]
     for side in ("recorded", "exported", "difference"):

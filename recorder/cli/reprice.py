@@ -3,7 +3,7 @@ another price table, store the new ``cost_usd`` and ``price_version``, and say
 what changed: rows examined and changed, old and new totals per model, which
 price versions gave way to which. ``--dry-run`` only reports.
 
-``--format json`` prints one object (``recorder.reprice.Report.as_dict``);
+``--format json`` prints one object (``recorder.billing.reprice.Report.as_dict``);
 ``table`` (the default on a terminal) a summary, then per model and per price
 version. Money is exact in every format.
 """
@@ -19,8 +19,8 @@ from recorder.cli.db import CliError, add_db_option, db_url, open_for_reading
 from recorder.cli.render import add_table_options, default_format, emit, table, vertical
 from recorder.core.price_files import load_price_file
 from recorder.core.pricing import PriceTableError
-from recorder.reprice import reprice
 from recorder.store.queries import QueryError, SessionFilter, parse_when
+from recorder.store.reprice_sql import reprice
 
 FORMATS = ("table", "json")
 

@@ -15,7 +15,14 @@ import signal
 import ssl
 import sys
 
-from recorder.simulate import FAULT_HELP, FaultError, SentRecord, Simulator, parse_faults
+from recorder.simulate import (
+    FAULT_HELP,
+    FaultError,
+    SentRecord,
+    Simulator,
+    parse_faults,
+    server_context,
+)
 
 DEFAULT_PORT = 9000
 
@@ -46,8 +53,20 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="SPEC",
         help="faults applied to every request, under the header's and the model's",
     )
-    p.add_argument("--certfile", help="serve HTTPS with this certificate (PEM)")
-    p.add_argument("--keyfile", help="private key of --certfile (if not in the same file)")
+    p.add_argument(
+        "--tls-cert",
+        "--certfile",
+        dest="certfile",
+        metavar="PEM",
+        help="serve HTTPS (HTTP/1.1) with this certificate, its chain after it",
+    )
+    p.add_argument(
+        "--tls-key",
+        "--keyfile",
+        dest="keyfile",
+        metavar="PEM",
+        help="private key of --tls-cert (if not in the same file)",
+    )
     p.add_argument("--quiet", action="store_true", help="do not print one line per request")
     p.set_defaults(func=run)
 
@@ -68,8 +87,14 @@ async def serve(args: argparse.Namespace) -> int:
     """Listen until SIGINT or SIGTERM."""
     tls = None
     if args.certfile:
-        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        tls.load_cert_chain(args.certfile, args.keyfile)
+        try:
+            tls = server_context(args.certfile, args.keyfile)
+        except (OSError, ssl.SSLError) as e:
+            print(f"recorder simulate: --tls-cert/--tls-key: {e}", file=sys.stderr)
+            return 2
+    elif args.keyfile:
+        print("recorder simulate: --tls-key needs --tls-cert", file=sys.stderr)
+        return 2
     sim = Simulator(
         args.host,
         args.port,

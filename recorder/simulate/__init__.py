@@ -12,6 +12,7 @@ against what was really sent. See docs/simulator.md.
 
 from recorder.simulate.faults import FAULT_HELP, FaultError, Faults, parse_faults
 from recorder.simulate.server import SentRecord, Simulator, run_in_thread
+from recorder.simulate.tls import server_context
 
 __all__ = [
     "FAULT_HELP",
@@ -21,4 +22,5 @@ __all__ = [
     "Simulator",
     "parse_faults",
     "run_in_thread",
+    "server_context",
 ]

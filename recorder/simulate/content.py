@@ -1,4 +1,5 @@
-"""What the simulated model says: read the request, choose the answer.
+"""What the simulated model says: the answer to a request (read by
+:mod:`~recorder.simulate.prompts`), cut into deltas, and its ids.
 
 Everything here is a pure function of the request (and the faults that change
 content: ``tools``, ``reasoning``, ``lang``, ``deltas``, ``hidden``, cache
@@ -27,12 +28,13 @@ import hashlib
 import math
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from recorder.simulate.faults import Faults, split_model
+from recorder.simulate.faults import Faults
+from recorder.simulate.prompts import Prompt, ToolSpec
 
 _JAPANESE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uff66-\uff9f]")
 _EN_PIECES = re.compile(r"\s*[\w'’-]+|\s*[^\w\s]+|\s+")
@@ -108,44 +110,6 @@ DEFAULT_TOOL: dict[str, Any] = {
     "properties": {"city": {"type": "string", "description": "The city name."}},
     "required": ["city"],
 }
-
-
-class BadRequest(ValueError):
-    """A request body the simulator cannot answer (the client gets a 400)."""
-
-
-@dataclass(slots=True)
-class ToolSpec:
-    """A function tool offered by the request."""
-
-    name: str
-    schema: dict[str, Any]
-
-
-@dataclass(slots=True)
-class Prompt:
-    """What the simulator needs from a request body, whatever the protocol."""
-
-    endpoint: str
-    requested_model: str
-    model: str
-    model_faults: str
-    stream: bool
-    include_usage: bool = False
-    messages: list[tuple[str, str]] = field(default_factory=list)
-    last_user: str = ""
-    after_tool_result: bool = False
-    tools: list[ToolSpec] = field(default_factory=list)
-    tool_choice: str | None = None  # None/"auto", "none", "required", or a tool name
-    reasoning: bool = False
-    max_tokens: int | None = None
-    prompt_chars: int = 0
-    body: dict[str, Any] = field(default_factory=dict)
-
-    def seed(self) -> bytes:
-        """The content seed: model and conversation, nothing about streaming or faults."""
-        doc = [self.model, self.messages, [t.name for t in self.tools]]
-        return hashlib.sha256(orjson.dumps(doc)).digest()
 
 
 @dataclass(slots=True)
@@ -234,197 +198,6 @@ def rng_for(seed: bytes, label: str) -> random.Random:
 def has_japanese(text: str) -> bool:
     """Whether ``text`` contains kana or kanji."""
     return _JAPANESE.search(text) is not None
-
-
-# --- reading requests -------------------------------------------------------
-
-
-def _text_of(content: Any) -> str:
-    """The text of a message content: a string, or a list of parts/blocks."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        out = []
-        for part in content:
-            if isinstance(part, str):
-                out.append(part)
-            elif isinstance(part, dict):
-                for key in ("text", "output", "content", "thinking"):
-                    value = part.get(key)
-                    if isinstance(value, str):
-                        out.append(value)
-                        break
-                    if key == "content" and isinstance(value, list):
-                        out.append(_text_of(value))
-                        break
-        return "\n".join(out)
-    return ""
-
-
-def _model(body: dict[str, Any]) -> tuple[str, str, str]:
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise BadRequest("you must provide a model parameter")
-    base, suffix = split_model(model)
-    return model, base, suffix
-
-
-def _int_or_none(value: Any) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    return None
-
-
-def _finish_prompt(p: Prompt, extra_chars: int) -> Prompt:
-    p.prompt_chars = extra_chars + sum(len(text) for _, text in p.messages)
-    p.prompt_chars += sum(len(orjson.dumps(t.schema)) + len(t.name) for t in p.tools)
-    users = [text for role, text in p.messages if role == "user"]
-    p.last_user = users[-1] if users else ""
-    return p
-
-
-def prompt_from_chat(body: dict[str, Any]) -> Prompt:
-    """Read a Chat Completions request."""
-    requested, base, suffix = _model(body)
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise BadRequest("'messages' must be a non-empty array")
-    options = body.get("stream_options")
-    p = Prompt(
-        endpoint="chat.completions",
-        requested_model=requested,
-        model=base,
-        model_faults=suffix,
-        stream=body.get("stream") is True,
-        include_usage=isinstance(options, dict) and options.get("include_usage") is True,
-        body=body,
-    )
-    for m in messages:
-        if not isinstance(m, dict):
-            raise BadRequest("each message must be an object")
-        role = str(m.get("role", "user"))
-        text = _text_of(m.get("content"))
-        if role == "assistant" and isinstance(m.get("tool_calls"), list):
-            text += orjson.dumps(m["tool_calls"]).decode()
-        p.messages.append((role, text))
-    last = messages[-1]
-    p.after_tool_result = isinstance(last, dict) and last.get("role") in ("tool", "function")
-    for t in body.get("tools") or []:
-        fn = t.get("function") if isinstance(t, dict) else None
-        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
-            params = fn.get("parameters")
-            p.tools.append(ToolSpec(fn["name"], params if isinstance(params, dict) else {}))
-    choice = body.get("tool_choice")
-    if isinstance(choice, str):
-        p.tool_choice = choice
-    elif isinstance(choice, dict) and isinstance(choice.get("function"), dict):
-        p.tool_choice = str(choice["function"].get("name"))
-    p.reasoning = "reasoner" in base or "-r1" in base
-    p.max_tokens = _int_or_none(body.get("max_completion_tokens")) or _int_or_none(
-        body.get("max_tokens")
-    )
-    return _finish_prompt(p, 0)
-
-
-def prompt_from_responses(body: dict[str, Any]) -> Prompt:
-    """Read a Responses request."""
-    requested, base, suffix = _model(body)
-    items = body.get("input")
-    if isinstance(items, str):
-        items = [{"role": "user", "content": items}]
-    if not isinstance(items, list) or not items:
-        raise BadRequest("'input' must be a string or a non-empty array")
-    p = Prompt(
-        endpoint="responses",
-        requested_model=requested,
-        model=base,
-        model_faults=suffix,
-        stream=body.get("stream") is True,
-        body=body,
-    )
-    for item in items:
-        if isinstance(item, str):
-            p.messages.append(("user", item))
-            continue
-        if not isinstance(item, dict):
-            raise BadRequest("each input item must be an object")
-        kind = item.get("type", "message")
-        if kind == "message" or "role" in item:
-            p.messages.append((str(item.get("role", "user")), _text_of(item.get("content"))))
-        elif kind == "function_call_output":
-            output = item.get("output")
-            p.messages.append(("tool", output if isinstance(output, str) else _text_of(output)))
-        else:
-            p.messages.append((str(kind), orjson.dumps(item).decode()))
-    last = items[-1]
-    p.after_tool_result = isinstance(last, dict) and last.get("type") == "function_call_output"
-    for t in body.get("tools") or []:
-        if isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("name"), str):
-            params = t.get("parameters")
-            p.tools.append(ToolSpec(t["name"], params if isinstance(params, dict) else {}))
-    choice = body.get("tool_choice")
-    if isinstance(choice, str):
-        p.tool_choice = choice
-    elif isinstance(choice, dict) and isinstance(choice.get("name"), str):
-        p.tool_choice = choice["name"]
-    reasoning = body.get("reasoning")
-    p.reasoning = isinstance(reasoning, dict) and reasoning.get("summary") is not None
-    p.max_tokens = _int_or_none(body.get("max_output_tokens"))
-    instructions = body.get("instructions")
-    return _finish_prompt(p, len(instructions) if isinstance(instructions, str) else 0)
-
-
-def prompt_from_messages(body: dict[str, Any]) -> Prompt:
-    """Read an Anthropic Messages request."""
-    requested, base, suffix = _model(body)
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise BadRequest("messages: field required")
-    p = Prompt(
-        endpoint="messages",
-        requested_model=requested,
-        model=base,
-        model_faults=suffix,
-        stream=body.get("stream") is True,
-        body=body,
-    )
-    for m in messages:
-        if not isinstance(m, dict):
-            raise BadRequest("messages: each message must be an object")
-        p.messages.append((str(m.get("role", "user")), _text_of(m.get("content"))))
-    last = messages[-1]
-    content = last.get("content") if isinstance(last, dict) else None
-    p.after_tool_result = isinstance(content, list) and any(
-        isinstance(b, dict) and b.get("type") == "tool_result" for b in content
-    )
-    for t in body.get("tools") or []:
-        if isinstance(t, dict) and isinstance(t.get("name"), str) and "input_schema" in t:
-            schema = t.get("input_schema")
-            p.tools.append(ToolSpec(t["name"], schema if isinstance(schema, dict) else {}))
-    choice = body.get("tool_choice")
-    if isinstance(choice, dict):
-        kind = choice.get("type")
-        if kind == "tool" and isinstance(choice.get("name"), str):
-            p.tool_choice = choice["name"]
-        elif kind == "any":
-            p.tool_choice = "required"
-        elif kind in ("none", "auto"):
-            p.tool_choice = str(kind)
-    thinking = body.get("thinking")
-    p.reasoning = isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
-    p.max_tokens = _int_or_none(body.get("max_tokens"))
-    system = _text_of(body.get("system"))
-    return _finish_prompt(p, len(system))
-
-
-READERS = {
-    "chat.completions": prompt_from_chat,
-    "responses": prompt_from_responses,
-    "messages": prompt_from_messages,
-}
-
-
-# --- choosing the answer ----------------------------------------------------
 
 
 def _pieces(text: str, lang: str, rng: random.Random) -> list[str]:

@@ -53,7 +53,12 @@ from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from recorder import __version__
 from recorder.core.captured import PackedBody
+from recorder.core.money import PLACES, QUANTUM
 from recorder.core.record import FIELDS, Gap, StreamRecord
+
+# The record's time form lives in the core (billing reads it too); re-exported for the store.
+from recorder.core.record_time import format_started_at as format_started_at
+from recorder.core.record_time import parse_started_at as parse_started_at
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -63,8 +68,8 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-MONEY_SCALE = 12
-_QUANTUM = Decimal(1).scaleb(-MONEY_SCALE)
+MONEY_SCALE = PLACES
+_QUANTUM = QUANTUM
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -280,23 +285,6 @@ _SPECIAL = frozenset({"id", "started_at", "cost_usd"})
 # A field the schema lacks is left out rather than failing every insert; a test
 # (tests/store/test_models.py) makes sure there is none.
 _PLAIN = tuple(f for f in FIELDS if f not in _SPECIAL and f in STREAMS.columns)
-
-
-def parse_started_at(text: str | None) -> datetime | None:
-    """A record's ISO 8601 ``started_at`` as an aware UTC datetime (None if absent)."""
-    if not text:
-        return None
-    value = datetime.fromisoformat(text)
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
-
-
-def format_started_at(value: datetime) -> str:
-    """The record's form of a time: ISO 8601 UTC with a ``Z`` (milliseconds when exact)."""
-    value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    spec = "milliseconds" if value.microsecond % 1000 == 0 else "microseconds"
-    return value.isoformat(timespec=spec).replace("+00:00", "Z")
 
 
 # Bounded text columns: longer values are cut (a record is worth more than a long

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from recorder.billing import fetch
+from recorder.billing.export_model import ExportError
 from recorder.billing.exports import read_exports
-from recorder.reconcile import ExportError
 from tests.kit.recorded_api import EXPORTS, recorded_api
 
 SINCE = datetime(2026, 4, 1, tzinfo=UTC)

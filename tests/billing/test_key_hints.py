@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from recorder.billing.export_model import ExportError
 from recorder.billing.key_hints import last_four, match_keys, read_key_list
 from recorder.core.keys import fingerprint
-from recorder.reconcile import ExportError
 
 EXPORTS = Path(__file__).resolve().parents[1] / "fixtures" / "usage_exports"
 SECRET = b"test-secret"

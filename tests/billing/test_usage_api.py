@@ -12,18 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from recorder import reconcile as rc
+from recorder.billing.export_model import Export, ExportError, ExportRow, export_period
 from recorder.billing.exports import read_exports, read_text
 from recorder.billing.usage_api import read_pages
 
 EXPORTS = Path(__file__).resolve().parents[1] / "fixtures" / "usage_exports"
 
 
-def read(name: str) -> rc.Export:
+def read(name: str) -> Export:
     return read_text((EXPORTS / name).read_text(encoding="utf-8"), source=name)
 
 
-def _plain(rows: list[rc.ExportRow]) -> list[tuple[object, ...]]:
+def _plain(rows: list[ExportRow]) -> list[tuple[object, ...]]:
     return [(r.day, r.model, r.key, r.project, r.figures, r.provider) for r in rows]
 
 
@@ -53,7 +53,7 @@ def test_buckets_are_carried_onto_every_row() -> None:
     ]
     a = read("anthropic_usage_report.json")
     assert {(r.start, r.end) for r in a.rows} == {("2026-04-02T00:00:00Z", "2026-04-03T00:00:00Z")}
-    start, end = rc.export_period(a) or (None, None)
+    start, end = export_period(a) or (None, None)
     assert (start and start.isoformat(), end and end.isoformat()) == (
         "2026-04-02T00:00:00+00:00",
         "2026-04-03T00:00:00+00:00",
@@ -73,7 +73,7 @@ def test_an_hourly_export_covers_its_hours_only() -> None:
         "next_page": None,
     }
     e = read_pages(json.dumps(page), source="hour.json")
-    start, end = rc.export_period(e) or (None, None)
+    start, end = export_period(e) or (None, None)
     assert start is not None and end is not None
     assert (start.hour, end.hour) == (10, 11)
 
@@ -150,7 +150,7 @@ def test_a_page_given_twice_is_refused(tmp_path: Path) -> None:
     first = EXPORTS / "openai_usage_pages" / "page-1.json"
     # the same page fetched again: the same cursor, other bytes (here, spacing)
     (tmp_path / "again.json").write_text(json.dumps(json.loads(first.read_text())))
-    with pytest.raises(rc.ExportError, match=r"same page as .*count twice"):
+    with pytest.raises(ExportError, match=r"same page as .*count twice"):
         read_exports([str(first), str(tmp_path / "again.json")], lambda p: Path(p).read_text())
 
 
@@ -197,18 +197,18 @@ def test_a_missing_last_page_is_said() -> None:
     ],
 )
 def test_what_is_not_such_a_response_is_refused_by_name(text: str, said: str) -> None:
-    with pytest.raises(rc.ExportError, match=said):
+    with pytest.raises(ExportError, match=said):
         read_text(text, source="r.json")
 
 
 def test_an_empty_response_has_no_rows() -> None:
     e = read_text('{"object": "page", "data": [], "has_more": false}', source="e.json")
-    assert e.rows == [] and rc.export_period(e) is None
+    assert e.rows == [] and export_period(e) is None
 
 
 def test_the_same_file_twice_is_refused(tmp_path: Path) -> None:
     # a last page (no cursor to compare) saved twice under two names
     whole = EXPORTS / "openai_usage_completions.json"
     shutil.copy(whole, tmp_path / "copy.json")
-    with pytest.raises(rc.ExportError, match=r"same content as .*count twice"):
+    with pytest.raises(ExportError, match=r"same content as .*count twice"):
         read_exports([str(whole), str(tmp_path / "copy.json")], lambda p: Path(p).read_text())

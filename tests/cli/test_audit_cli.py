@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from recorder import audit as audit_lib
+from recorder.billing import audit as audit_lib
 from recorder.cli import audit
 from recorder.core.record import StreamRecord
 from tests.kit.billing import PER_STREAM, row_sums, store

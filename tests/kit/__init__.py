@@ -14,6 +14,7 @@ from one another; tests/conftest.py registers the kit's fixtures.
 - ``exchanges``: a raw HTTP/1.1 client for the end-to-end fault tests;
 - ``proxy_faults``: `recorder proxy` against a store that fails (forwarder, stores);
 - ``tls``: a certificate the tests' upstream serves;
+- ``upstreams``: a private certificate authority and a counting forward proxy;
 - ``framing``: the fixtures under tests/fixtures as the wire carries them;
 - ``ports``, ``pgcluster``, ``phoenix``, ``recorded_api``: free ports, a private
   PostgreSQL cluster, Arize Phoenix, the providers' usage APIs replayed.

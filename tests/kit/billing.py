@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from recorder import audit
+from recorder.billing import audit
 from recorder.core.price_files import shipped_prices
 from recorder.core.record import StreamRecord
 from recorder.store.engine import make_engine

@@ -75,11 +75,13 @@ def start_proxy(
 
 
 def start_mitmdump(
-    tmp_path: Path, upstream: str, port: int, *options: str
+    tmp_path: Path, upstream: str, port: int, *options: str, also_modes: tuple[str, ...] = ()
 ) -> subprocess.Popen[str]:
     """`mitmdump -q -s addons/recorder_addon.py` in reverse mode before ``upstream``,
-    on 127.0.0.1:``port``, with ``--set`` for each of ``options``."""
+    on 127.0.0.1:``port``, with ``--set`` for each of ``options`` and a ``--mode``
+    for each of ``also_modes`` (each with its own ``@port``)."""
     sets = [arg for option in options for arg in ("--set", option)]
+    sets += [arg for mode in also_modes for arg in ("--mode", mode)]
     return subprocess.Popen(
         [
             MITMDUMP,

@@ -1,4 +1,4 @@
-"""The billing audit (recorder.audit): group sums equal row sums for every
+"""The billing audit (recorder.billing.audit): group sums equal row sums for every
 grouping, on random streams in memory, on SQLite and on PostgreSQL; the
 figures' definitions; exact money."""
 
@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from recorder import audit
+from recorder.billing import audit
+from recorder.core import money
 from recorder.core.record import (
     StreamRecord,
 )
+from recorder.store.audit_sql import read_frame
 from recorder.store.engine import make_engine
 from recorder.store.queries import SessionFilter
 from tests.kit.billing import (
@@ -47,7 +49,7 @@ def test_group_sums_equal_row_sums_from_the_database(db_url: str, tmp_path: Path
     store(db_url, tmp_path / "spool", records)
     engine = make_engine(db_url)
     try:
-        df = audit.read_frame(engine, SessionFilter(limit=None))
+        df = read_frame(engine, SessionFilter(limit=None))
     finally:
         engine.dispose()
     assert len(df) == len(records)
@@ -62,8 +64,8 @@ def test_filters_from_the_database(db_url: str, tmp_path: Path) -> None:
     try:
         since = BASE + timedelta(days=1)
         f = SessionFilter(since=since, model="gpt-4o*", outcomes=["completed", "error"], limit=None)
-        df = audit.read_frame(engine, f, project="proj_a")
-        by_key = audit.read_frame(engine, SessionFilter(key="…1111", limit=None))
+        df = read_frame(engine, f, project="proj_a")
+        by_key = read_frame(engine, SessionFilter(key="…1111", limit=None))
     finally:
         engine.dispose()
 
@@ -140,7 +142,7 @@ def test_money_is_exact_beyond_a_float_and_beyond_28_digits() -> None:
     assert g["cost_usd"] == Decimal("2000000000000.299999999999")
     (doc,) = audit.as_document([g])
     assert doc["cost_usd"] == "2000000000000.299999999999"
-    assert audit.money(Decimal(0)) == "0.000000000000"
+    assert money.exact(Decimal(0)) == "0.000000000000"
 
 
 def test_day_and_hour_are_utc_and_unknown_keys_sort_last() -> None:

@@ -1,4 +1,4 @@
-"""Reconciliation (recorder.reconcile): the export formats, the mapping file, the
+"""Reconciliation (recorder.billing): the export formats, the mapping file, the
 tolerance, the comparison; and audit, reconcile and reprice on a database
 filled with real traffic through the proxy and the simulator (completed, cut,
 errored, refused and non-streamed requests)."""
@@ -19,17 +19,30 @@ from typing import Any
 import httpx
 import pytest
 
-from recorder import audit
-from recorder import reconcile as rc
+from recorder.billing import audit
+from recorder.billing.comparison import Tolerance, reconcile
+from recorder.billing.export_csv import read_export
+from recorder.billing.export_model import (
+    FIGURES,
+    Export,
+    ExportError,
+    export_period,
+    merge_exports,
+    parse_day,
+)
+from recorder.billing.id_mapping import IdMapping, read_mapping
+from recorder.billing.reconcile_report import result_document
+from recorder.billing.recorded_streams import Stream
 from recorder.core.keys import fingerprint
 from recorder.core.price_files import shipped_prices
 from recorder.core.pricing import load_prices
 from recorder.core.record import StreamRecord
-from recorder.reprice import reprice
 from recorder.simulate import SentRecord, run_in_thread
+from recorder.store.audit_sql import read_frame
 from recorder.store.engine import make_engine
 from recorder.store.migrate import upgrade
 from recorder.store.queries import SessionFilter, list_sessions
+from recorder.store.reprice_sql import reprice
 from recorder.store.sinks import FanoutSink
 from recorder.store.writer import SqlSink
 from tests.kit.billing import check_every_grouping
@@ -37,14 +50,14 @@ from tests.kit.cli import Cli
 from tests.kit.ports import free_port
 from tests.kit.proxy_thread import running_proxy
 
-EXPORTS = Path(__file__).resolve().parent / "fixtures" / "usage_exports"
+EXPORTS = Path(__file__).resolve().parents[1] / "fixtures" / "usage_exports"
 Q12 = Decimal("0.000000000001")
 KEY_A = fingerprint("sk-audit-A-0001", b"e2e-secret")  # the harness's key secret
 KEY_B = fingerprint("sk-ant-audit-B-0002", b"e2e-secret")
 
 
-def read(name: str) -> rc.Export:
-    return rc.read_export((EXPORTS / name).read_text(encoding="utf-8"), source=name)
+def read(name: str) -> Export:
+    return read_export((EXPORTS / name).read_text(encoding="utf-8"), source=name)
 
 
 # -- formats ----------------------------------------------------------------------
@@ -53,7 +66,7 @@ def read(name: str) -> rc.Export:
 def test_recorder_format() -> None:
     e = read("recorder.csv")
     assert e.format == "recorder" and e.providers == frozenset()
-    assert e.figures == frozenset(rc.FIGURES)
+    assert e.figures == frozenset(FIGURES)
     first = e.rows[0]
     assert (first.day, first.model, first.key) == ("2026-04-01", "gpt-4o", "…1111:aaaaaaaaaaaa")
     assert first.figures["cost_usd"] == Decimal("0.006000000000")
@@ -119,10 +132,10 @@ def test_anthropic_cost_report_is_in_cents() -> None:
 
 
 def test_unknown_columns_are_refused() -> None:
-    with pytest.raises(rc.ExportError, match="not a usage export"):
-        rc.read_export("when,what\n2026-01-01,x\n", source="mystery.csv")
-    with pytest.raises(rc.ExportError, match="empty"):
-        rc.read_export("", source="empty.csv")
+    with pytest.raises(ExportError, match="not a usage export"):
+        read_export("when,what\n2026-01-01,x\n", source="mystery.csv")
+    with pytest.raises(ExportError, match="empty"):
+        read_export("", source="empty.csv")
 
 
 @pytest.mark.parametrize(
@@ -135,13 +148,13 @@ def test_unknown_columns_are_refused() -> None:
     ],
 )
 def test_bad_cells_are_named(text: str, where: str) -> None:
-    with pytest.raises(rc.ExportError, match=where):
-        rc.read_export(text, source="x.csv")
+    with pytest.raises(ExportError, match=where):
+        read_export(text, source="x.csv")
 
 
 def test_headers_are_matched_loosely() -> None:
     text = "\ufeffDate, Model ,Input Tokens,OUTPUT_TOKENS\n2026-01-02,m,5,6\n\n"
-    e = rc.read_export(text)
+    e = read_export(text)
     assert e.format == "recorder" and e.rows[0].figures == {"input_tokens": 5, "output_tokens": 6}
 
 
@@ -157,12 +170,12 @@ def test_headers_are_matched_loosely() -> None:
     ],
 )
 def test_parse_day(value: str, day: str) -> None:
-    assert rc.parse_day(value, "here") == day
+    assert parse_day(value, "here") == day
 
 
 def test_mapping_json_and_csv_agree() -> None:
-    a = rc.read_mapping((EXPORTS / "mapping.json").read_text(encoding="utf-8"))
-    b = rc.read_mapping((EXPORTS / "mapping.csv").read_text(encoding="utf-8"))
+    a = read_mapping((EXPORTS / "mapping.json").read_text(encoding="utf-8"))
+    b = read_mapping((EXPORTS / "mapping.csv").read_text(encoding="utf-8"))
     assert a == b
     assert a.key("key_AAA") == "…1111:aaaaaaaaaaaa" and a.key("other") == "other"
     assert a.project("wrkspc_01") == "workspace-one"
@@ -179,15 +192,15 @@ def test_mapping_json_and_csv_agree() -> None:
     ],
 )
 def test_bad_mapping(text: str) -> None:
-    with pytest.raises(rc.ExportError):
-        rc.read_mapping(text)
+    with pytest.raises(ExportError):
+        read_mapping(text)
 
 
 # -- comparison -------------------------------------------------------------------
 
 
 def test_tolerance_needs_both_allowances_exceeded() -> None:
-    t = rc.Tolerance(Decimal("0.02"), tokens=5, usd=Decimal("0.01"))
+    t = Tolerance(Decimal("0.02"), tokens=5, usd=Decimal("0.01"))
     assert not t.exceeded("output_tokens", 100, 102)  # within 5 tokens
     assert t.exceeded("output_tokens", 100, 106)  # beyond 5 tokens and beyond 2 %
     assert not t.exceeded("output_tokens", 1000, 1015)  # beyond 5 tokens, within 2 %
@@ -195,11 +208,11 @@ def test_tolerance_needs_both_allowances_exceeded() -> None:
     assert t.exceeded("input_tokens", 6, 0)  # either side may be the larger
     assert not t.exceeded("cost_usd", Decimal("0.001"), Decimal("0.005"))  # under a cent
     assert t.exceeded("cost_usd", Decimal("1.00"), Decimal("1.50"))
-    assert rc.Tolerance(Decimal(0), 0, Decimal(0)).exceeded("cost_usd", Decimal(0), Q12)
-    assert not rc.Tolerance(Decimal(0), 0, Decimal(0)).exceeded("requests", 3, 3)
+    assert Tolerance(Decimal(0), 0, Decimal(0)).exceeded("cost_usd", Decimal(0), Q12)
+    assert not Tolerance(Decimal(0), 0, Decimal(0)).exceeded("requests", 3, 3)
 
 
-def stream(ident: str, **kw: Any) -> rc.Stream:
+def stream(ident: str, **kw: Any) -> Stream:
     values: dict[str, Any] = dict(
         id=ident,
         started_at=datetime(2026, 4, 1, 12, tzinfo=UTC),
@@ -220,17 +233,17 @@ def stream(ident: str, **kw: Any) -> rc.Stream:
         price_version="v",
     )
     values.update(kw)
-    return rc.Stream(**values)
+    return Stream(**values)
 
 
 def test_reconcile_names_the_streams_that_explain_a_difference() -> None:
-    export = rc.read_export(
+    export = read_export(
         "date,model,api_key_id,input_tokens,output_tokens,requests\n"
         "2026-04-01,gpt-4o,key_AAA,300,70,3\n"
         "2026-04-01,gpt-4o-mini,key_AAA,100,10,1\n"
         "2026-04-02,gpt-4o,key_AAA,50,5,1\n"
     )
-    mapping = rc.IdMapping(keys={"key_AAA": "…1111:aaaaaaaaaaaa"})
+    mapping = IdMapping(keys={"key_AAA": "…1111:aaaaaaaaaaaa"})
     streams = [
         stream("s1"),
         stream("s2"),
@@ -256,10 +269,10 @@ def test_reconcile_names_the_streams_that_explain_a_difference() -> None:
         stream("mini", model="gpt-4o-mini"),
         stream("elsewhere", api_key_id="…9999:ffffffffffff"),  # a key the export lacks
     ]
-    result = rc.reconcile(export, streams, mapping=mapping)
+    result = reconcile(export, streams, mapping=mapping)
     assert result.by == "key"
     assert result.figures == ("requests", "input_tokens", "output_tokens")
-    docs = rc.result_document(result)
+    docs = result_document(result)
     by_group = {(d["day"], d["model"], d["key"]): d for d in docs}
     assert set(by_group) == {
         ("2026-04-01", "gpt-4o", "…1111:aaaaaaaaaaaa"),
@@ -279,32 +292,32 @@ def test_reconcile_names_the_streams_that_explain_a_difference() -> None:
     assert stray["in_export"] is False and stray["exported"]["requests"] == 0
     missing = by_group[("2026-04-02", "gpt-4o", "…1111:aaaaaaaaaaaa")]
     assert missing["recorded_streams"] == 0 and missing["difference"]["input_tokens"] == 50
-    every = rc.result_document(result, include_all=True)
+    every = result_document(result, include_all=True)
     assert len(every) == 4  # the gpt-4o-mini group agrees
     assert next(d for d in every if d["model"] == "gpt-4o-mini")["beyond_tolerance"] == []
 
 
 def test_models_match_without_snapshot_unless_exact() -> None:
-    export = rc.read_export("date,model,input_tokens\n2026-04-01,gpt-4o-2024-08-06,100\n")
+    export = read_export("date,model,input_tokens\n2026-04-01,gpt-4o-2024-08-06,100\n")
     streams = [stream("a", model="gpt-4o")]
-    assert rc.reconcile(export, streams).differing == []
-    assert len(rc.reconcile(export, streams, exact_models=True).differing) == 2
+    assert reconcile(export, streams).differing == []
+    assert len(reconcile(export, streams, exact_models=True).differing) == 2
 
 
 def test_grouping_by_project_and_by_nothing() -> None:
     export = read("openai_costs.csv")
     streams = [stream("a", cost_usd=Decimal("0.0064")), stream("b", cost_usd=Decimal("0.00005"))]
-    result = rc.reconcile(export, streams, tolerance=rc.Tolerance(usd=Decimal(0)))
+    result = reconcile(export, streams, tolerance=Tolerance(usd=Decimal(0)))
     assert result.by == "project" and result.differing == []  # 0.00645 both sides
-    flat = rc.reconcile(export, streams, by="none", tolerance=rc.Tolerance(usd=Decimal(0)))
+    flat = reconcile(export, streams, by="none", tolerance=Tolerance(usd=Decimal(0)))
     assert flat.by == "none" and [g.dim for g in flat.groups] == [None]
-    doc = rc.result_document(flat, include_all=True)[0]
+    doc = result_document(flat, include_all=True)[0]
     assert "key" not in doc and "project" not in doc
     assert doc["recorded"]["cost_usd"] == "0.006450000000"
 
 
 def test_merged_exports_cover_the_union_of_figures() -> None:
-    merged = rc.merge_exports([read("openai_usage_completions.csv"), read("openai_costs.csv")])
+    merged = merge_exports([read("openai_usage_completions.csv"), read("openai_costs.csv")])
     assert merged.figures == {
         "requests",
         "input_tokens",
@@ -316,7 +329,7 @@ def test_merged_exports_cover_the_union_of_figures() -> None:
 
 
 def test_export_period() -> None:
-    period = rc.export_period(read("openai_usage_completions.csv"))
+    period = export_period(read("openai_usage_completions.csv"))
     assert period == (datetime(2026, 4, 1, tzinfo=UTC), datetime(2026, 4, 3, tzinfo=UTC))
 
 
@@ -479,7 +492,7 @@ def test_audit_of_simulated_traffic(simulated: Simulated) -> None:
     records = stored(simulated)
     engine = make_engine(simulated.url)
     try:
-        df = audit.read_frame(engine, SessionFilter(limit=None))
+        df = read_frame(engine, SessionFilter(limit=None))
     finally:
         engine.dispose()
     assert check_every_grouping(lambda by: audit.aggregate(df, by), records) == 128
@@ -613,7 +626,7 @@ def test_reprice_of_simulated_traffic(simulated: Simulated, tmp_path: Path) -> N
     shutil.copyfile(simulated.root / "recorder.db", db)
     url = f"sqlite:///{db}"
     shipped = json.loads(
-        (Path(__file__).resolve().parents[1] / "recorder" / "data" / "prices.json").read_text()
+        (Path(__file__).resolve().parents[2] / "recorder" / "data" / "prices.json").read_text()
     )
     shipped["version"] = "sim-reprice"
     old_rate = Decimal(shipped["models"]["gpt-4o"]["output"])
@@ -665,25 +678,25 @@ def test_reprice_of_simulated_traffic(simulated: Simulated, tmp_path: Path) -> N
     ],
 )
 def test_a_line_with_missing_or_extra_cells_is_refused(text: str, where: str) -> None:
-    with pytest.raises(rc.ExportError, match=where):
-        rc.read_export(text, source="x.csv")
+    with pytest.raises(ExportError, match=where):
+        read_export(text, source="x.csv")
 
 
 def test_a_mapping_line_with_missing_cells_is_refused() -> None:
-    with pytest.raises(rc.ExportError, match=r"m\.csv line 3: 2 cells, the header has 3"):
-        rc.read_mapping("kind,provider_id,recorded_as\nkey,a,b\nkey,c\n", source="m.csv")
+    with pytest.raises(ExportError, match=r"m\.csv line 3: 2 cells, the header has 3"):
+        read_mapping("kind,provider_id,recorded_as\nkey,a,b\nkey,c\n", source="m.csv")
 
 
 def test_anthropic_batch_rows_are_not_compared_with_proxied_traffic() -> None:
-    export = rc.read_export(
+    export = read_export(
         "starting_at,ending_at,api_key_id,model,service_tier,uncached_input_tokens,output_tokens\n"
         "2026-04-01T00:00:00Z,2026-04-02T00:00:00Z,k,gpt-4o,standard,100,10\n"
         "2026-04-01T00:00:00Z,2026-04-02T00:00:00Z,k,gpt-4o,batch,5000,500\n"
     )
-    result = rc.reconcile(
+    result = reconcile(
         export,
         [stream("s", api_key_id="k")],
-        tolerance=rc.Tolerance(Decimal(0), 0, Decimal(0)),
+        tolerance=Tolerance(Decimal(0), 0, Decimal(0)),
     )
     assert result.differing == []
     assert result.batch_rows == 1

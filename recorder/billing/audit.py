@@ -23,10 +23,11 @@ on both backends; SQLite keeps it as text), held in an object column and summed
 in a decimal context wide enough that no sum is ever rounded. Neither SQL ``SUM``
 nor a float column ever touches it.
 
-Reading the store is :func:`read_frame`; the rest takes a DataFrame (built by
-:func:`frame` from any rows) and does no I/O. pandas is imported on first use,
-not with the module: every ``recorder`` command imports this one through the
-command line, and pandas alone takes about 0.4 s to import.
+Reading the store is :func:`recorder.store.audit_sql.read_frame`; this module
+takes a DataFrame (built by :func:`frame` from any rows) and does no I/O.
+pandas is imported on first use, not with the module: every ``recorder``
+command imports this one through the command line, and pandas alone takes
+about 0.4 s to import.
 """
 
 from __future__ import annotations
@@ -38,10 +39,9 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, Engine, select
-
-from recorder.store.models import STREAMS, parse_started_at
-from recorder.store.queries import SessionFilter, filter_conditions
+from recorder.core import money
+from recorder.core.money import EXACT, ZERO
+from recorder.core.record_time import parse_started_at
 
 if TYPE_CHECKING:
     import pandas as pd  # type: ignore[import-untyped]
@@ -91,11 +91,6 @@ COLUMNS = (
     "price_version",
 )
 DEFAULT_BY = ("day", "model")
-ZERO = Decimal(0)
-MONEY_PLACES = 12
-_QUANTUM = Decimal(1).scaleb(-MONEY_PLACES)
-# NUMERIC(24, 12) per stream: 80 digits hold the sum of far more streams than exist.
-_EXACT = decimal.Context(prec=80, traps=[decimal.Inexact, decimal.InvalidOperation])
 
 
 def _pandas() -> Any:
@@ -122,11 +117,6 @@ def parse_by(text: str | None) -> tuple[str, ...]:
     if len(set(names)) != len(names):
         raise AuditError(f"--by names a key twice: {text!r}")
     return tuple(names)
-
-
-def money(value: Decimal) -> str:
-    """A sum of money as INTERFACES.md prints it: 12 fractional digits, never a float."""
-    return f"{value.quantize(_QUANTUM, context=_EXACT):f}"
 
 
 def _cost(value: Any) -> Decimal:
@@ -245,7 +235,7 @@ def aggregate(df: pd.DataFrame, by: Sequence[str]) -> list[dict[str, Any]]:
     work["unpriced_requests"] = (
         df["price_version"].isna() & (df["usage_source"] != "none")
     ).astype("int64")
-    with decimal.localcontext(_EXACT):
+    with decimal.localcontext(EXACT):
         sums = work.groupby(names, dropna=False, sort=False).sum()[list(METRICS)]
     groups: list[dict[str, Any]] = []
     for index, values in zip(sums.index, sums.itertuples(index=False), strict=True):
@@ -263,7 +253,7 @@ def aggregate(df: pd.DataFrame, by: Sequence[str]) -> list[dict[str, Any]]:
 def totals(groups: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """The sums of :data:`METRICS` over groups (the totals row of `recorder audit`)."""
     out: dict[str, Any] = {name: ZERO if name in MONEY_METRICS else 0 for name in METRICS}
-    with decimal.localcontext(_EXACT):
+    with decimal.localcontext(EXACT):
         for group in groups:
             for name in METRICS:
                 out[name] += group[name]
@@ -273,7 +263,8 @@ def totals(groups: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 def as_document(groups: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The JSON shape: money as decimal strings."""
     return [
-        {k: money(v) if k in MONEY_METRICS else v for k, v in group.items()} for group in groups
+        {k: money.exact(v) if k in MONEY_METRICS else v for k, v in group.items()}
+        for group in groups
     ]
 
 
@@ -281,20 +272,3 @@ def key_combinations() -> Iterable[tuple[str, ...]]:
     """Every ``--by`` the audit supports that names a key at most once (order aside)."""
     for n in range(len(GROUP_KEYS) + 1):
         yield from itertools.combinations(GROUP_KEYS, n)
-
-
-def read_frame(
-    engine: Engine,
-    f: SessionFilter,
-    *,
-    project: str | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> pd.DataFrame:
-    """The streams matching ``f`` (its ``limit`` ignored) and ``project``, as :func:`frame`."""
-    where: list[ColumnElement[bool]] = list(filter_conditions(engine, f, environ))
-    if project is not None:
-        where.append(STREAMS.c.project == project)
-    stmt = select(*(STREAMS.c[name] for name in COLUMNS)).where(*where)
-    with engine.connect() as conn:
-        rows = [row._mapping for row in conn.execute(stmt)]
-    return frame(rows)

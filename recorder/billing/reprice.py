@@ -12,45 +12,30 @@ Money is ``Decimal`` throughout, summed in a context wide enough to be exact.
 
 Rows are read and written a chunk at a time (keyset order on ``started_at``,
 ``id``), one transaction per chunk, so a large reprice never holds SQLite's
-write lock for long and a proxy writing meanwhile goes on. :func:`plan` is the
-pure part; :func:`reprice` reads and writes the store.
+write lock for long and a proxy writing meanwhile goes on. This module is the
+pure part (:func:`plan`); :func:`recorder.store.reprice_sql.reprice` reads and
+writes the store.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import decimal
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, and_, bindparam, or_, select, update
-
+from recorder.core import money
 from recorder.core.billing import apply_prices
+from recorder.core.money import EXACT, ZERO
 from recorder.core.pricing import PriceTable
 from recorder.core.record import StreamRecord
-from recorder.store.models import STREAMS, record_from_row
-from recorder.store.queries import SessionFilter, filter_conditions
-
-ZERO = Decimal(0)
-_QUANTUM = Decimal(1).scaleb(-12)
-_EXACT = decimal.Context(prec=80, traps=[decimal.Inexact, decimal.InvalidOperation])
-CHUNK = 1000
 
 
 def _money(value: str | Decimal | None) -> Decimal | None:
-    if value is None:
-        return None
-    return (value if isinstance(value, Decimal) else Decimal(value)).quantize(
-        _QUANTUM, context=_EXACT
-    )
-
-
-def money(value: Decimal) -> str:
-    """Money as INTERFACES.md prints it: 12 fractional digits."""
-    return f"{value.quantize(_QUANTUM, context=_EXACT):f}"
+    return None if value is None else money.quantize(value)
 
 
 @dataclass(slots=True)
@@ -66,20 +51,20 @@ class Tally:
         """Count one row."""
         self.rows += 1
         self.changed += changed
-        with decimal.localcontext(_EXACT):
+        with decimal.localcontext(EXACT):
             self.old_cost += old or ZERO
             self.new_cost += new or ZERO
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON shape: counts, then money as decimal strings."""
-        with decimal.localcontext(_EXACT):
+        with decimal.localcontext(EXACT):
             diff = self.new_cost - self.old_cost
         return {
             "rows": self.rows,
             "changed": self.changed,
-            "old_cost_usd": money(self.old_cost),
-            "new_cost_usd": money(self.new_cost),
-            "difference_usd": money(diff),
+            "old_cost_usd": money.exact(self.old_cost),
+            "new_cost_usd": money.exact(self.new_cost),
+            "difference_usd": money.exact(diff),
         }
 
 
@@ -173,60 +158,3 @@ def plan(records: Iterable[StreamRecord], table: PriceTable, report: Report) -> 
             assert rec.id is not None
             changes.append(Change(rec.id, new_cost, new_version, new.unpriced_reason))
     return changes
-
-
-_UPDATE = (
-    update(STREAMS)
-    .where(STREAMS.c.id == bindparam("_id"))
-    .values(
-        cost_usd=bindparam("_cost", type_=STREAMS.c.cost_usd.type),
-        price_version=bindparam("_version"),
-        unpriced_reason=bindparam("_reason"),
-    )
-)
-
-
-def reprice(
-    engine: Engine,
-    table: PriceTable,
-    f: SessionFilter,
-    *,
-    dry_run: bool = False,
-    chunk: int = CHUNK,
-    environ: Mapping[str, str] | None = None,
-) -> Report:
-    """Reprice the streams matching ``f`` (its ``limit`` ignored) with ``table``;
-    store the new costs unless ``dry_run``. Returns the report."""
-    report = Report(table.version, f.since, f.until, dry_run)
-    where: list[ColumnElement[bool]] = list(filter_conditions(engine, f, environ))
-    c = STREAMS.c
-    after: tuple[datetime, str] | None = None
-    opts = {"sqlite_begin": "IMMEDIATE"} if engine.dialect.name == "sqlite" else {}
-    while True:
-        stmt = select(STREAMS).where(*where)
-        if after is not None:
-            stmt = stmt.where(
-                or_(c.started_at > after[0], and_(c.started_at == after[0], c.id > after[1]))
-            )
-        stmt = stmt.order_by(c.started_at, c.id).limit(chunk)
-        with engine.connect() as raw:
-            conn = raw.execution_options(**opts) if opts and not dry_run else raw
-            with conn.begin():
-                rows = list(conn.execute(stmt))
-                if not rows:
-                    return report
-                changes = plan((record_from_row(r) for r in rows), table, report)
-                if changes and not dry_run:
-                    conn.execute(
-                        _UPDATE,
-                        [
-                            {
-                                "_id": ch.id,
-                                "_cost": ch.cost_usd,
-                                "_version": ch.price_version,
-                                "_reason": ch.unpriced_reason,
-                            }
-                            for ch in changes
-                        ],
-                    )
-        after = (rows[-1].started_at, rows[-1].id)

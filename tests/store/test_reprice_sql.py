@@ -1,16 +1,17 @@
-"""Repricing stored streams (recorder.reprice), on SQLite and PostgreSQL: costs
-recomputed exactly, stored with their price version, and the report of what
-changed."""
+"""Repricing stored streams (recorder.billing.reprice, recorder.store.reprice_sql),
+on SQLite and PostgreSQL: costs recomputed exactly, stored with their price
+version, and the report of what changed."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from decimal import Decimal
 
+from recorder.billing.reprice import Report, plan, reprice_record
 from recorder.core.record import StreamRecord
-from recorder.reprice import Report, plan, reprice, reprice_record
 from recorder.store.engine import make_engine
 from recorder.store.queries import SessionFilter
+from recorder.store.reprice_sql import reprice
 from tests.kit.billing import check_report, rows_by_id
 from tests.kit.billing import stored as stored
 from tests.kit.prices import V1, V2, expected_cost, prices
