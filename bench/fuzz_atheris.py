@@ -105,8 +105,8 @@ def test_one_input(data: bytes) -> None:
 
 
 def seeds() -> list[bytes]:
-    sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
-    import framing  # tests/fixtures/framing.py: the fixtures as the wire carries them
+    sys.path.insert(0, str(ROOT / "tests" / "kit"))
+    import framing  # tests/kit/framing.py: the fixtures as the wire carries them
 
     out = []
     for path in framing.fixture_files():

@@ -4,7 +4,7 @@ Usage: ``.venv/bin/python bench/measure_estimator.py [--json] [--fixtures DIR] [
 [--seed N] [--cost]`` (with the ``tokenizers`` extra installed, as the dev install has it)
 
 Every fixture under ``tests/fixtures`` (raw ``.sse`` captures and payload-only
-``.chunks.txt`` files, framed as ``tests/fixtures/framing.py`` says) is split
+``.chunks.txt`` files, framed as ``tests/kit/framing.py`` says) is split
 into its responses (several payload-only captures hold a whole multi-turn
 exchange: a new ``message_start`` id or ``response.created`` starts the next
 one). Each response whose usage reports output tokens (more than zero) is
@@ -69,11 +69,15 @@ from recorder.proxy import tokenizers  # noqa: E402
 
 
 def _framing(fixtures: Path) -> Any:
-    spec = importlib.util.spec_from_file_location("fixture_framing", fixtures / "framing.py")
+    # The reader lives in the test kit; pointed at ``fixtures`` (--fixtures DIR).
+    spec = importlib.util.spec_from_file_location(
+        "fixture_framing", ROOT / "tests" / "kit" / "framing.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
+    module.FIXTURES = fixtures
     return module
 
 

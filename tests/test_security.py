@@ -27,7 +27,6 @@ import logging
 import os
 import re
 import secrets
-import signal
 import sqlite3
 import string
 import subprocess
@@ -47,7 +46,8 @@ import orjson
 import pytest
 
 from recorder.core.captured import decompress
-from tests.e2e.conftest import free_port
+from tests.kit.ports import free_port
+from tests.kit.processes import stop
 
 RECORDER = str(Path(sys.executable).parent / "recorder")
 ROOT = Path(__file__).resolve().parents[1]
@@ -424,20 +424,6 @@ def proxy(
         yield proc, port, metrics_port, out
     finally:
         out.append(stop(proc))
-
-
-def stop(proc: subprocess.Popen[str]) -> str:
-    """SIGINT, wait, and the rest of the output. Not ``communicate()``: it reads the
-    pipe's descriptor and would miss what ``readline()`` has buffered already."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    assert proc.stdout is not None
-    return proc.stdout.read()
 
 
 def scrape(port: int) -> str:
@@ -884,7 +870,7 @@ def test_no_key_or_prompt_in_debug_logs(
     recorder's, SQLAlchemy's do not run here) and every key form and both echoes
     (with two keys: both echoed, raw, escaped and split): no key and no prompt in
     any log record or on stdout/stderr."""
-    from tests.e2e.harness import running_proxy
+    from tests.kit.proxy_thread import running_proxy
 
     caplog.set_level(logging.DEBUG)
     forms, texts = (two_key_forms() if two_keys else key_forms()), Texts()
@@ -1026,7 +1012,7 @@ def test_hostile_values_round_trip_and_filters_are_bound(
     drop nothing."""
     from recorder.store.migrate import upgrade
     from recorder.store.writer import SqlSink
-    from tests.e2e.harness import running_proxy
+    from tests.kit.proxy_thread import running_proxy
 
     db = f"sqlite:///{tmp_path / 'recorder.db'}"
     upgrade(db)

@@ -15,7 +15,7 @@ import pytest
 from recorder.billing import fetch
 from recorder.billing.export_model import ExportError
 from recorder.billing.exports import read_exports
-from tests.billing.recorded_api import EXPORTS, recorded_api
+from tests.kit.recorded_api import EXPORTS, recorded_api
 
 SINCE = datetime(2026, 4, 1, tzinfo=UTC)
 UNTIL = datetime(2026, 4, 3, tzinfo=UTC)

@@ -33,7 +33,6 @@ from recorder.billing.export_model import (
 from recorder.billing.id_mapping import IdMapping, read_mapping
 from recorder.billing.reconcile_report import result_document
 from recorder.billing.recorded_streams import Stream
-from recorder.cli.main import main
 from recorder.core.keys import fingerprint
 from recorder.core.price_files import load_prices, shipped_prices
 from recorder.core.record import StreamRecord
@@ -45,9 +44,10 @@ from recorder.store.queries import SessionFilter, list_sessions
 from recorder.store.reprice_sql import reprice
 from recorder.store.sinks import FanoutSink
 from recorder.store.writer import SqlSink
-from tests.billing.test_audit import check_every_grouping
-from tests.e2e.conftest import free_port
-from tests.e2e.harness import running_proxy
+from tests.kit.billing import check_every_grouping
+from tests.kit.cli import Cli
+from tests.kit.ports import free_port
+from tests.kit.proxy_thread import running_proxy
 
 EXPORTS = Path(__file__).resolve().parents[1] / "fixtures" / "usage_exports"
 Q12 = Decimal("0.000000000001")
@@ -539,21 +539,18 @@ def billed_export(sim: Simulated) -> str:
     return out.getvalue()
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
+def run_cli(cli: Cli, *argv: str) -> tuple[int, Any, str]:
+    code, out, err = cli(*argv)
     return code, json.loads(out) if out.strip().startswith("[") else out, err
 
 
-def test_reconcile_flags_the_cut_stream(
-    simulated: Simulated, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_reconcile_flags_the_cut_stream(simulated: Simulated, tmp_path: Path, cli: Cli) -> None:
     export = tmp_path / "billed.csv"
     export.write_text(billed_export(simulated), encoding="utf-8")
     mapping = tmp_path / "mapping.json"
     mapping.write_text(json.dumps({"keys": {"key_A": KEY_A, "key_B": KEY_B}}), encoding="utf-8")
     code, docs, err = run_cli(
-        capsys,
+        cli,
         "reconcile",
         str(export),
         "--mapping",
@@ -588,12 +585,12 @@ def test_reconcile_flags_the_cut_stream(
 
 
 def test_reconcile_against_the_recorders_own_figures_is_clean(
-    simulated: Simulated, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    simulated: Simulated, tmp_path: Path, cli: Cli
 ) -> None:
     """An export holding exactly what was recorded (made with `recorder audit`)
     reconciles: exit 0, nothing printed."""
     code, groups, _ = run_cli(
-        capsys, "audit", "--db", simulated.url, "--by", "day,model,key", "--format", "json"
+        cli, "audit", "--db", simulated.url, "--by", "day,model,key", "--format", "json"
     )
     assert code == 0
     out = io.StringIO()
@@ -607,7 +604,7 @@ def test_reconcile_against_the_recorders_own_figures_is_clean(
     export = tmp_path / "ours.csv"
     export.write_text(out.getvalue(), encoding="utf-8")
     code, docs, err = run_cli(
-        capsys,
+        cli,
         "reconcile",
         str(export),
         "--db",

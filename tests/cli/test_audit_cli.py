@@ -3,12 +3,10 @@ CSV, the table's totals line, Parquet (exact decimals), filters, errors."""
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
 import random
-import sys
 from decimal import Decimal
 from pathlib import Path
 
@@ -16,30 +14,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
-
-from storedb import db_url, pg_admin, pg_template, sqlite_template
-
 from recorder.billing import audit as audit_lib
 from recorder.cli import audit
-from recorder.cli.main import main
 from recorder.core.record import StreamRecord
-from tests.billing.test_audit import PER_STREAM, random_records, rec, row_sums, store
-
-__all__ = ["db_url", "pg_admin", "pg_template", "sqlite_template"]
-
-
-def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="recorder")
-    sub = parser.add_subparsers(dest="command")
-    audit.add_parser(sub)
-    return parser.parse_args(["audit", *argv])
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(["audit", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.kit.billing import PER_STREAM, row_sums, store
+from tests.kit.cli import Cli
+from tests.kit.records import random_records, rec
 
 
 @pytest.fixture
@@ -49,10 +29,8 @@ def stored(db_url: str, tmp_path: Path) -> list[StreamRecord]:
     return records
 
 
-def test_json_shape(
-    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
-) -> None:
-    code, out, _ = run(capsys, "--db", db_url, "--by", "key,day", "--format", "json")
+def test_json_shape(cli: Cli, db_url: str, stored: list[StreamRecord]) -> None:
+    code, out, _ = cli("audit", "--db", db_url, "--by", "key,day", "--format", "json")
     assert code == 0
     doc = json.loads(out, parse_float=Decimal)
     assert isinstance(doc, list) and doc
@@ -73,15 +51,15 @@ def test_json_shape(
 
 
 def test_default_grouping_is_day_and_model(
-    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
+    cli: Cli, db_url: str, stored: list[StreamRecord]
 ) -> None:
-    code, out, _ = run(capsys, "--db", db_url, "--format", "json")
+    code, out, _ = cli("audit", "--db", db_url, "--format", "json")
     assert code == 0
     assert list(json.loads(out)[0])[:2] == ["day", "model"]
 
 
-def test_csv(capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]) -> None:
-    code, out, _ = run(capsys, "--db", db_url, "--by", "outcome", "--format", "csv")
+def test_csv(cli: Cli, db_url: str, stored: list[StreamRecord]) -> None:
+    code, out, _ = cli("audit", "--db", db_url, "--by", "outcome", "--format", "csv")
     assert code == 0
     *rows, totals = list(csv.DictReader(io.StringIO(out)))
     assert list(rows[0]) == ["outcome", *audit_lib.METRICS]
@@ -91,10 +69,8 @@ def test_csv(capsys: pytest.CaptureFixture[str], db_url: str, stored: list[Strea
     assert cost == row_sums(stored)["cost_usd"] == Decimal(totals["cost_usd"])
 
 
-def test_table_has_a_totals_line(
-    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
-) -> None:
-    code, out, _ = run(capsys, "--db", db_url, "--by", "endpoint", "--format", "table")
+def test_table_has_a_totals_line(cli: Cli, db_url: str, stored: list[StreamRecord]) -> None:
+    code, out, _ = cli("audit", "--db", db_url, "--by", "endpoint", "--format", "table")
     assert code == 0
     lines = out.splitlines()
     # the same column names as CSV and JSON
@@ -103,20 +79,18 @@ def test_table_has_a_totals_line(
     assert int(lines[-1].split()[1]) == len(stored)
 
 
-def test_table_without_grouping(
-    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
-) -> None:
-    code, out, _ = run(capsys, "--db", db_url, "--by", "none", "--format", "table")
+def test_table_without_grouping(cli: Cli, db_url: str, stored: list[StreamRecord]) -> None:
+    code, out, _ = cli("audit", "--db", db_url, "--by", "none", "--format", "table")
     assert code == 0
     lines = out.splitlines()
     assert lines[1].startswith("all") and lines[2].startswith("TOTAL")
 
 
 def test_parquet_is_exact(
-    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord], tmp_path: Path
+    cli: Cli, db_url: str, stored: list[StreamRecord], tmp_path: Path
 ) -> None:
     path = tmp_path / "audit.parquet"
-    code, out, _ = run(capsys, "--db", db_url, "--by", "model,hour", "-o", str(path))
+    code, out, _ = cli("audit", "--db", db_url, "--by", "model,hour", "-o", str(path))
     assert code == 0 and out == ""  # the suffix chose parquet; nothing on stdout
     table = pq.read_table(path)
     assert table.column_names == ["model", "hour", *audit_lib.METRICS]
@@ -127,24 +101,22 @@ def test_parquet_is_exact(
     assert sum((r["cost_usd"] for r in rows), Decimal(0)) == row_sums(stored)["cost_usd"]
 
 
-def test_parquet_needs_an_output_file(
-    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
-) -> None:
-    code, out, err = run(capsys, "--db", db_url, "--format", "parquet")
+def test_parquet_needs_an_output_file(cli: Cli, db_url: str, stored: list[StreamRecord]) -> None:
+    code, out, err = cli("audit", "--db", db_url, "--format", "parquet")
     assert code == 2 and out == "" and "--output" in err
 
 
 def test_output_file_json(
-    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord], tmp_path: Path
+    cli: Cli, db_url: str, stored: list[StreamRecord], tmp_path: Path
 ) -> None:
     path = tmp_path / "audit.json"
-    code, out, _ = run(capsys, "--db", db_url, "--by", "project", "--output", str(path))
+    code, out, _ = cli("audit", "--db", db_url, "--by", "project", "--output", str(path))
     assert code == 0 and out == ""
     *doc, totals = json.loads(path.read_text())
     assert sum(g["requests"] for g in doc) == len(stored) == totals["requests"]
 
 
-def test_filters(capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path) -> None:
+def test_filters(cli: Cli, db_url: str, tmp_path: Path) -> None:
     records = [
         rec(started_at="2026-05-05T10:00:00.000Z", model="gpt-4o", project="p1"),
         rec(started_at="2026-05-06T10:00:00.000Z", model="gpt-4o-mini", project="p1"),
@@ -160,7 +132,7 @@ def test_filters(capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path
     store(db_url, tmp_path / "spool", records)
 
     def requests(*extra: str) -> int:
-        code, out, err = run(capsys, "--db", db_url, "--by", "none", "--format", "json", *extra)
+        code, out, err = cli("audit", "--db", db_url, "--by", "none", "--format", "json", *extra)
         assert code == 0, err
         doc = json.loads(out)
         return int(doc[0]["requests"]) if doc else 0
@@ -177,22 +149,22 @@ def test_filters(capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path
     assert requests("--project", "nope") == 0
 
 
-def test_bad_by_is_a_usage_error(capsys: pytest.CaptureFixture[str], db_url: str) -> None:
-    code, _, err = run(capsys, "--db", db_url, "--by", "week")
+def test_bad_by_is_a_usage_error(cli: Cli, db_url: str) -> None:
+    code, _, err = cli("audit", "--db", db_url, "--by", "week")
     assert code == 2 and "week" in err
 
 
-def test_missing_database(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_missing_database(cli: Cli, tmp_path: Path) -> None:
     path = tmp_path / "absent.db"
-    code, _, err = run(capsys, "--db", f"sqlite:///{path}")
+    code, _, err = cli("audit", "--db", f"sqlite:///{path}")
     assert code == 1 and "no database" in err
     assert not path.exists()
 
 
-def test_empty_store(capsys: pytest.CaptureFixture[str], db_url: str) -> None:
-    code, out, _ = run(capsys, "--db", db_url, "--format", "json")
+def test_empty_store(cli: Cli, db_url: str) -> None:
+    code, out, _ = cli("audit", "--db", db_url, "--format", "json")
     assert code == 0 and json.loads(out) == []
-    code, _, err = run(capsys, "--db", db_url, "--format", "table")
+    code, _, err = cli("audit", "--db", db_url, "--format", "table")
     assert code == 0 and "no streams" in err
 
 
@@ -204,12 +176,12 @@ def test_registered_in_main() -> None:
 
 
 def test_every_format_has_the_same_columns_and_totals(
-    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
+    cli: Cli, db_url: str, stored: list[StreamRecord]
 ) -> None:
     by = ("--by", "model,project")
-    _, as_json, _ = run(capsys, "--db", db_url, *by, "--format", "json")
-    _, as_csv, _ = run(capsys, "--db", db_url, *by, "--format", "csv")
-    _, as_table, _ = run(capsys, "--db", db_url, *by, "--format", "table")
+    _, as_json, _ = cli("audit", "--db", db_url, *by, "--format", "json")
+    _, as_csv, _ = cli("audit", "--db", db_url, *by, "--format", "csv")
+    _, as_table, _ = cli("audit", "--db", db_url, *by, "--format", "table")
     doc = json.loads(as_json)
     rows = list(csv.reader(io.StringIO(as_csv)))
     lines = as_table.splitlines()
@@ -220,7 +192,7 @@ def test_every_format_has_the_same_columns_and_totals(
 
 
 def test_an_unpriced_model_shows_no_cost_rather_than_zero(
-    capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path
+    cli: Cli, db_url: str, tmp_path: Path
 ) -> None:
     store(
         db_url,
@@ -230,15 +202,15 @@ def test_an_unpriced_model_shows_no_cost_rather_than_zero(
             rec(model="gpt-9-preview", cost_usd=None, price_version=None),
         ],
     )
-    _, out, _ = run(capsys, "--db", db_url, "--by", "model", "--format", "json")
+    _, out, _ = cli("audit", "--db", db_url, "--by", "model", "--format", "json")
     groups = {g["model"]: g for g in json.loads(out)}
     assert groups["gpt-9-preview"]["cost_usd"] is None
     assert groups["gpt-9-preview"]["unpriced_requests"] == 1
     assert groups["gpt-4o"]["cost_usd"] == groups["TOTAL"]["cost_usd"] == "0.000350000000"
-    _, out, _ = run(capsys, "--db", db_url, "--by", "model", "--format", "csv")
+    _, out, _ = cli("audit", "--db", db_url, "--by", "model", "--format", "csv")
     unpriced = next(r for r in csv.DictReader(io.StringIO(out)) if r["model"] == "gpt-9-preview")
     assert unpriced["cost_usd"] == ""
-    _, out, _ = run(capsys, "--db", db_url, "--by", "model", "--format", "table")
+    _, out, _ = cli("audit", "--db", db_url, "--by", "model", "--format", "table")
     header, *lines = out.splitlines()
     line = next(x for x in lines if x.startswith("gpt-9-preview"))
     cost = line.split()[header.split().index("cost_usd")]

@@ -23,11 +23,11 @@ import pytest
 from rich.cells import cell_len
 
 from recorder.cli import demo as demo_cli
-from recorder.cli.main import main
 from recorder.cli.scenarios import SCENARIOS, run_demo
 from recorder.store.sinks import MemorySink
 from recorder.store.writer import SqlSink
-from tests.store.storedb import simple_record
+from tests.kit.cli import Cli
+from tests.kit.records import simple_record
 
 CONSOLE_SCRIPT = Path(sys.executable).parent / "recorder"
 
@@ -61,17 +61,19 @@ def test_every_scenario_shows_its_outcome(tmp_path: Path) -> None:
 
 
 def test_cli_prints_one_json_document(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))  # mitmproxy's confdir goes there
     monkeypatch.delenv("RECORDER_KEY_SECRET", raising=False)
     db = tmp_path / "demo.db"
-    assert main(["demo", "--format", "json", "--db", f"sqlite:///{db}"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    ran = cli("demo", "--format", "json", "--db", f"sqlite:///{db}")
+    assert ran.code == 0
+    rows = json.loads(ran.out)
     assert [r["outcome"] for r in rows] == EXPECTED
     # and the database holds the same streams
-    assert main(["sessions", "--db", f"sqlite:///{db}", "--format", "json"]) == 0
-    stored = json.loads(capsys.readouterr().out)
+    ran = cli("sessions", "--db", f"sqlite:///{db}", "--format", "json")
+    assert ran.code == 0
+    stored = json.loads(ran.out)
     assert sorted(r["id"] for r in stored) == sorted(r["id"] for r in rows)
     assert b"sk-demo" not in db.read_bytes()
 
@@ -110,7 +112,7 @@ def _in_a_terminal(argv: list[str], cwd: Path, env: dict[str, str], width: int) 
 
 @pytest.mark.slow
 def test_demo_is_for_people_piped_or_in_a_terminal(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Piped, the demo prints its table and hints (not 900 lines of JSON); in an
     80-column terminal no line is wider; every hint runs as printed; each run
@@ -147,8 +149,9 @@ def test_demo_is_for_people_piped_or_in_a_terminal(
         if hint.split()[1] == "proxy":
             continue  # a server: its own tests start it
         argv = shlex.split(hint)[1:]
-        assert main([*argv, "--format", "json"]) == 0, hint
-        out = capsys.readouterr().out
+        ran = cli(*argv, "--format", "json")
+        assert ran.code == 0, hint
+        out = ran.out
         doc = json.loads(out)
         if argv[0] == "show":
             assert doc["stalls"] == 1  # the demo points at its stall
@@ -160,21 +163,24 @@ def test_demo_is_for_people_piped_or_in_a_terminal(
     assert max(cell_len(line) for line in screen.splitlines()) <= 80
     assert "left out to fit 80 characters" in screen and "Where to look next" in screen
 
-    assert main(["demo", "--db", url, "--keep", "--format", "csv"]) == 0
-    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    ran = cli("demo", "--db", url, "--keep", "--format", "csv")
+    assert ran.code == 0
+    rows = list(csv.DictReader(io.StringIO(ran.out)))
     assert next(iter(rows[0])) == "id" and all(r["id"] for r in rows)
-    assert main(["sessions", "--db", url, "--format", "json", "--limit", "0"]) == 0
-    stored = json.loads(capsys.readouterr().out)
+    ran = cli("sessions", "--db", url, "--format", "json", "--limit", "0")
+    assert ran.code == 0
+    stored = json.loads(ran.out)
     assert len(stored) == 2 * len(EXPECTED) + 1  # this run and the terminal's, and the other
     assert foreign.id in {s["id"] for s in stored}
 
 
 def test_demo_piped_as_json_is_one_document_without_hints(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert main(["demo", "--format", "json", "--db", f"sqlite:///{tmp_path / 'd.db'}"]) == 0
-    out, err = capsys.readouterr()
+    ran = cli("demo", "--format", "json", "--db", f"sqlite:///{tmp_path / 'd.db'}")
+    assert ran.code == 0
+    _, out, err = ran
     assert [r["outcome"] for r in json.loads(out)] == EXPECTED
     assert err == ""
 

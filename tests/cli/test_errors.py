@@ -22,18 +22,7 @@ from sqlalchemy import Engine, text
 import recorder
 from recorder.cli.main import main
 from recorder.core.errors import RecorderError
-from tests.store.storedb import (
-    create_pg_db,
-    drop_pg_db,
-    empty_db_url,
-    outage,
-    pg_admin,
-    pg_template,
-    pg_url,
-    sqlite_template,
-)
-
-__all__ = ["empty_db_url", "pg_admin", "pg_template", "sqlite_template"]
+from tests.kit.databases import create_pg_db, drop_pg_db, outage, pg_url
 
 EXPORT = str(
     Path(__file__).resolve().parents[1] / "fixtures/usage_exports/openai_usage_completions.csv"

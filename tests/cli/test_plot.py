@@ -4,17 +4,9 @@ keepalive at the time it arrived."""
 
 from __future__ import annotations
 
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
-
-from storedb import simple_record
-
-from recorder.cli.main import main
 from recorder.cli.plot import arrivals
 from recorder.core.captured import CapturedBody, CapturedRecord
 from recorder.core.meter import StreamMeter
@@ -22,6 +14,8 @@ from recorder.core.record import StreamRecord
 from recorder.store.engine import make_engine
 from recorder.store.queries import get_body
 from recorder.store.writer import SqlSink
+from tests.kit.cli import Cli
+from tests.kit.records import simple_record
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "openai-chat" / "e2aad469b71d.sse"
 STALL_AFTER = 1.0
@@ -86,44 +80,47 @@ def _svg_text(path: Path) -> str:
     return " ".join(t for t in root.itertext() if t.strip())
 
 
-def test_plot_with_a_captured_body(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_plot_with_a_captured_body(tmp_path: Path, cli: Cli) -> None:
     url, rec = captured(tmp_path)
     out = tmp_path / "stream.svg"
-    assert main(["show", (rec.id or "")[-12:], "--db", url, "--plot", str(out)]) == 0
-    assert "with its events" in capsys.readouterr().err
+    ran = cli("show", (rec.id or "")[-12:], "--db", url, "--plot", str(out))
+    assert ran.code == 0
+    assert "with its events" in ran.err
     svg = out.read_text()
     assert "chat.completions gpt-4o: completed, 1 stall" in svg
     assert rec.id in svg and "first token" in svg
     assert "characters" in svg and "tokens (reported, spread over characters)" in svg
     png = tmp_path / "stream.png"
-    assert main(["show", rec.id or "", "--db", url, "--plot", str(png)]) == 0
+    assert cli("show", rec.id or "", "--db", url, "--plot", str(png)).code == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the same stream draws the same SVG (no date in it)
     again = tmp_path / "again.svg"
-    assert main(["show", rec.id or "", "--db", url, "--plot", str(again)]) == 0
+    assert cli("show", rec.id or "", "--db", url, "--plot", str(again)).code == 0
     assert again.read_bytes() == out.read_bytes()
 
 
-def test_plot_from_the_record_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_plot_from_the_record_alone(tmp_path: Path, cli: Cli) -> None:
     url = f"sqlite:///{tmp_path / 'r.db'}"
     rec = simple_record(1, outcome="upstream_disconnect", interrupted=True)
     sink = SqlSink(url, tmp_path / "spool")
     sink.submit(rec)
     sink.close()
     out = tmp_path / "r.svg"
-    assert main(["show", rec.id or "", "--db", url, "--plot", str(out)]) == 0
-    assert "no captured body" in capsys.readouterr().err
+    ran = cli("show", rec.id or "", "--db", url, "--plot", str(out))
+    assert ran.code == 0
+    assert "no captured body" in ran.err
     text = _svg_text(out)
     assert "upstream_disconnect" in text and "no captured body" in text
 
 
-def test_plot_refuses_an_unknown_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_plot_refuses_an_unknown_format(tmp_path: Path, cli: Cli) -> None:
     url = f"sqlite:///{tmp_path / 'r.db'}"
     rec = simple_record(1)
     sink = SqlSink(url, tmp_path / "spool")
     sink.submit(rec)
     sink.close()
-    assert main(["show", rec.id or "", "--db", url, "--plot", str(tmp_path / "x.gif")]) == 2
-    err = capsys.readouterr().err
+    ran = cli("show", rec.id or "", "--db", url, "--plot", str(tmp_path / "x.gif"))
+    assert ran.code == 2
+    err = ran.err
     assert err == f"recorder show: --plot {tmp_path / 'x.gif'}: give a .svg, .png or .pdf file\n"
     assert not (tmp_path / "x.gif").exists()

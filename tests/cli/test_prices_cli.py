@@ -3,35 +3,20 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
-
-from storedb import db_url, pg_admin, pg_template, sqlite_template
-
-from recorder.cli.main import main
 from recorder.core.billing import apply_prices
 from recorder.core.price_files import load_price_file, load_prices, shipped_prices
 from recorder.store.writer import SqlSink
-from tests.core.test_pricing_tiers import LITELLM
-from tests.store.test_reprice_sql import record
-
-__all__ = ["db_url", "pg_admin", "pg_template", "sqlite_template"]
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(["prices", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.kit.cli import Cli
+from tests.kit.prices import LITELLM
+from tests.kit.records import priced_record as record
 
 
-def test_list_is_the_shipped_table_overlaid(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    code, out, _ = run(capsys, "list", "--format", "json")
+def test_list_is_the_shipped_table_overlaid(cli: Cli, tmp_path: Path) -> None:
+    code, out, _ = cli("prices", "list", "--format", "json")
     assert code == 0
     rows = {r["model"]: r for r in json.loads(out)}
     assert set(rows) == set(shipped_prices().entries)
@@ -39,26 +24,26 @@ def test_list_is_the_shipped_table_overlaid(
     mine.write_text(
         json.dumps({"version": "mine", "models": {"my-model": {"input": "1", "output": "2"}}})
     )
-    code, out, _ = run(capsys, "list", "--prices", str(mine), "--format", "json")
+    code, out, _ = cli("prices", "list", "--prices", str(mine), "--format", "json")
     rows = {r["model"]: r for r in json.loads(out)}
     assert set(rows) == set(shipped_prices().entries) | {"my-model"}
     assert rows["my-model"]["table"] == "mine" and rows["my-model"]["input_per_m"] == "1000000"
 
 
 def test_show_resolves_a_snapshot_and_says_when_unpriced(
-    capsys: pytest.CaptureFixture[str],
+    cli: Cli,
 ) -> None:
-    code, out, _ = run(capsys, "show", "gpt-4o-2024-08-06", "--format", "json")
+    code, out, _ = cli("prices", "show", "gpt-4o-2024-08-06", "--format", "json")
     assert code == 0
     doc = json.loads(out)
     assert doc["entry"] == "gpt-4o" and doc["input"] == "0.0000025"
     assert doc["service_tiers"]["priority"]["input"]
-    code, _, err = run(capsys, "show", "no-such-model-x")
+    code, _, err = cli("prices", "show", "no-such-model-x")
     assert code == 1 and "no price for 'no-such-model-x'" in err
 
 
 def test_missing_lists_unpriced_models_since_when(
-    capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path
+    capsys: pytest.CaptureFixture[str], cli: Cli, db_url: str, tmp_path: Path
 ) -> None:
     shipped = shipped_prices()
     recs = [
@@ -76,8 +61,8 @@ def test_missing_lists_unpriced_models_since_when(
     for r in recs:
         sink.submit(r)
     sink.close()
-    code, out, _ = run(
-        capsys, "missing", "--db", db_url, "--since", "2026-04-01", "--format", "json"
+    code, out, _ = cli(
+        "prices", "missing", "--db", db_url, "--since", "2026-04-01", "--format", "json"
     )
     assert code == 0
     rows = json.loads(out)
@@ -96,18 +81,18 @@ def test_missing_lists_unpriced_models_since_when(
     mine.write_text(
         json.dumps({"version": "m", "models": {"mystery-model": {"input": "1", "output": "1"}}})
     )
-    code, out, _ = run(capsys, "missing", "--db", db_url, "--prices", str(mine), "--format", "json")
+    code, out, _ = cli(
+        "prices", "missing", "--db", db_url, "--prices", str(mine), "--format", "json"
+    )
     rows = {r["model"]: r for r in json.loads(out)}
     assert rows["mystery-model"]["priced_now"] is True and rows["old-model"]["streams"] == 1
 
 
-def test_import_writes_an_overlay_that_prices_every_tier(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_import_writes_an_overlay_that_prices_every_tier(cli: Cli, tmp_path: Path) -> None:
     src = tmp_path / "model_prices_and_context_window.json"
     src.write_bytes(LITELLM)
     out = tmp_path / "overlay.json"
-    code, _, err = run(capsys, "import", str(src), "-o", str(out))
+    code, _, err = cli("prices", "import", str(src), "-o", str(out))
     assert code == 0
     assert "wrote 2 models" in err and "input_cost_per_audio_token (1)" in err
     overlay = load_prices(out.read_bytes())
@@ -122,5 +107,5 @@ def test_import_writes_an_overlay_that_prices_every_tier(
         assert (a.rates, a.long_context, dict(a.tiers)) == (b.rates, b.long_context, dict(b.tiers))
     table = load_price_file(out)  # as --prices: on top of the shipped table
     assert table.resolve("claude-sonnet-4-5") is not None
-    code, _, err = run(capsys, "import", str(src), "-o", str(out), "--model", "nothing-*")
+    code, _, err = cli("prices", "import", str(src), "-o", str(out), "--model", "nothing-*")
     assert code == 1 and "no model matches" in err

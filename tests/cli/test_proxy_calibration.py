@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from recorder.core.record import StreamRecord
 from recorder.simulate import Simulator, run_in_thread
 from recorder.store import SqlSink, upgrade
-from tests.cli.proxy_process import start_proxy
+from tests.kit.processes import start_proxy
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
 from recorder.simulate import Simulator, run_in_thread
-from tests.cli.proxy_process import RECORDER, start_proxy
+from tests.kit.processes import RECORDER, start_proxy
 
 MESSAGES = [{"role": "user", "content": "Tell me about harmony."}]
 

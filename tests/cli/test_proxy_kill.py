@@ -18,7 +18,6 @@ import random
 import shutil
 import signal
 import socket
-import sys
 import threading
 import time
 import uuid
@@ -29,20 +28,9 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
-
-from storedb import (
-    create_pg_db,
-    drop_pg_db,
-    pg_admin,
-    pg_template,
-    pg_url,
-    spool_files,
-    sqlite_template,
-)
-
 from recorder.simulate import Simulator
-from tests.cli.test_proxy_faults import (
+from tests.kit.databases import create_pg_db, drop_pg_db, pg_url, spool_files
+from tests.kit.proxy_faults import (
     Forwarder,
     Store,
     running_proxy,
@@ -51,8 +39,7 @@ from tests.cli.test_proxy_faults import (
     wait_until,
 )
 
-__all__ = ["pg_admin", "pg_template", "sim", "sqlite_template"]
-
+__all__ = ["sim"]
 pytestmark = pytest.mark.slow
 
 WINDOW_S = 0.5  # the promise: what ended longer ago than this survives a kill -9

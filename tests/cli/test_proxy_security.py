@@ -19,9 +19,8 @@ from pathlib import Path
 import pytest
 
 from recorder.cli.proxy import exposure_warnings, is_loopback
-from tests.cli.proxy_process import start_proxy
-from tests.e2e.conftest import free_port
-from tests.test_security import stop
+from tests.kit.ports import free_port
+from tests.kit.processes import start_proxy, stop
 
 RECORDER = str(Path(sys.executable).parent / "recorder")
 

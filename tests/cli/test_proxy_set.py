@@ -18,8 +18,8 @@ from recorder.cli import proxy
 from recorder.proxy.options import OptionError, from_args, mitmproxy_sets, parse_sets, resolve
 from recorder.proxy.runner import SetError, check_sets
 from recorder.simulate import run_in_thread
-from tests.cli.proxy_process import RECORDER, start_proxy
-from tests.cli.test_top import post_stream
+from tests.kit.processes import RECORDER, start_proxy
+from tests.kit.traffic import post_stream
 
 
 def proxy_args(*argv: str) -> argparse.Namespace:

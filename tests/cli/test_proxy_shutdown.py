@@ -31,14 +31,11 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
-
-from pgcluster import PgCluster, pg_cluster
-from storedb import pg_admin, pg_template, spool_files, spooled_docs, sqlite_template
-
 from recorder.simulate import Simulator, run_in_thread
 from recorder.store import upgrade
-from tests.cli.test_proxy_faults import (
+from tests.kit.databases import spool_files, spooled_docs
+from tests.kit.pgcluster import PgCluster
+from tests.kit.proxy_faults import (
     Proxy,
     Store,
     assert_each_once,
@@ -49,8 +46,7 @@ from tests.cli.test_proxy_faults import (
     wait_until,
 )
 
-__all__ = ["pg_admin", "pg_cluster", "pg_store", "pg_template", "sqlite_template"]
-
+__all__ = ["pg_store"]
 pytestmark = pytest.mark.slow
 
 EXIT_BOUND_S = 8.0  # the promise: the process is gone within 8 s

@@ -4,42 +4,21 @@ mapping file, the export's provider and period."""
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
-
-from storedb import db_url, pg_admin, pg_template, sqlite_template
-
-from recorder.cli import reconcile
-from recorder.cli.main import main
 from recorder.core.record import StreamRecord
-from tests.billing.test_audit import rec, store
-
-__all__ = ["db_url", "pg_admin", "pg_template", "sqlite_template"]
+from tests.kit.billing import store
+from tests.kit.cli import Cli, parse
+from tests.kit.records import rec
 
 EXPORTS = Path(__file__).resolve().parents[1] / "fixtures" / "usage_exports"
 KEY_A = "…1111:aaaaaaaaaaaa"
-
-
-def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="recorder")
-    sub = parser.add_subparsers(dest="command")
-    reconcile.add_parser(sub)
-    return parser.parse_args(["reconcile", *argv])
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(["reconcile", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def openai_stream(inp: int, cached: int, out: int, **kw: Any) -> StreamRecord:
@@ -99,11 +78,13 @@ def stored(db_url: str, tmp_path: Path) -> list[StreamRecord]:
 
 
 def test_openai_export_with_a_missing_key(
-    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
+    cli: Cli, db_url: str, stored: list[StreamRecord]
 ) -> None:
     export = str(EXPORTS / "openai_usage_completions.csv")
     mapping = str(EXPORTS / "mapping.json")
-    code, out, err = run(capsys, export, "--mapping", mapping, "--db", db_url, "--format", "json")
+    code, out, err = cli(
+        "reconcile", export, "--mapping", mapping, "--db", db_url, "--format", "json"
+    )
     assert code == 1
     docs = json.loads(out)
     # 2026-04-01 agrees (the Anthropic stream is another provider's); 2026-04-02's
@@ -121,13 +102,11 @@ def test_openai_export_with_a_missing_key(
     assert "openai-usage export, 3 rows (1 batch); 4 recorded streams" in err
 
 
-def test_all_groups(
-    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
-) -> None:
+def test_all_groups(cli: Cli, db_url: str, stored: list[StreamRecord]) -> None:
     export = str(EXPORTS / "openai_usage_completions.csv")
     mapping = str(EXPORTS / "mapping.csv")
-    code, out, _ = run(
-        capsys, export, "--mapping", mapping, "--db", db_url, "--format", "json", "--all"
+    code, out, _ = cli(
+        "reconcile", export, "--mapping", mapping, "--db", db_url, "--format", "json", "--all"
     )
     assert code == 1
     docs = json.loads(out)
@@ -156,30 +135,32 @@ def own_export(tmp_path: Path, rows: list[list[Any]]) -> str:
 
 
 def test_reconciled_exits_0(
-    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord], tmp_path: Path
+    cli: Cli, db_url: str, stored: list[StreamRecord], tmp_path: Path
 ) -> None:
     export = own_export(tmp_path, [["2026-04-01", "gpt-4o", KEY_A, 1300, 320, "openai"]])
-    code, out, err = run(capsys, export, "--db", db_url, "--format", "json")
+    code, out, err = cli("reconcile", export, "--db", db_url, "--format", "json")
     assert code == 0, err
     assert json.loads(out) == []
 
 
 def test_tolerance_options(
-    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord], tmp_path: Path
+    cli: Cli, db_url: str, stored: list[StreamRecord], tmp_path: Path
 ) -> None:
     export = own_export(tmp_path, [["2026-04-01", "gpt-4o", KEY_A, 1300, 330, "openai"]])
     # 10 of 330 is 3 %
-    assert run(capsys, export, "--db", db_url, "--format", "json")[0] == 1
-    assert run(capsys, export, "--db", db_url, "--format", "json", "--tolerance", "5%")[0] == 0
-    code, *_ = run(capsys, export, "--db", db_url, "--format", "json", "--tolerance-tokens", "10")
+    assert cli("reconcile", export, "--db", db_url, "--format", "json")[0] == 1
+    assert cli("reconcile", export, "--db", db_url, "--format", "json", "--tolerance", "5%")[0] == 0
+    code, *_ = cli(
+        "reconcile", export, "--db", db_url, "--format", "json", "--tolerance-tokens", "10"
+    )
     assert code == 0
 
 
 def test_the_truncated_stream_is_named(
-    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord], tmp_path: Path
+    cli: Cli, db_url: str, stored: list[StreamRecord], tmp_path: Path
 ) -> None:
     export = own_export(tmp_path, [["2026-04-01", "gpt-4o", KEY_A, 1300, 400, "openai"]])
-    code, out, _ = run(capsys, export, "--db", db_url, "--format", "json")
+    code, out, _ = cli("reconcile", export, "--db", db_url, "--format", "json")
     assert code == 1
     (doc,) = json.loads(out)
     assert doc["beyond_tolerance"] == ["output_tokens"]
@@ -187,33 +168,29 @@ def test_the_truncated_stream_is_named(
         (stored[2].id, "truncated; output estimated"),
         (stored[3].id, "http_error, not billed here"),
     ]
-    code, out, _ = run(capsys, export, "--db", db_url, "--format", "table")
+    code, out, _ = cli("reconcile", export, "--db", db_url, "--format", "table")
     assert code == 1
     assert "output_tokens" in out and "+80" in out
     assert f"{stored[2].id}  truncated" in out
-    code, out, _ = run(capsys, export, "--db", db_url, "--format", "csv")
+    code, out, _ = cli("reconcile", export, "--db", db_url, "--format", "csv")
     (row,) = csv.DictReader(io.StringIO(out))
     assert row["difference_output_tokens"] == "80"
     assert row["stream_ids"].split() == [stored[2].id, stored[3].id]
 
 
-def test_period_options(
-    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord], tmp_path: Path
-) -> None:
+def test_period_options(cli: Cli, db_url: str, stored: list[StreamRecord], tmp_path: Path) -> None:
     export = own_export(tmp_path, [["2026-04-01", "gpt-4o", KEY_A, 1300, 320, "openai"]])
     # the last stream of the day left out: the bill is then larger than what was recorded
-    code, out, _ = run(
-        capsys, export, "--db", db_url, "--format", "json", "--until", "2026-04-01T23:00"
+    code, out, _ = cli(
+        "reconcile", export, "--db", db_url, "--format", "json", "--until", "2026-04-01T23:00"
     )
     assert code == 1
     assert json.loads(out)[0]["difference"] == {"input_tokens": 400, "output_tokens": 100}
 
 
-def test_anthropic_export_by_project(
-    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
-) -> None:
+def test_anthropic_export_by_project(cli: Cli, db_url: str, stored: list[StreamRecord]) -> None:
     export = str(EXPORTS / "anthropic_cost_report.csv")
-    code, out, err = run(capsys, export, "--db", db_url, "--format", "json", "--all")
+    code, out, err = cli("reconcile", export, "--db", db_url, "--format", "json", "--all")
     assert code == 1  # 0.0135 USD billed on 2026-04-02, nothing recorded then
     (doc,) = json.loads(out)
     assert doc["project"] == "wrkspc_01" and doc["exported"] == {"cost_usd": "0.013500000000"}
@@ -225,7 +202,7 @@ def test_anthropic_export_by_project(
     [("when,what\n1,2\n", "not a usage export"), (None, "cannot read")],
 )
 def test_unreadable_export_exits_2(
-    capsys: pytest.CaptureFixture[str],
+    cli: Cli,
     db_url: str,
     tmp_path: Path,
     content: str | None,
@@ -234,33 +211,33 @@ def test_unreadable_export_exits_2(
     path = tmp_path / "export.csv"
     if content is not None:
         path.write_text(content)
-    code, out, err = run(capsys, str(path), "--db", db_url)
+    code, out, err = cli("reconcile", str(path), "--db", db_url)
     assert code == 2 and out == "" and message in err
 
 
-def test_missing_database_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_missing_database_exits_2(cli: Cli, tmp_path: Path) -> None:
     export = own_export(tmp_path, [["2026-04-01", "gpt-4o", KEY_A, 1, 1, "openai"]])
-    code, _, err = run(capsys, export, "--db", f"sqlite:///{tmp_path / 'absent.db'}")
+    code, _, err = cli("reconcile", export, "--db", f"sqlite:///{tmp_path / 'absent.db'}")
     assert code == 2 and "no database" in err
 
 
 def test_bad_tolerance_is_refused() -> None:
     with pytest.raises(SystemExit):
-        parse("x.csv", "--tolerance", "lots")
+        parse("reconcile", "x.csv", "--tolerance", "lots")
 
 
 # -- the providers' own responses (issue: reconcile reads what they return) ---------
 
 
 def test_the_providers_usage_response_in_one_command(
-    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
+    cli: Cli, db_url: str, stored: list[StreamRecord]
 ) -> None:
     """The OpenAI usage response as returned, and the list of the project's keys as
     returned: no flattening, no hand-written mapping."""
     export = str(EXPORTS / "openai_usage_completions.json")
     keys = str(EXPORTS / "openai_project_api_keys.json")
-    code, out, err = run(
-        capsys, export, "--keys", keys, "--db", db_url, "--format", "json", "--all"
+    code, out, err = cli(
+        "reconcile", export, "--keys", keys, "--db", db_url, "--format", "json", "--all"
     )
     assert code == 1, err
     docs = json.loads(out)
@@ -280,9 +257,7 @@ def test_the_providers_usage_response_in_one_command(
     ) in err
 
 
-def test_keys_that_end_alike_are_not_guessed(
-    capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path
-) -> None:
+def test_keys_that_end_alike_are_not_guessed(cli: Cli, db_url: str, tmp_path: Path) -> None:
     twin = "…1111:bbbbbbbbbbbb"  # another key whose last four are 1111 too
     store(
         db_url,
@@ -291,15 +266,13 @@ def test_keys_that_end_alike_are_not_guessed(
     )
     export = str(EXPORTS / "openai_usage_completions.json")
     keys = str(EXPORTS / "openai_project_api_keys.json")
-    code, out, err = run(capsys, export, "--keys", keys, "--db", db_url, "--format", "json")
+    code, out, err = cli("reconcile", export, "--keys", keys, "--db", db_url, "--format", "json")
     assert code == 1
     assert f"key_AAA matches several recorded keys ({KEY_A}, {twin}): unmapped" in err
     assert "key_AAA" in {d["key"] for d in json.loads(out)}
 
 
-def test_anthropic_batch_is_left_out(
-    capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path
-) -> None:
+def test_anthropic_batch_is_left_out(cli: Cli, db_url: str, tmp_path: Path) -> None:
     """An Anthropic usage report with a service_tier=batch row: only the standard
     row is compared with the proxied traffic."""
     key_b = "…2222:bbbbbbbbbbbb"
@@ -323,27 +296,23 @@ def test_anthropic_batch_is_left_out(
     )
     export = str(EXPORTS / "anthropic_usage_report.json")
     keys = str(EXPORTS / "anthropic_api_keys.json")
-    code, out, err = run(capsys, export, "--keys", keys, "--db", db_url, "--format", "json")
+    code, out, err = cli("reconcile", export, "--keys", keys, "--db", db_url, "--format", "json")
     assert code == 0, (out, err)
     assert json.loads(out) == []
     assert "batch traffic (not proxied, left out of the comparison): 1 row" in err
     assert "input_tokens 80000" in err
 
 
-def test_a_directory_of_pages(
-    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
-) -> None:
+def test_a_directory_of_pages(cli: Cli, db_url: str, stored: list[StreamRecord]) -> None:
     pages = str(EXPORTS / "openai_usage_pages")
     whole = str(EXPORTS / "openai_usage_completions.json")
     mapping = str(EXPORTS / "mapping.json")
-    a = run(capsys, pages, "--mapping", mapping, "--db", db_url, "--format", "json", "--all")
-    b = run(capsys, whole, "--mapping", mapping, "--db", db_url, "--format", "json", "--all")
+    a = cli("reconcile", pages, "--mapping", mapping, "--db", db_url, "--format", "json", "--all")
+    b = cli("reconcile", whole, "--mapping", mapping, "--db", db_url, "--format", "json", "--all")
     assert a[0] == b[0] == 1 and json.loads(a[1]) == json.loads(b[1])
 
 
-def test_unpriced_recorded_cost_is_a_dash_not_zero(
-    capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path
-) -> None:
+def test_unpriced_recorded_cost_is_a_dash_not_zero(cli: Cli, db_url: str, tmp_path: Path) -> None:
     store(
         db_url,
         tmp_path / "spool",
@@ -361,46 +330,46 @@ def test_unpriced_recorded_cost_is_a_dash_not_zero(
     )
     path = tmp_path / "export.csv"
     path.write_text("date,model,api_key_id,cost_usd\n2026-04-01,gpt-9," + KEY_A + ",1.5\n")
-    code, out, _ = run(capsys, str(path), "--db", db_url, "--format", "json")
+    code, out, _ = cli("reconcile", str(path), "--db", db_url, "--format", "json")
     assert code == 1
     (doc,) = json.loads(out)
     assert doc["recorded"] == {"cost_usd": None} and doc["difference"] == {"cost_usd": None}
     assert doc["streams"][0]["why"] == "no price"
-    code, out, _ = run(capsys, str(path), "--db", db_url, "--format", "table")
+    code, out, _ = cli("reconcile", str(path), "--db", db_url, "--format", "table")
     line = next(x for x in out.splitlines() if "cost_usd" in x and "gpt-9" in x)
     assert "0.000000" not in line and " - " in f" {line} "
     assert "(tolerance: a difference counts beyond 2% of the larger side" in out
 
 
 def test_a_csv_line_with_missing_or_extra_cells_exits_2(
-    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord], tmp_path: Path
+    cli: Cli, db_url: str, stored: list[StreamRecord], tmp_path: Path
 ) -> None:
     path = tmp_path / "export.csv"
     path.write_text(
         "date,model,api_key_id,input_tokens\n2026-04-01,gpt-4o," + KEY_A + ",1300\n"
         "2026-04-01,gpt-4o,1300\n"
     )
-    code, out, err = run(capsys, str(path), "--db", db_url)
+    code, out, err = cli("reconcile", str(path), "--db", db_url)
     assert code == 2 and out == ""
     assert f"{path} line 3: 3 cells, the header has 4" in err
 
 
 def test_fetch_reads_as_the_saved_responses(
-    capsys: pytest.CaptureFixture[str],
+    cli: Cli,
     db_url: str,
     stored: list[StreamRecord],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """--fetch against the recorded responses served locally (not the live API)
     compares exactly as the same responses saved to files do."""
-    from tests.billing.recorded_api import recorded_api
+    from tests.kit.recorded_api import recorded_api
 
     monkeypatch.setenv("OPENAI_ADMIN_KEY", "sk-admin-test-0000")
     keys = str(EXPORTS / "openai_project_api_keys.json")
     common = ("--keys", keys, "--db", db_url, "--format", "json", "--all")
     with recorded_api() as api:
-        fetched = run(
-            capsys,
+        fetched = cli(
+            "reconcile",
             "--fetch",
             "openai",
             "--since",
@@ -411,8 +380,8 @@ def test_fetch_reads_as_the_saved_responses(
             api.base_url,
             *common,
         )
-    saved = run(
-        capsys,
+    saved = cli(
+        "reconcile",
         str(EXPORTS / "openai_usage_pages"),
         str(EXPORTS / "openai_costs.json"),
         "--since",
@@ -428,12 +397,12 @@ def test_fetch_reads_as_the_saved_responses(
 
 
 def test_fetch_needs_a_period_and_a_key(
-    capsys: pytest.CaptureFixture[str], db_url: str, monkeypatch: pytest.MonkeyPatch
+    cli: Cli, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("ANTHROPIC_ADMIN_KEY", raising=False)
-    code, _, err = run(capsys, "--fetch", "anthropic", "--db", db_url)
+    code, _, err = cli("reconcile", "--fetch", "anthropic", "--db", db_url)
     assert code == 2 and "--fetch needs --since" in err
-    code, _, err = run(capsys, "--fetch", "anthropic", "--since", "2026-04-01", "--db", db_url)
+    code, _, err = cli("reconcile", "--fetch", "anthropic", "--since", "2026-04-01", "--db", db_url)
     assert code == 2 and "set ANTHROPIC_ADMIN_KEY" in err
-    code, _, err = run(capsys, "--db", db_url)
+    code, _, err = cli("reconcile", "--db", db_url)
     assert code == 2 and "give export FILEs" in err

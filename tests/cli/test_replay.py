@@ -13,7 +13,8 @@ import pytest
 
 from recorder.cli.main import main
 from recorder.core.record import FIELDS
-from tests.core.test_record import DOCUMENTED_FIELDS  # docs/record.md's contract fields
+from tests.kit.cli import Cli
+from tests.kit.records import DOCUMENTED_FIELDS
 
 EXPECTED: dict[str, dict[str, Any]] = json.loads(
     (Path(__file__).resolve().parents[1] / "fixtures" / "expected.json").read_text()
@@ -41,9 +42,8 @@ BODY_CANNOT_TELL = (
 )
 
 
-def replay_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
-    code = main(["replay", *args, "--format", "json"])
-    out, err = capsys.readouterr()
+def replay_json(cli: Cli, *args: str) -> dict[str, Any]:
+    code, out, err = cli("replay", *args, "--format", "json")
     assert code == 0, err
     assert err == ""
     doc = json.loads(out)  # exactly one JSON document, nothing else on stdout
@@ -55,8 +55,8 @@ def count_events(body: bytes) -> int:
     return sum(1 for line in body.splitlines() if line.startswith(b"data:"))
 
 
-def test_replay_chat_fixture_json(capsys: pytest.CaptureFixture[str]) -> None:
-    doc = replay_json(capsys, str(CHAT_TEXT), "--endpoint", "chat.completions")
+def test_replay_chat_fixture_json(cli: Cli) -> None:
+    doc = replay_json(cli, str(CHAT_TEXT), "--endpoint", "chat.completions")
     for name in DOCUMENTED_FIELDS:
         assert name in doc, name
     assert list(doc) == list(FIELDS)
@@ -79,10 +79,8 @@ def test_replay_chat_fixture_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize("path", sorted((FIXTURES / "openai-chat").glob("*.sse")), ids=str)
-def test_replay_every_chat_fixture_completes(
-    capsys: pytest.CaptureFixture[str], path: Path
-) -> None:
-    doc = replay_json(capsys, str(path), "--endpoint", "chat.completions")
+def test_replay_every_chat_fixture_completes(cli: Cli, path: Path) -> None:
+    doc = replay_json(cli, str(path), "--endpoint", "chat.completions")
     assert doc["outcome"] == "completed"
     assert doc["events"] == count_events(path.read_bytes())
     assert doc["parse_issues"] == 0
@@ -90,21 +88,19 @@ def test_replay_every_chat_fixture_completes(
         assert doc[name] is None, name
 
 
-def test_replay_tool_calls(capsys: pytest.CaptureFixture[str]) -> None:
-    doc = replay_json(capsys, str(CHAT_TOOLS), "--endpoint", "chat.completions")
+def test_replay_tool_calls(cli: Cli) -> None:
+    doc = replay_json(cli, str(CHAT_TOOLS), "--endpoint", "chat.completions")
     assert doc["outcome"] == "completed"
     assert doc["tool_calls"] >= 1
     assert doc["finish_reason"] == "tool_calls"
 
 
-def test_body_cut_before_terminal_event_is_truncated(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_body_cut_before_terminal_event_is_truncated(cli: Cli, tmp_path: Path) -> None:
     body = CHAT_TEXT.read_bytes()
     cut = body[: body.rindex(b"data: [DONE]")]
     path = tmp_path / "cut.sse"
     path.write_bytes(cut)
-    doc = replay_json(capsys, str(path), "--endpoint", "chat.completions")
+    doc = replay_json(cli, str(path), "--endpoint", "chat.completions")
     assert doc["outcome"] == "truncated"
     assert doc["interrupted"] is True
     assert doc["partial_event_at_end"] is False
@@ -113,13 +109,11 @@ def test_body_cut_before_terminal_event_is_truncated(
         assert doc[name] is None, name
 
 
-def test_body_cut_mid_event_is_truncated_with_partial_event(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_body_cut_mid_event_is_truncated_with_partial_event(cli: Cli, tmp_path: Path) -> None:
     body = CHAT_TEXT.read_bytes()
     path = tmp_path / "cut.sse"
     path.write_bytes(body[: len(body) // 2])
-    doc = replay_json(capsys, str(path), "--endpoint", "chat.completions")
+    doc = replay_json(cli, str(path), "--endpoint", "chat.completions")
     assert doc["outcome"] == "truncated"
     assert doc["interrupted"] is True
     assert doc["partial_event_at_end"] is True
@@ -132,14 +126,14 @@ def test_body_cut_mid_event_is_truncated_with_partial_event(
     assert doc["cost_usd"] is not None and doc["price_version"] is not None
 
 
-def test_replay_error_event_after_200(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_replay_error_event_after_200(cli: Cli, tmp_path: Path) -> None:
     path = tmp_path / "err.sse"
     path.write_bytes(
         b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
         b": hopbase-keepalive\n\n"
         b'data: {"error": {"message": "stalled", "type": "server_error", "code": "x"}}\n\n'
     )
-    doc = replay_json(capsys, str(path), "--endpoint", "chat.completions")
+    doc = replay_json(cli, str(path), "--endpoint", "chat.completions")
     assert doc["outcome"] == "error"
     assert doc["interrupted"] is True
     assert doc["error_message"] == "stalled"
@@ -148,12 +142,12 @@ def test_replay_error_event_after_200(capsys: pytest.CaptureFixture[str], tmp_pa
     assert doc["http_status"] is None
 
 
-def test_replay_anthropic_fixture(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_replay_anthropic_fixture(cli: Cli, tmp_path: Path) -> None:
     # The captured file lacks the blank line after its last event; a real wire body has it.
     path = tmp_path / "basic.sse"
     body = (FIXTURES / "anthropic-messages" / "basic_response.sse").read_bytes()
     path.write_bytes(body.rstrip(b"\n") + b"\n\n")
-    doc = replay_json(capsys, str(path), "--endpoint", "messages")
+    doc = replay_json(cli, str(path), "--endpoint", "messages")
     assert doc["outcome"] == "completed"
     assert doc["provider"] == "anthropic"
     assert doc["finish_reason"] == "end_turn"
@@ -163,9 +157,10 @@ def test_replay_anthropic_fixture(capsys: pytest.CaptureFixture[str], tmp_path: 
     assert (doc["input_tokens"], doc["output_tokens"]) == (11, 6)
 
 
-def test_format_table_prints_field_lines(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["replay", str(CHAT_TEXT), "--endpoint", "chat.completions", "--format", "table"])
-    out, err = capsys.readouterr()
+def test_format_table_prints_field_lines(cli: Cli) -> None:
+    code, out, err = cli(
+        "replay", str(CHAT_TEXT), "--endpoint", "chat.completions", "--format", "table"
+    )
     assert code == 0
     assert err == ""
     lines = out.splitlines()
@@ -178,19 +173,17 @@ def test_format_table_prints_field_lines(capsys: pytest.CaptureFixture[str]) -> 
     assert rows["http_status"] == "-"
 
 
-def test_default_format_off_a_terminal_is_json(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["replay", str(CHAT_TEXT), "--endpoint", "chat.completions"])
-    out, _ = capsys.readouterr()
+def test_default_format_off_a_terminal_is_json(cli: Cli) -> None:
+    code, out, _ = cli("replay", str(CHAT_TEXT), "--endpoint", "chat.completions")
     assert code == 0
     assert json.loads(out)["outcome"] == "completed"
 
 
-def test_missing_file_exits_2_with_one_line_error(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_missing_file_exits_2_with_one_line_error(cli: Cli, tmp_path: Path) -> None:
     missing = tmp_path / "nope.sse"
-    code = main(["replay", str(missing), "--endpoint", "chat.completions", "--format", "json"])
-    out, err = capsys.readouterr()
+    code, out, err = cli(
+        "replay", str(missing), "--endpoint", "chat.completions", "--format", "json"
+    )
     assert code == 2
     assert out == ""
     assert len(err.splitlines()) == 1
@@ -198,28 +191,29 @@ def test_missing_file_exits_2_with_one_line_error(
     assert "Traceback" not in err
 
 
-def test_directory_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    code = main(["replay", str(tmp_path), "--endpoint", "chat.completions", "--format", "json"])
-    out, err = capsys.readouterr()
+def test_directory_exits_2(cli: Cli, tmp_path: Path) -> None:
+    code, out, err = cli(
+        "replay", str(tmp_path), "--endpoint", "chat.completions", "--format", "json"
+    )
     assert code == 2
     assert out == ""
     assert len(err.splitlines()) == 1
 
 
-def test_stdin_dash(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stdin_dash(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
     class FakeStdin:
         buffer = io.BytesIO(CHAT_TEXT.read_bytes())
 
     monkeypatch.setattr(sys, "stdin", FakeStdin())
-    doc = replay_json(capsys, "-", "--endpoint", "chat.completions")
+    doc = replay_json(cli, "-", "--endpoint", "chat.completions")
     assert doc["outcome"] == "completed"
     assert doc["events"] == count_events(CHAT_TEXT.read_bytes())
 
 
-def test_empty_body_is_truncated(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_empty_body_is_truncated(cli: Cli, tmp_path: Path) -> None:
     path = tmp_path / "empty.sse"
     path.write_bytes(b"")
-    doc = replay_json(capsys, str(path), "--endpoint", "responses")
+    doc = replay_json(cli, str(path), "--endpoint", "responses")
     assert doc["outcome"] == "truncated"
     assert doc["events"] == 0
     assert doc["keepalives"] == 0
@@ -237,14 +231,15 @@ def test_unknown_endpoint_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -
     sorted(p for p in FIXTURES.rglob("*.sse")),
     ids=lambda p: str(p.relative_to(FIXTURES)),
 )
-def test_endpoint_is_told_from_the_body(capsys: pytest.CaptureFixture[str], body: Path) -> None:
+def test_endpoint_is_told_from_the_body(cli: Cli, body: Path) -> None:
     """Every captured fixture's protocol is told from its events, said on stderr,
     and the record is the one --endpoint gives."""
     endpoint = EXPECTED[str(body.relative_to(FIXTURES))]["endpoint"]
-    assert main(["replay", str(body), "--format", "json"]) == 0
-    out, err = capsys.readouterr()
+    ran = cli("replay", str(body), "--format", "json")
+    assert ran.code == 0
+    _, out, err = ran
     assert err.strip() == f"recorder replay: {body}: {endpoint} (told from its events)"
-    assert json.loads(out) == replay_json(capsys, str(body), "--endpoint", endpoint)
+    assert json.loads(out) == replay_json(cli, str(body), "--endpoint", endpoint)
 
 
 @pytest.mark.parametrize(
@@ -256,13 +251,14 @@ def test_endpoint_is_told_from_the_body(capsys: pytest.CaptureFixture[str], body
     ],
 )
 def test_a_file_that_is_not_sse_is_one_line(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, content: bytes
+    cli: Cli, tmp_path: Path, name: str, content: bytes
 ) -> None:
     path = tmp_path / name
     path.write_bytes(content)
     for extra in ([], ["--endpoint", "messages"]):
-        assert main(["replay", str(path), *extra]) == 2
-        out, err = capsys.readouterr()
+        ran = cli("replay", str(path), *extra)
+        assert ran.code == 2
+        _, out, err = ran
         assert out == ""
         assert err == (
             f"recorder replay: {path} is not an SSE body: "
@@ -270,20 +266,20 @@ def test_a_file_that_is_not_sse_is_one_line(
         )
 
 
-def test_a_body_that_does_not_tell_asks_for_the_endpoint(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_a_body_that_does_not_tell_asks_for_the_endpoint(cli: Cli, tmp_path: Path) -> None:
     path = tmp_path / "keepalives.sse"
     path.write_bytes(b": ping\n\n: ping\n\n")
-    assert main(["replay", str(path)]) == 2
-    assert "give --endpoint" in capsys.readouterr().err
-    doc = replay_json(capsys, str(path), "--endpoint", "messages")
+    ran = cli("replay", str(path))
+    assert ran.code == 2
+    assert "give --endpoint" in ran.err
+    doc = replay_json(cli, str(path), "--endpoint", "messages")
     assert doc["keepalives"] == 2 and doc["outcome"] == "truncated"
 
 
-def test_no_command_prints_help_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([]) == 2
-    assert "replay" in capsys.readouterr().out
+def test_no_command_prints_help_and_exits_2(cli: Cli) -> None:
+    ran = cli()
+    assert ran.code == 2
+    assert "replay" in ran.out
 
 
 def test_console_script_entry_point(tmp_path: Path) -> None:

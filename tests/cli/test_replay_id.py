@@ -7,17 +7,12 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
-
-from storedb import db_url, pg_admin, pg_template, simple_record, sqlite_template
 
 from recorder.cli.main import main
 from recorder.core.captured import CapturedBody, CapturedRecord
@@ -26,11 +21,11 @@ from recorder.simulate import Simulator, run_in_thread
 from recorder.store.engine import make_engine
 from recorder.store.queries import get_stream
 from recorder.store.writer import SqlSink
-from tests.cli.proxy_process import RECORDER, start_proxy
-from tests.e2e.conftest import free_port
-from tests.e2e.harness import running_proxy
-
-__all__ = ["db_url", "pg_admin", "pg_template", "sqlite_template"]
+from tests.kit.cli import Cli
+from tests.kit.ports import free_port
+from tests.kit.processes import RECORDER, start_proxy
+from tests.kit.proxy_thread import running_proxy
+from tests.kit.records import simple_record
 
 KEY = "sk-replay-id-test-0042"
 STALL_AFTER = 1.0
@@ -102,9 +97,8 @@ def send(base: str, path: str, body: dict[str, Any], fault: str) -> None:
         pass  # a cut stream
 
 
-def replay_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
-    code = main(["replay", *argv, "--format", "json"])
-    out, err = capsys.readouterr()
+def replay_json(cli: Cli, *argv: str) -> dict[str, Any]:
+    code, out, err = cli("replay", *argv, "--format", "json")
     assert code == 0, err
     doc: dict[str, Any] = json.loads(out)
     return doc
@@ -122,7 +116,7 @@ def assert_reproduces(doc: dict[str, Any], stored: StreamRecord) -> None:
 
 
 def test_stored_streams_replay_to_their_records(
-    capsys: pytest.CaptureFixture[str], db_url: str, sim: Simulator, tmp_path: Path
+    cli: Cli, db_url: str, sim: Simulator, tmp_path: Path
 ) -> None:
     sink = SqlSink(db_url, tmp_path / "spool", flush_interval=0.05)
     with running_proxy(
@@ -156,10 +150,10 @@ def test_stored_streams_replay_to_their_records(
     for rec in records:
         assert rec.id is not None
         if rec.outcome == "http_error":
-            code = main(["replay", "--id", rec.id, "--db", db_url])
-            assert code == 1 and "no stored body" in capsys.readouterr().err
+            code, _, err = cli("replay", "--id", rec.id, "--db", db_url)
+            assert code == 1 and "no stored body" in err
             continue
-        doc = replay_json(capsys, "--id", rec.id, "--db", db_url)
+        doc = replay_json(cli, "--id", rec.id, "--db", db_url)
         assert_reproduces(doc, stored[rec.id])
         stalls += doc["stalls"]
         keepalives += doc["keepalives"]
@@ -167,13 +161,11 @@ def test_stored_streams_replay_to_their_records(
     # an id prefix works as in `recorder show`; the stall threshold can be changed
     some = next(r for r in records if r.stalls)
     assert some.id is not None
-    doc = replay_json(capsys, "--id", some.id[:-4], "--db", db_url, "--stall-after", "100")
+    doc = replay_json(cli, "--id", some.id[:-4], "--db", db_url, "--stall-after", "100")
     assert doc["id"] == some.id and doc["stalls"] == 0 and doc["outcome"] == some.outcome
 
 
-def test_an_incomplete_body_is_said_so(
-    capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path
-) -> None:
+def test_an_incomplete_body_is_said_so(cli: Cli, db_url: str, tmp_path: Path) -> None:
     import dataclasses
 
     base = simple_record(endpoint="chat.completions", http_status=200)
@@ -184,14 +176,13 @@ def test_an_incomplete_body_is_said_so(
     sink = SqlSink(db_url, tmp_path / "spool")
     sink.submit(CapturedRecord(**values, body=body))
     sink.close()
-    code = main(["replay", "--id", str(base.id), "--db", db_url, "--format", "json"])
-    out, err = capsys.readouterr()
+    code, out, err = cli("replay", "--id", str(base.id), "--db", db_url, "--format", "json")
     assert code == 0
     assert "incomplete" in err and "cannot be reproduced exactly" in err
     assert json.loads(out)["outcome"] == "truncated"
 
 
-def test_usage_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_usage_errors(capsys: pytest.CaptureFixture[str], cli: Cli, tmp_path: Path) -> None:
     for argv in (
         ["replay"],  # neither
         ["replay", "x.sse", "--endpoint", "messages", "--id", "abcd"],  # both
@@ -202,13 +193,15 @@ def test_usage_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Non
         assert exc.value.code == 2, argv
         capsys.readouterr()
     missing = f"sqlite:///{tmp_path / 'missing.db'}"
-    assert main(["replay", "--id", "abcd", "--db", missing]) == 1
-    assert "no database" in capsys.readouterr().err
+    ran = cli("replay", "--id", "abcd", "--db", missing)
+    assert ran.code == 1
+    assert "no database" in ran.err
 
 
-def test_unknown_id(capsys: pytest.CaptureFixture[str], db_url: str) -> None:
-    assert main(["replay", "--id", "0000-no-such-stream", "--db", db_url]) == 1
-    assert "no stream with id" in capsys.readouterr().err
+def test_unknown_id(cli: Cli, db_url: str) -> None:
+    ran = cli("replay", "--id", "0000-no-such-stream", "--db", db_url)
+    assert ran.code == 1
+    assert "no stream with id" in ran.err
 
 
 @pytest.mark.slow

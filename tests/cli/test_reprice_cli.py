@@ -2,36 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
-
-from storedb import db_url, pg_admin, pg_template, sqlite_template
-
-from recorder.cli import reprice
-from recorder.cli.main import main
 from recorder.core.record import StreamRecord
-from tests.store.test_reprice_sql import V2, check_report, rows_by_id, stored
-
-__all__ = ["db_url", "pg_admin", "pg_template", "sqlite_template", "stored"]
-
-
-def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="recorder")
-    sub = parser.add_subparsers(dest="command")
-    reprice.add_parser(sub)
-    return parser.parse_args(["reprice", *argv])
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(["reprice", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.kit.billing import check_report, rows_by_id
+from tests.kit.billing import stored as stored
+from tests.kit.cli import Cli, parse
+from tests.kit.prices import V2
 
 
 @pytest.fixture
@@ -41,11 +21,9 @@ def v2_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_json(
-    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord], v2_file: Path
-) -> None:
+def test_json(cli: Cli, db_url: str, stored: list[StreamRecord], v2_file: Path) -> None:
     argv = ("--db", db_url, "--since", "2026-04-01", "--prices", str(v2_file), "--format", "json")
-    code, out, _ = run(capsys, *argv)
+    code, out, _ = cli("reprice", *argv)
     assert code == 0
     doc = json.loads(out)
     check_report(doc, stored, dry_run=False)
@@ -53,12 +31,10 @@ def test_json(
     assert rows_by_id(db_url)[stored[0].id or ""].price_version == "v2:gpt-4o@2026-01-01"
 
 
-def test_dry_run_table(
-    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord], v2_file: Path
-) -> None:
+def test_dry_run_table(cli: Cli, db_url: str, stored: list[StreamRecord], v2_file: Path) -> None:
     before = rows_by_id(db_url)
     argv = ("--db", db_url, "--since", "2026-04-01", "--prices", str(v2_file), "--dry-run")
-    code, out, err = run(capsys, *argv, "--format", "table")
+    code, out, err = cli("reprice", *argv, "--format", "table")
     assert code == 0 and "dry run" in err
     assert rows_by_id(db_url) == before
     lines = out.splitlines()
@@ -68,10 +44,8 @@ def test_dry_run_table(
     assert any(line.startswith("v1:legacy-model@2026-01-01") for line in lines)
 
 
-def test_shipped_table_by_default(
-    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
-) -> None:
-    code, out, _ = run(capsys, "--db", db_url, "--since", "2026-04-01", "--format", "json")
+def test_shipped_table_by_default(cli: Cli, db_url: str, stored: list[StreamRecord]) -> None:
+    code, out, _ = cli("reprice", "--db", db_url, "--since", "2026-04-01", "--format", "json")
     assert code == 0
     doc = json.loads(out)
     assert doc["prices"] != "v2"
@@ -81,31 +55,31 @@ def test_shipped_table_by_default(
 
 def test_since_is_required() -> None:
     with pytest.raises(SystemExit) as e:
-        parse("--db", "sqlite:///x.db")
+        parse("reprice", "--db", "sqlite:///x.db")
     assert e.value.code == 2
 
 
-def test_bad_price_table(capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path) -> None:
+def test_bad_price_table(cli: Cli, db_url: str, tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('{"format": "recorder-prices/1", "models": {"m": {"input": "x"}}}')
-    code, _, err = run(capsys, "--db", db_url, "--since", "7d", "--prices", str(bad))
+    code, _, err = cli("reprice", "--db", db_url, "--since", "7d", "--prices", str(bad))
     assert code == 2 and "bad.json" in err
 
 
-def test_bad_time(capsys: pytest.CaptureFixture[str], db_url: str) -> None:
-    code, _, err = run(capsys, "--db", db_url, "--since", "yesterday-ish")
+def test_bad_time(cli: Cli, db_url: str) -> None:
+    code, _, err = cli("reprice", "--db", db_url, "--since", "yesterday-ish")
     assert code == 2 and "not a time" in err
 
 
 def test_a_small_prices_file_is_an_overlay_and_wipes_no_other_cost(
-    capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path
+    cli: Cli, db_url: str, tmp_path: Path
 ) -> None:
     """A two-model --prices file changes those two models; a model of the shipped
     table it does not name keeps its cost (it used to be wiped to null)."""
     from recorder.core.billing import apply_prices
     from recorder.core.price_files import shipped_prices
     from recorder.store.writer import SqlSink
-    from tests.store.test_reprice_sql import record
+    from tests.kit.records import priced_record as record
 
     shipped = record("gpt-5", 1000, 100, "2026-04-05T00:00:00.000Z", cost_usd=None)
     apply_prices(shipped, shipped_prices())
@@ -119,8 +93,8 @@ def test_a_small_prices_file_is_an_overlay_and_wipes_no_other_cost(
     two.write_text(
         json.dumps(V2 | {"models": {k: V2["models"][k] for k in ("gpt-4o", "claude-x")}})
     )
-    code, out, _ = run(
-        capsys, "--db", db_url, "--since", "2026-04-05", "--prices", str(two), "--format", "json"
+    code, out, _ = cli(
+        "reprice", "--db", db_url, "--since", "2026-04-05", "--prices", str(two), "--format", "json"
     )
     assert code == 0
     doc = json.loads(out)

@@ -2,45 +2,19 @@
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
-
-from storedb import (
-    db_url,
-    full_record,
-    pg_admin,
-    pg_template,
-    simple_record,
-    sqlite_template,
-)
 
 from recorder.cli import sessions
 from recorder.cli.main import main
 from recorder.core.record import FIELDS, Gap, StreamRecord
 from recorder.store.writer import SqlSink
-
-__all__ = ["db_url", "pg_admin", "pg_template", "sqlite_template"]
-
-
-def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="recorder")
-    sub = parser.add_subparsers(dest="command")
-    sessions.add_parser(sub)
-    return parser.parse_args(list(argv))
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.kit.cli import Cli
+from tests.kit.records import full_record, simple_record
 
 
 @pytest.fixture
@@ -64,10 +38,8 @@ def stored(db_url: str, tmp_path: Path) -> list[StreamRecord]:
     return recs
 
 
-def test_json_is_one_array_newest_first(
-    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
-) -> None:
-    code, out, _ = run(capsys, "sessions", "--db", db_url, "--format", "json")
+def test_json_is_one_array_newest_first(cli: Cli, db_url: str, stored: list[StreamRecord]) -> None:
+    code, out, _ = cli("sessions", "--db", db_url, "--format", "json")
     assert code == 0
     doc = json.loads(out)
     assert [d["id"] for d in doc] == [stored[2].id, stored[1].id, stored[0].id]
@@ -76,11 +48,9 @@ def test_json_is_one_array_newest_first(
     assert doc[0] == stored[2].to_dict()
 
 
-def test_filters(
-    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
-) -> None:
+def test_filters(cli: Cli, db_url: str, stored: list[StreamRecord]) -> None:
     def ids(*extra: str) -> list[str]:
-        code, out, err = run(capsys, "sessions", "--db", db_url, "--format", "json", *extra)
+        code, out, err = cli("sessions", "--db", db_url, "--format", "json", *extra)
         assert code == 0, err
         return [d["id"] for d in json.loads(out)]
 
@@ -94,10 +64,8 @@ def test_filters(
     assert ids("--limit", "1") == [stored[2].id]
 
 
-def test_csv_has_every_field(
-    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
-) -> None:
-    code, out, _ = run(capsys, "sessions", "--db", db_url, "--format", "csv")
+def test_csv_has_every_field(cli: Cli, db_url: str, stored: list[StreamRecord]) -> None:
+    code, out, _ = cli("sessions", "--db", db_url, "--format", "csv")
     assert code == 0
     rows = list(csv.DictReader(io.StringIO(out)))
     assert len(rows) == 3 and list(rows[0]) == list(FIELDS)
@@ -106,8 +74,8 @@ def test_csv_has_every_field(
     assert rows[1]["input_tokens"] == "100" and rows[1]["ttfb_ms"] == ""  # unknown: empty
 
 
-def test_table(capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]) -> None:
-    code, out, _ = run(capsys, "sessions", "--db", db_url, "--format", "table")
+def test_table(cli: Cli, db_url: str, stored: list[StreamRecord]) -> None:
+    code, out, _ = cli("sessions", "--db", db_url, "--format", "table")
     assert code == 0
     lines = out.splitlines()
     assert lines[0].split() == list(sessions.TABLE_COLUMNS)
@@ -117,16 +85,14 @@ def test_table(capsys: pytest.CaptureFixture[str], db_url: str, stored: list[Str
     assert lines[4] == sessions.LEGEND
 
 
-def test_empty_table_says_so(capsys: pytest.CaptureFixture[str], db_url: str) -> None:
-    code, _, err = run(capsys, "sessions", "--db", db_url, "--format", "table")
+def test_empty_table_says_so(cli: Cli, db_url: str) -> None:
+    code, _, err = cli("sessions", "--db", db_url, "--format", "table")
     assert code == 0 and "no streams" in err
 
 
-def test_show_json_has_gaps(
-    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
-) -> None:
+def test_show_json_has_gaps(cli: Cli, db_url: str, stored: list[StreamRecord]) -> None:
     rec = stored[2]
-    code, out, _ = run(capsys, "show", rec.id or "", "--db", db_url, "--format", "json")
+    code, out, _ = cli("show", rec.id or "", "--db", db_url, "--format", "json")
     assert code == 0
     doc = json.loads(out)
     assert doc == rec.to_dict(with_gaps=True)
@@ -134,10 +100,10 @@ def test_show_json_has_gaps(
 
 
 def test_show_by_prefix_and_table_timeline(
-    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
+    cli: Cli, db_url: str, stored: list[StreamRecord]
 ) -> None:
     rec = stored[2]
-    code, out, _ = run(capsys, "show", (rec.id or "")[:24], "--db", db_url, "--format", "table")
+    code, out, _ = cli("show", (rec.id or "")[:24], "--db", db_url, "--format", "table")
     assert code == 0
     assert rec.id is not None and rec.id in out
     lanes: dict[str, str] = {}
@@ -149,49 +115,45 @@ def test_show_by_prefix_and_table_timeline(
     assert "#" in lanes["stream"]  # its stalls fill most of it
 
 
-def test_show_csv(
-    capsys: pytest.CaptureFixture[str], db_url: str, stored: list[StreamRecord]
-) -> None:
-    code, out, _ = run(capsys, "show", stored[0].id or "", "--db", db_url, "--format", "csv")
+def test_show_csv(cli: Cli, db_url: str, stored: list[StreamRecord]) -> None:
+    code, out, _ = cli("show", stored[0].id or "", "--db", db_url, "--format", "csv")
     assert code == 0
     (row,) = csv.DictReader(io.StringIO(out))
     assert row["id"] == stored[0].id and json.loads(row["gaps"])[0]["kind"] == "silence"
 
 
-def test_show_unknown_id(capsys: pytest.CaptureFixture[str], db_url: str) -> None:
-    code, _, err = run(capsys, "show", "nope-nope", "--db", db_url)
+def test_show_unknown_id(cli: Cli, db_url: str) -> None:
+    code, _, err = cli("show", "nope-nope", "--db", db_url)
     assert code == 1 and "no stream" in err
 
 
-def test_missing_database_is_not_created(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_missing_database_is_not_created(cli: Cli, tmp_path: Path) -> None:
     path = tmp_path / "absent.db"
-    code, _, err = run(capsys, "sessions", "--db", f"sqlite:///{path}")
+    code, _, err = cli("sessions", "--db", f"sqlite:///{path}")
     assert code == 1 and "no database" in err
     assert not path.exists()
 
 
-def test_unmigrated_database(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_unmigrated_database(cli: Cli, tmp_path: Path) -> None:
     path = tmp_path / "blank.db"
     path.write_bytes(b"")
-    code, _, err = run(capsys, "sessions", "--db", f"sqlite:///{path}")
+    code, _, err = cli("sessions", "--db", f"sqlite:///{path}")
     assert code == 1 and "db upgrade" in err
 
 
-def test_bad_time_is_a_usage_error(capsys: pytest.CaptureFixture[str], db_url: str) -> None:
-    code, _, err = run(capsys, "sessions", "--db", db_url, "--since", "last tuesday")
+def test_bad_time_is_a_usage_error(cli: Cli, db_url: str) -> None:
+    code, _, err = cli("sessions", "--db", db_url, "--since", "last tuesday")
     assert code == 2 and "not a time" in err
 
 
 def test_db_from_environment(
-    capsys: pytest.CaptureFixture[str],
+    cli: Cli,
     monkeypatch: pytest.MonkeyPatch,
     db_url: str,
     stored: list[StreamRecord],
 ) -> None:
     monkeypatch.setenv("RECORDER_DB", db_url)
-    code, out, _ = run(capsys, "sessions", "--format", "json")
+    code, out, _ = cli("sessions", "--format", "json")
     assert code == 0 and len(json.loads(out)) == 3
 
 
@@ -221,7 +183,6 @@ def test_timeline_without_timings() -> None:
 def test_an_unknown_option_shows_the_usage_of_its_command(
     capsys: pytest.CaptureFixture[str], command: list[str]
 ) -> None:
-    from recorder.cli.main import main
 
     with pytest.raises(SystemExit) as exited:
         main([*command, "--bogus"])

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from recorder.simulate import Simulator, run_in_thread
-from tests.cli.proxy_process import RECORDER, start_proxy
-from tests.cli.test_proxy_faults import stream
+from tests.kit.processes import RECORDER, start_proxy
+from tests.kit.proxy_faults import stream
 
 pytestmark = pytest.mark.slow
 

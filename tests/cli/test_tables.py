@@ -16,17 +16,12 @@ from pathlib import Path
 import pytest
 from rich.cells import cell_len
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
-
-from storedb import db_url, pg_admin, pg_template, simple_record, sqlite_template
-
 from recorder.cli import sessions
-from recorder.cli.main import main
 from recorder.cli.render import Fit, shorten, table
 from recorder.core.record import FIELDS, StreamRecord
 from recorder.store.writer import SqlSink
-
-__all__ = ["db_url", "pg_admin", "pg_template", "sqlite_template"]
+from tests.kit.cli import Cli
+from tests.kit.records import simple_record
 
 WIDTHS = (80, 120, 200)
 LONG_MODEL = "claude-sonnet-4-5-20250929-with-a-very-long-deployment-name"
@@ -54,26 +49,20 @@ def many(db_url: str, tmp_path: Path) -> list[StreamRecord]:
     return recs
 
 
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def widest(text: str) -> int:
     return max(cell_len(line) for line in text.splitlines())
 
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_sessions_fit_the_terminal(
-    capsys: pytest.CaptureFixture[str],
+    cli: Cli,
     monkeypatch: pytest.MonkeyPatch,
     db_url: str,
     many: list[StreamRecord],
     width: int,
 ) -> None:
     monkeypatch.setenv("COLUMNS", str(width))
-    code, out, err = run(capsys, "sessions", "--db", db_url, "--format", "table")
+    code, out, err = cli("sessions", "--db", db_url, "--format", "table")
     assert code == 0, err
     assert widest(out) <= width
     lines = out.splitlines()
@@ -96,124 +85,119 @@ def test_sessions_fit_the_terminal(
 
 
 def test_a_shortened_id_shows_its_stream(
-    capsys: pytest.CaptureFixture[str],
+    cli: Cli,
     monkeypatch: pytest.MonkeyPatch,
     db_url: str,
     many: list[StreamRecord],
 ) -> None:
     monkeypatch.setenv("COLUMNS", "80")
-    _, out, _ = run(capsys, "sessions", "--db", db_url, "--format", "table", "--limit", "0")
+    _, out, _ = cli("sessions", "--db", db_url, "--format", "table", "--limit", "0")
     shown = [line.split()[0] for line in out.splitlines()[1:58]]
     assert all("…" in ident for ident in shown)  # ids of one millisecond share their start
     by_id = {r.id: r for r in many}
     for ident in shown[:10]:
-        code, out, err = run(capsys, "show", ident, "--db", db_url, "--format", "json")
+        code, out, err = cli("show", ident, "--db", db_url, "--format", "json")
         assert code == 0, err
         found = json.loads(out)["id"]
         head, _, tail = ident.partition("…")
         assert found in by_id and found.startswith(head) and found.endswith(tail)
     # the end alone works too, and an ambiguous part says so
-    code, out, _ = run(capsys, "show", many[5].id[-12:], "--db", db_url, "--format", "json")
+    code, out, _ = cli("show", many[5].id[-12:], "--db", db_url, "--format", "json")
     assert code == 0 and json.loads(out)["id"] == many[5].id
-    code, _, err = run(capsys, "show", many[5].id[:8], "--db", db_url)
+    code, _, err = cli("show", many[5].id[:8], "--db", db_url)
     assert code == 1 and "matches several streams" in err
 
 
 def test_wide_and_columns_choose(
     capsys: pytest.CaptureFixture[str],
+    cli: Cli,
     monkeypatch: pytest.MonkeyPatch,
     db_url: str,
     many: list[StreamRecord],
 ) -> None:
     monkeypatch.setenv("COLUMNS", "80")
-    code, out, _ = run(capsys, "sessions", "--db", db_url, "--format", "table", "--wide")
+    code, out, _ = cli("sessions", "--db", db_url, "--format", "table", "--wide")
     assert code == 0
     assert out.splitlines()[0].split() == list(sessions.TABLE_COLUMNS)
     assert LONG_MODEL in out and many[-1].id in out and "left out" not in out
 
-    code, out, _ = run(
-        capsys, "sessions", "--db", db_url, "--format", "table", "--columns", "model,key"
-    )
+    code, out, _ = cli("sessions", "--db", db_url, "--format", "table", "--columns", "model,key")
     assert code == 0
     lines = out.splitlines()
     assert lines[0].split() == ["model", "key"]
     assert widest(out) <= 80
 
-    code, out, err = run(
-        capsys, "sessions", "--db", db_url, "--format", "table", "--columns", "model,nonsense"
+    code, out, err = cli(
+        "sessions", "--db", db_url, "--format", "table", "--columns", "model,nonsense"
     )
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "no column nonsense" in err
 
 
 def test_json_and_csv_stay_whole(
-    capsys: pytest.CaptureFixture[str],
+    cli: Cli,
     monkeypatch: pytest.MonkeyPatch,
     db_url: str,
     many: list[StreamRecord],
 ) -> None:
     monkeypatch.setenv("COLUMNS", "80")
-    code, out, _ = run(capsys, "sessions", "--db", db_url, "--format", "json", "--limit", "0")
+    code, out, _ = cli("sessions", "--db", db_url, "--format", "json", "--limit", "0")
     assert code == 0
     doc = json.loads(out)
     assert len(doc) == 57 and list(doc[0]) == list(FIELDS)
     assert {d["model"] for d in doc} == {LONG_MODEL, "gpt-4o-mini"}
-    code, out, _ = run(capsys, "sessions", "--db", db_url, "--format", "csv")
+    code, out, _ = cli("sessions", "--db", db_url, "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(out)))
     assert len(rows) == 50 and list(rows[0]) == list(FIELDS)
 
 
 def test_every_row_shown_needs_no_note(
-    capsys: pytest.CaptureFixture[str],
+    cli: Cli,
     monkeypatch: pytest.MonkeyPatch,
     db_url: str,
     many: list[StreamRecord],
 ) -> None:
     monkeypatch.setenv("COLUMNS", "200")
-    code, out, _ = run(capsys, "sessions", "--db", db_url, "--format", "table", "--limit", "0")
+    code, out, _ = cli("sessions", "--db", db_url, "--format", "table", "--limit", "0")
     assert code == 0 and "streams shown" not in out
     assert len([line for line in out.splitlines() if line.startswith("01")]) == 57
 
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_audit_fits_the_terminal(
-    capsys: pytest.CaptureFixture[str],
+    cli: Cli,
     monkeypatch: pytest.MonkeyPatch,
     db_url: str,
     many: list[StreamRecord],
     width: int,
 ) -> None:
     monkeypatch.setenv("COLUMNS", str(width))
-    code, out, err = run(
-        capsys, "audit", "--db", db_url, "--format", "table", "--by", "model,key,day"
-    )
+    code, out, err = cli("audit", "--db", db_url, "--format", "table", "--by", "model,key,day")
     assert code == 0, err
     assert widest(out) <= width
     assert out.splitlines()[0].split()[0] == "model"
 
 
 def test_a_table_to_a_pipe_keeps_every_column(
-    capsys: pytest.CaptureFixture[str],
+    cli: Cli,
     monkeypatch: pytest.MonkeyPatch,
     db_url: str,
     many: list[StreamRecord],
 ) -> None:
     """Written to a file (no terminal, no COLUMNS), a table is not cut down."""
     monkeypatch.delenv("COLUMNS", raising=False)
-    code, out, _ = run(capsys, "sessions", "--db", db_url, "--format", "table")
+    code, out, _ = cli("sessions", "--db", db_url, "--format", "table")
     assert code == 0
     assert out.splitlines()[0].split() == list(sessions.TABLE_COLUMNS)
     assert LONG_MODEL in out
 
 
-def test_show_without_gaps_prints_no_empty_header(
-    capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path
-) -> None:
+def test_show_without_gaps_prints_no_empty_header(cli: Cli, db_url: str, tmp_path: Path) -> None:
     rec = simple_record(1, gaps=[])
     sink = SqlSink(db_url, tmp_path / "spool")
     sink.submit(rec)
     sink.close()
-    code, out, _ = run(capsys, "show", rec.id, "--db", db_url, "--format", "table")
+    code, out, _ = cli("show", rec.id, "--db", db_url, "--format", "table")
     assert code == 0
     assert "start" not in out.split("timeline", 1)[1]
     assert "gaps      none recorded" in out

@@ -24,8 +24,9 @@ import orjson
 import pytest
 
 from recorder.simulate import run_in_thread
-from tests.cli.proxy_process import RECORDER, start_proxy
-from tests.e2e.conftest import free_port
+from tests.kit.ports import free_port
+from tests.kit.processes import RECORDER, start_proxy
+from tests.kit.traffic import post_stream
 
 pytestmark = pytest.mark.slow
 
@@ -104,20 +105,6 @@ def tmux() -> Iterator[Callable[[list[str]], Tmux]]:
     yield start
     for t in opened:
         t.close()
-
-
-def post_stream(port: int, model: str) -> bytes:
-    body = orjson.dumps(
-        {"model": model, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
-    )
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{port}/v1/chat/completions",
-        data=body,
-        headers={"content-type": "application/json", "authorization": "Bearer sk-live-test-9876"},
-    )
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        data: bytes = resp.read()
-        return data
 
 
 def test_a_stalled_stream_is_seen_live_on_console_metrics_streams_and_top(

@@ -28,7 +28,7 @@ from recorder.core.price_files import shipped_prices
 from recorder.core.record import StreamRecord
 from recorder.proxy.addon import Recorder, RecorderConfig
 from recorder.store.sinks import MemorySink, record_json
-from tests.proxy.test_addon import (
+from tests.kit.flows import (
     CHAT_SSE,
     MESSAGES_SSE,
     SECRET,

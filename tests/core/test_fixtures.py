@@ -10,31 +10,20 @@ the three records must be identical and match expected.json field by field.
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import random
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from recorder.core import StreamMeter, StreamRecord
+from tests.kit import framing
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
-def _load_framing() -> Any:
-    spec = importlib.util.spec_from_file_location("fixture_framing", FIXTURES / "framing.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-framing = _load_framing()
 EXPECTED: dict[str, dict[str, Any]] = json.loads((FIXTURES / "expected.json").read_text())
 FILES = framing.fixture_files()
 NAMES = [framing.fixture_name(p) for p in FILES]

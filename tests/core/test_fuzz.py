@@ -22,11 +22,9 @@ bounded ``max_examples``), so a failure replays.
 from __future__ import annotations
 
 import gc
-import importlib.util
 import itertools
 import json
 import random
-import sys
 import tracemalloc
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -40,6 +38,7 @@ from hypothesis import strategies as st
 from recorder.core.meter import MAX_INTERVALS, MAX_STALL_GAPS, StreamMeter
 from recorder.core.record import INTERRUPTED_OUTCOMES, OUTCOMES, SOURCES
 from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES, Comment, Event, FramingIssue, SSEFramer
+from tests.kit import framing
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ENDPOINTS = ("chat.completions", "responses", "messages")
@@ -52,16 +51,6 @@ SETTINGS = settings(
 )
 
 
-def _load_framing() -> Any:
-    spec = importlib.util.spec_from_file_location("fuzz_fixture_framing", FIXTURES / "framing.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-framing = _load_framing()
 FIXTURE_BODIES: list[tuple[str, str, bytes]] = [
     (framing.fixture_name(p), framing.endpoint_for(p), framing.load_body(p))
     for p in framing.fixture_files()

@@ -10,10 +10,7 @@ and what the live view reads after each batch are those of ``feed``.
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,20 +20,8 @@ from hypothesis import strategies as st
 from recorder.core import StreamMeter
 from recorder.core.protocols.base import Observations
 from recorder.core.sse import SSEFramer
+from tests.kit import framing
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-
-
-def _load_framing() -> Any:
-    spec = importlib.util.spec_from_file_location("fixture_framing", FIXTURES / "framing.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-framing = _load_framing()
 FILES = framing.fixture_files()
 BODIES = [(framing.endpoint_for(p), framing.load_body(p)) for p in FILES]
 SETTINGS = settings(

@@ -15,6 +15,7 @@ from recorder.core.billing import complete_usage
 from recorder.core.price_files import load_prices
 from recorder.core.pricing import PriceTable, Unpriced, cost_of
 from recorder.core.request import read_request
+from tests.kit.prices import LITELLM
 
 M = Decimal(1_000_000)
 
@@ -264,34 +265,6 @@ def test_bad_tiers_name_what_is_wrong(doc: dict[str, Any], message: str) -> None
 
 
 # -- LiteLLM ---------------------------------------------------------------------------
-
-LITELLM = b"""{
-  "gpt-6-astra": {
-    "litellm_provider": "openai", "mode": "responses",
-    "input_cost_per_token": 1e-05, "output_cost_per_token": 5e-05,
-    "cache_read_input_token_cost": 1e-06,
-    "input_cost_per_token_priority": 2e-05, "output_cost_per_token_priority": 1e-04,
-    "input_cost_per_token_ultrafast": 6e-05, "output_cost_per_token_ultrafast": 3e-04,
-    "cache_read_input_token_cost_ultrafast": 6e-06,
-    "cache_creation_input_token_cost_ultrafast": 7.5e-05,
-    "input_cost_per_token_above_272k_tokens": 2e-05,
-    "output_cost_per_token_above_272k_tokens": 7.5e-05,
-    "input_cost_per_token_above_272k_tokens_ultrafast": 1.2e-04,
-    "output_cost_per_token_above_272k_tokens_ultrafast": 4.5e-04,
-    "input_cost_per_token_flex_above_272k_tokens": 1e-05,
-    "input_cost_per_token_flex": 5e-06, "output_cost_per_token_flex": 2.5e-05,
-    "input_cost_per_audio_token": 4e-05
-  },
-  "claude-opus-5-5": {
-    "litellm_provider": "anthropic", "mode": "chat",
-    "input_cost_per_token": 4e-06, "output_cost_per_token": 2e-05,
-    "cache_read_input_token_cost": 4e-07, "cache_creation_input_token_cost": 5e-06,
-    "cache_creation_input_token_cost_above_1hr": 8e-06,
-    "cache_creation_input_token_cost_above_12hr": 1.2e-05,
-    "input_cost_per_token_batches": 2e-06, "output_cost_per_token_batches": 1e-05,
-    "provider_specific_entry": {"fast": 2.0}
-  }
-}"""
 
 
 def test_litellm_reads_every_tier_and_cache_write_field() -> None:

@@ -17,57 +17,10 @@ from recorder.core.record import (
     StreamRecord,
     combine_sources,
 )
+from tests.kit.records import DOCUMENTED_FIELDS
 
 # the record's specification, in the repository
 RECORD_MD = Path(__file__).resolve().parents[2] / "docs" / "record.md"
-
-# The contract fields of docs/record.md, "A recorded stream (one row)", in order:
-# a second copy, so that the document cannot drop or reorder one unnoticed.
-DOCUMENTED_FIELDS = (
-    "id",
-    "started_at",
-    "endpoint",
-    "provider",
-    "upstream",
-    "model",
-    "response_model",
-    "request_id",
-    "response_id",
-    "project",
-    "streamed",
-    "http_status",
-    "outcome",
-    "interrupted",
-    "finish_reason",
-    "error_type",
-    "error_code",
-    "error_message",
-    "ttfb_ms",
-    "first_event_ms",
-    "ttft_ms",
-    "duration_ms",
-    "events",
-    "keepalives",
-    "max_keepalive_gap_ms",
-    "max_silence_ms",
-    "max_output_gap_ms",
-    "stalls",
-    "stall_ms",
-    "output_chars",
-    "tool_calls",
-    "input_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "output_tokens",
-    "reasoning_tokens",
-    "input_source",
-    "output_source",
-    "usage_source",
-    "estimate_method",
-    "cost_usd",
-    "price_version",
-    "api_key_id",
-)
 
 
 def parse_documented_fields(text: str, heading: str = "## A recorded stream") -> tuple[str, ...]:

@@ -12,7 +12,7 @@ import pytest
 
 from recorder.core.meter import StreamMeter
 from recorder.core.transcript import transcript
-from tests.fixtures import framing
+from tests.kit import framing
 
 FILES = framing.fixture_files()
 

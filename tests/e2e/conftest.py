@@ -5,24 +5,14 @@ Everything listens on 127.0.0.1 and on free ports; every test is bounded in time
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from recorder.simulate import Simulator, run_in_thread
-from tests.e2e.harness import RunningProxy, running_proxy
-
-# Stall threshold for tests: time is scaled, the meaning is not (a 1.0 s
-# threshold against a 1.5 s silence is a stall; 0.2 s gaps are not).
-STALL_AFTER = 1.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.kit.ports import free_port
+from tests.kit.proxy_thread import STALL_AFTER, RunningProxy, running_proxy
 
 
 @pytest.fixture(scope="module")

@@ -27,10 +27,10 @@ import pytest
 
 from recorder.core.record import StreamRecord
 from recorder.simulate import SentRecord, Simulator
-from tests.e2e.conftest import free_port
-from tests.e2e.harness import RunningProxy, running_proxy
-from tests.e2e.test_faults import CHAT, MESSAGES, REQUESTS, Received, exchange, request_bytes
-from tests.e2e.test_faults import sim as sim
+from tests.kit.exchanges import CHAT, MESSAGES, REQUESTS, Received, exchange, request_bytes
+from tests.kit.exchanges import sim as sim
+from tests.kit.ports import free_port
+from tests.kit.proxy_thread import RunningProxy, running_proxy
 
 MIB = 1024 * 1024
 CHUNKS = [

@@ -29,10 +29,10 @@ import pytest
 
 from recorder.core.record import StreamRecord
 from recorder.simulate import SentRecord, Simulator, run_in_thread
-from tests.e2e.conftest import free_port
-from tests.e2e.harness import RunningProxy, running_proxy
-from tests.e2e.test_faults import CHAT, MESSAGES, REQUESTS, RESPONSES
-from tests.e2e.test_regular_mode import upstream_ca as upstream_ca
+from tests.kit.exchanges import CHAT, MESSAGES, REQUESTS, RESPONSES
+from tests.kit.ports import free_port
+from tests.kit.proxy_thread import RunningProxy, running_proxy
+from tests.kit.tls import upstream_ca as upstream_ca
 
 K = 6
 

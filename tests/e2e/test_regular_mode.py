@@ -4,8 +4,6 @@ mitmproxy's CA, which the client trusts through SSL_CERT_FILE."""
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import ssl
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,14 +11,11 @@ from pathlib import Path
 import anthropic
 import openai
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from recorder.simulate import Simulator, run_in_thread
-from tests.e2e.conftest import free_port
-from tests.e2e.harness import RunningProxy, running_proxy
+from tests.kit.ports import free_port
+from tests.kit.proxy_thread import RunningProxy, running_proxy
+from tests.kit.tls import upstream_ca as upstream_ca
 
 MESSAGES = [{"role": "user", "content": "Say something about harmony."}]
 
@@ -34,41 +29,6 @@ def regular_proxy(confdir: Path, upstream_ca: Path) -> Iterator[RunningProxy]:
         extra_options={"ssl_verify_upstream_trusted_ca": str(upstream_ca)},
     ) as running:
         yield running
-
-
-@pytest.fixture(scope="module")
-def upstream_ca(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A self-signed certificate for localhost/127.0.0.1 and its key."""
-    folder = tmp_path_factory.mktemp("upstream-tls")
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    (folder / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (folder / "key.pem").write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return folder / "cert.pem"
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,7 @@ import pytest
 from recorder.core.keys import fingerprint
 from recorder.core.record import StreamRecord
 from recorder.simulate import SentRecord, Simulator
-from tests.e2e.conftest import STALL_AFTER
-from tests.e2e.harness import RunningProxy
+from tests.kit.proxy_thread import STALL_AFTER, RunningProxy
 
 KEY = "sk-e2e-test-key-0042"
 # Timing tolerance: the proxy's clock starts when the request reaches it, the

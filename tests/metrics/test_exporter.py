@@ -10,15 +10,12 @@ import urllib.error
 import urllib.request
 from collections import defaultdict
 from decimal import Decimal
-from typing import Any
 
 import pytest
-from metrics_traffic import Clock, Traffic, WiredRecorder
 from mitmproxy.test import taddons
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from recorder.core.record import StreamRecord
 from recorder.metrics import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -30,6 +27,8 @@ from recorder.metrics import (
 from recorder.metrics.exporter import CHUNK_GAP_BUCKETS, IntervalHistogram
 from recorder.metrics.health import Health
 from recorder.store.sinks import MemorySink
+from tests.kit.records import metric_record as record
+from tests.kit.traffic import Clock, Traffic, WiredRecorder
 
 STREAM = ("endpoint", "provider", "model")
 # docs/metrics.md, "The metrics": exposed name -> (type, labels). A contract.
@@ -49,23 +48,6 @@ CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
     "llm_streams_stalled": ("gauge", ("endpoint", "provider")),
     "llm_stream_oldest_silence_seconds": ("gauge", ("endpoint", "provider")),
 }
-
-
-def record(**fields: Any) -> StreamRecord:
-    base: dict[str, Any] = {
-        "endpoint": "chat.completions",
-        "provider": "openai",
-        "model": "gpt-4o",
-        "outcome": "completed",
-        "interrupted": False,
-        "duration_ms": 2500.0,
-        "ttft_ms": 400.0,
-        "max_output_gap_ms": 120.0,
-        "stalls": 0,
-        "keepalives": 0,
-    }
-    base.update(fields)
-    return StreamRecord(**base)
 
 
 class FakeMeter:

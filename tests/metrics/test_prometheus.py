@@ -34,12 +34,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from metrics_traffic import Clock, Traffic, WiredRecorder
 from mitmproxy.test import taddons
 from prometheus_client import CollectorRegistry
 
 from recorder.metrics import Metrics, serve_metrics
 from recorder.store.sinks import MemorySink
+from tests.kit.traffic import Clock, Traffic, WiredRecorder
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "dashboards" / "recorder-overview.json"

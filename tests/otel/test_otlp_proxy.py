@@ -25,9 +25,9 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
 from recorder.simulate import Simulator, run_in_thread
-from tests.cli.proxy_process import start_proxy
-from tests.e2e.conftest import free_port
-from tests.otel.phoenix import Phoenix, running_phoenix
+from tests.kit.phoenix import Phoenix, running_phoenix
+from tests.kit.ports import free_port
+from tests.kit.processes import start_proxy
 
 pytestmark = pytest.mark.slow
 

@@ -19,49 +19,11 @@ from opentelemetry.trace import SpanKind, StatusCode
 from recorder.core.record import OUTCOMES, Gap, StreamRecord
 from recorder.otel import SpanExport
 from recorder.otel.export import OtlpConfigError, traces_url
+from tests.kit.records import span_record as record
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 PARENT_ID = "b7ad6b7169203331"
 TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
-
-
-def record(**over: object) -> StreamRecord:
-    rec = StreamRecord(
-        id="rec_1",
-        started_at="2026-12-01T10:00:00.250Z",
-        endpoint="openai-chat",
-        provider="openai",
-        upstream="api.openai.com:443",
-        model="gpt-4o",
-        response_model="gpt-4o-2024-08-06",
-        response_id="chatcmpl-1",
-        http_status=200,
-        outcome="completed",
-        interrupted=False,
-        finish_reason="stop",
-        first_event_ms=80.0,
-        ttft_ms=95.5,
-        duration_ms=2500.0,
-        events=40,
-        keepalives=3,
-        stalls=1,
-        max_output_gap_ms=1200.0,
-        input_tokens=120,
-        cache_read_tokens=100,
-        cache_write_tokens=0,
-        output_tokens=38,
-        reasoning_tokens=12,
-        usage_source="reported",
-        input_source="reported",
-        output_source="reported",
-        cost_usd="0.00068500",
-        price_version="2026-11-01",
-        api_key_id="key_3f9a",
-        gaps=[Gap("stall", 400.0, 1200.0), Gap("keepalive", 100.0, 200.0)],
-    )
-    for name, value in over.items():
-        setattr(rec, name, value)
-    return rec
 
 
 def export_one(

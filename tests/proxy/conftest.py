@@ -1,4 +1,4 @@
-"""Fixtures of what sits between the recorder and a provider (tests/kit_tls.py)."""
+"""Fixtures of what sits between the recorder and a provider (tests/kit/upstreams.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.kit_tls import PrivateTLS, UpstreamProxy, make_private_tls
+from tests.kit.upstreams import PrivateTLS, UpstreamProxy, make_private_tls
 
 
 @pytest.fixture(scope="session")

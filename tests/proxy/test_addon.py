@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import gzip
 import hashlib
-from pathlib import Path
 
 import brotli
 import orjson
@@ -17,82 +16,18 @@ from recorder.core.keys import fingerprint
 from recorder.core.record import StreamRecord
 from recorder.proxy.addon import Recorder, RecorderConfig
 from recorder.store.sinks import MemorySink
-
-FIXTURES = Path(__file__).parent.parent / "fixtures"
-SECRET = b"test-secret"
-CHAT_SSE = (FIXTURES / "openai-chat" / "d61558011839.sse").read_bytes()
-# The SDK stored this capture without the blank line that ends its last event on the wire.
-MESSAGES_SSE = (FIXTURES / "anthropic-messages" / "basic_response.sse").read_bytes() + b"\n\n"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def make(**config: object) -> tuple[Recorder, MemorySink, Clock]:
-    sink = MemorySink()
-    clock = Clock()
-    rec = Recorder(sink, RecorderConfig(key_secret=SECRET, **config), clock=clock)  # type: ignore[arg-type]
-    return rec, sink, clock
-
-
-def make_flow(
-    path: str = "/v1/chat/completions",
-    body: dict[str, object] | None = None,
-    headers: list[tuple[bytes, bytes]] | None = None,
-) -> http.HTTPFlow:
-    body = body if body is not None else {"model": "gpt-4o", "stream": True, "messages": []}
-    hdrs = headers if headers is not None else []
-    hdrs = [*hdrs, (b"content-type", b"application/json"), (b"accept-encoding", b"gzip, br")]
-    req = tutils.treq(
-        method=b"POST",
-        host="api.example.com",
-        port=443,
-        scheme=b"https",
-        path=path.encode(),
-        headers=http.Headers(hdrs),
-        content=orjson.dumps(body),
-    )
-    flow = tflow.tflow(req=req)
-    flow.response = None
-    return flow
-
-
-def sse_response(
-    status: int = 200, extra: list[tuple[bytes, bytes]] | None = None
-) -> http.Response:
-    headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"x-request-id", b"req_1")]
-    return tutils.tresp(
-        status_code=status, headers=http.Headers(headers + (extra or [])), content=None
-    )
-
-
-async def start(addon: Recorder, flow: http.HTTPFlow, clock: Clock) -> None:
-    addon.requestheaders(flow)
-    addon.request(flow)
-    clock.now += 0.25
-
-
-def stream_through(
-    flow: http.HTTPFlow, pieces: list[bytes], clock: Clock, step: float = 0.01
-) -> bytes:
-    assert flow.response is not None and callable(flow.response.stream)
-    out = b""
-    for piece in pieces:
-        clock.now += step
-        got = flow.response.stream(piece)
-        assert got is piece or got == piece  # the client gets exactly the bytes
-        out += got
-    flow.response.stream(b"")
-    return out
-
-
-def pieces_of(body: bytes, size: int) -> list[bytes]:
-    return [body[i : i + size] for i in range(0, len(body), size)]
+from tests.kit.flows import (
+    CHAT_SSE,
+    MESSAGES_SSE,
+    SECRET,
+    Clock,
+    make,
+    make_flow,
+    pieces_of,
+    sse_response,
+    start,
+    stream_through,
+)
 
 
 async def test_streamed_chat_is_recorded_and_bytes_pass_unchanged() -> None:

@@ -16,7 +16,7 @@ from recorder.core.record import FIELDS
 from recorder.proxy.addon import BATCH_PIECES, Recorder
 from recorder.proxy.live import ID_CHARS, SNAPSHOT_SLICE, Live
 from recorder.store.sinks import MemorySink
-from tests.proxy.test_addon import (
+from tests.kit.flows import (
     CHAT_SSE,
     Clock,
     make,

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -20,54 +17,9 @@ from recorder.app.script import ScriptRecorder
 from recorder.core.record import StreamRecord
 from recorder.simulate import run_in_thread
 from recorder.store import SqlSink, upgrade
-from tests.cli.test_top import post_stream
-from tests.e2e.conftest import free_port
-
-ROOT = Path(__file__).parents[2]
-
-
-def wait_listening(port: int, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
-
-
-MITMDUMP = str(Path(sys.executable).parent / "mitmdump")
-
-
-def start_mitmdump(
-    tmp_path: Path, upstream: str, port: int, *options: str, also_modes: tuple[str, ...] = ()
-) -> subprocess.Popen[str]:
-    """`mitmdump -q -s addons/recorder_addon.py` in reverse mode before ``upstream``,
-    on 127.0.0.1:``port``, with ``--set`` for each of ``options`` and a ``--mode``
-    for each of ``also_modes`` (each with its own ``@port``)."""
-    sets = [arg for option in options for arg in ("--set", option)]
-    sets += [arg for mode in also_modes for arg in ("--mode", mode)]
-    return subprocess.Popen(
-        [
-            MITMDUMP,
-            "-q",
-            "-s",
-            str(ROOT / "addons" / "recorder_addon.py"),
-            "--mode",
-            f"reverse:{upstream}",
-            "--listen-host",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            *sets,
-        ],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+from tests.kit.ports import free_port
+from tests.kit.processes import start_mitmdump, wait_listening
+from tests.kit.traffic import post_stream
 
 
 def test_bad_stall_option_is_an_options_error(tmp_path: Path) -> None:

@@ -27,10 +27,9 @@ import pytest
 import sqlalchemy as sa
 
 from recorder.simulate import SentRecord, Simulator, run_in_thread, server_context
-from tests.cli.proxy_process import start_proxy
-from tests.e2e.conftest import free_port
-from tests.kit_tls import PrivateTLS, UpstreamProxy
-from tests.proxy.test_script import start_mitmdump, wait_listening
+from tests.kit.ports import free_port
+from tests.kit.processes import start_mitmdump, start_proxy, wait_listening
+from tests.kit.upstreams import PrivateTLS, UpstreamProxy
 
 MESSAGES: Any = [{"role": "user", "content": "Tell me about harmony."}]
 LAUNCHERS = ["mitmdump", "recorder-proxy"]

@@ -7,11 +7,9 @@ times; the client still receives the upstream's exact bytes. Both through
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,12 +22,11 @@ import pytest
 
 from recorder.proxy.webview import mark_for, summary
 from recorder.simulate import Simulator, run_in_thread
-from tests.cli.proxy_process import start_proxy
-from tests.e2e.conftest import free_port
-from tests.store.storedb import simple_record
+from tests.kit.ports import free_port
+from tests.kit.processes import start_mitmweb, start_proxy
+from tests.kit.records import simple_record
 
 ROOT = Path(__file__).resolve().parents[2]
-MITMWEB = str(Path(sys.executable).parent / "mitmweb")
 PASSWORD = "webview-test-password"
 # (x-sim-fault, outcome, the word its comment carries, marked)
 CASES = [
@@ -81,37 +78,16 @@ def web(request: pytest.FixtureRequest, sim: Simulator, tmp_path: Path) -> Itera
         w = Web(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{web_port}", found.group(2))
     else:
         port = free_port()
-        env = {**os.environ, "HOME": str(tmp_path)}
-        env.pop("RECORDER_KEY_SECRET", None)
-        proc = subprocess.Popen(
-            [
-                MITMWEB,
-                "-s",
-                str(ROOT / "addons" / "recorder_addon.py"),
-                "--mode",
-                f"reverse:{sim.url}",
-                "--listen-host",
-                "127.0.0.1",
-                "--listen-port",
-                str(port),
-                "--set",
-                f"web_port={web_port}",
-                "--set",
-                "web_open_browser=false",
-                "--set",
-                f"web_password={PASSWORD}",
-                "--set",
-                f"recorder_db=sqlite:///{tmp_path / 'web.db'}",
-                "--set",
-                f"recorder_spool_dir={tmp_path}",
-                "--set",
-                "recorder_stall_after=1",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
-            cwd=tmp_path,
+        proc = start_mitmweb(
+            tmp_path,
+            sim.url,
+            port,
+            f"web_port={web_port}",
+            "web_open_browser=false",
+            f"web_password={PASSWORD}",
+            f"recorder_db=sqlite:///{tmp_path / 'web.db'}",
+            f"recorder_spool_dir={tmp_path}",
+            "recorder_stall_after=1",
         )
         w = Web(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{web_port}", PASSWORD)
     try:

@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from recorder.simulate import run_in_thread, server_context
-from tests.kit_tls import PrivateTLS, make_private_tls
+from tests.kit.upstreams import PrivateTLS, make_private_tls
 
 RECORDER = str(Path(sys.executable).parent / "recorder")
 

@@ -11,17 +11,7 @@ from typing import Any
 import orjson
 import pytest
 from sqlalchemy import inspect, text
-from storedb import (
-    count_rows,
-    ids_in_db,
-    kind_of,
-    outage,
-    simple_record,
-    spool_files,
-    wait_for,
-)
 
-from recorder.cli.main import main
 from recorder.core.captured import CapturedBody, CapturedRecord, PackedBody, body_of
 from recorder.core.record import StreamRecord
 from recorder.store.engine import make_engine
@@ -34,6 +24,9 @@ from recorder.store.queries import (
 )
 from recorder.store.spool import SPOOL_PREFIX, read_records, record_from_doc, record_line
 from recorder.store.writer import SqlSink
+from tests.kit.cli import Cli
+from tests.kit.databases import count_rows, ids_in_db, kind_of, outage, spool_files, wait_for
+from tests.kit.records import simple_record
 
 ROOT = Path(__file__).resolve().parents[2]
 SSE = (ROOT / "tests" / "fixtures" / "openai-chat" / "d61558011839.sse").read_bytes()
@@ -270,32 +263,24 @@ def test_purge_bodies_keeps_the_streams(db_url: str, tmp_path: Path) -> None:
         engine.dispose()
 
 
-def run_db(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_db_purge_bodies_command(
-    capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path
+    capsys: pytest.CaptureFixture[str], cli: Cli, db_url: str, tmp_path: Path
 ) -> None:
     old = [captured(i, started_at="2025-01-01T00:00:00.000Z") for i in range(3)]
     new = [captured(i, started_at="2026-06-01T00:00:00.000Z") for i in range(2)]
     _store(db_url, tmp_path, [*old, *new])
-    code, out, err = run_db(
-        capsys, "db", "purge-bodies", "--before", "2026-01-01", "--dry-run", "--db", db_url
+    code, out, err = cli(
+        "db", "purge-bodies", "--before", "2026-01-01", "--dry-run", "--db", db_url
     )
     assert code == 0, err
     assert out.startswith("3 stored body(ies) of streams started before 2026-01-01")
     assert count_rows(db_url, "stream_bodies") == 5
-    code, out, err = run_db(capsys, "db", "purge-bodies", "--before", "2026-01-01", "--db", db_url)
+    code, out, err = cli("db", "purge-bodies", "--before", "2026-01-01", "--db", db_url)
     assert code == 0 and out.startswith("deleted 3 stored body(ies)"), err
-    code, out, err = run_db(capsys, "db", "purge-bodies", "--db", db_url)
+    code, out, err = cli("db", "purge-bodies", "--db", db_url)
     assert code == 0 and out.startswith("deleted 2 stored body(ies);"), err
     assert count_rows(db_url) == 5 and count_rows(db_url, "stream_bodies") == 0
-    code, _, err = run_db(capsys, "db", "purge-bodies", "--before", "someday", "--db", db_url)
+    code, _, err = cli("db", "purge-bodies", "--before", "someday", "--db", db_url)
     assert code == 2 and "not a time" in err
-    code, _, err = run_db(
-        capsys, "db", "purge-bodies", "--db", f"sqlite:///{tmp_path / 'missing.db'}"
-    )
+    code, _, err = cli("db", "purge-bodies", "--db", f"sqlite:///{tmp_path / 'missing.db'}")
     assert code == 1 and "no database" in err

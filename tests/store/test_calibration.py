@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from sqlalchemy import update
-from storedb import simple_record, unreachable_url
 
 from recorder.core.billing import fill_usage
 from recorder.core.estimate import Calibration, Estimator
@@ -15,6 +14,8 @@ from recorder.store.calibration import warm_from
 from recorder.store.engine import make_engine
 from recorder.store.models import STREAMS, parse_started_at
 from recorder.store.writer import SqlSink
+from tests.kit.databases import unreachable_url
+from tests.kit.records import simple_record
 
 
 def claude_stream(i: int, ratio: float) -> StreamRecord:

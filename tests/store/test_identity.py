@@ -8,11 +8,12 @@ import time
 from pathlib import Path
 
 import pytest
-from storedb import count_rows, ids_in_db, kind_of, simple_record, spool_files, unreachable_url
 
 from recorder.store.identity import CACHE_FILE, default_spool_dir, store_key
 from recorder.store.spool import describe
 from recorder.store.writer import SqlSink
+from tests.kit.databases import count_rows, ids_in_db, kind_of, spool_files, unreachable_url
+from tests.kit.records import simple_record
 
 
 def test_the_store_key_is_the_normalised_url_without_its_password(

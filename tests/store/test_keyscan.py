@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 from pathlib import Path
 
 import pytest
-from storedb import outage, simple_record
 
-from recorder.cli import sessions
 from recorder.core.keys import fingerprint
 from recorder.store.engine import make_engine
 from recorder.store.migrate import upgrade
 from recorder.store.secret import key_secret
 from recorder.store.writer import SqlSink
+from tests.kit.cli import Cli
+from tests.kit.databases import outage
+from tests.kit.records import simple_record
 
 KEY = "sk-live-SECRETKEY123456"
 NEEDLES = (KEY.encode(), b"SECRETKEY", b"sk-live", KEY.encode("utf-16-le"))
@@ -29,7 +29,7 @@ def _scan(paths: list[Path]) -> list[str]:
 
 
 def test_no_key_in_database_spool_or_logs(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, cli: Cli
 ) -> None:
     db_path = tmp_path / "recorder.db"
     db = f"sqlite:///{db_path}"
@@ -57,20 +57,9 @@ def test_no_key_in_database_spool_or_logs(
     sink.close()
     logging.getLogger("sqlalchemy.engine").setLevel(logging.WARNING)
 
-    args = argparse.Namespace(
-        db=db,
-        format="json",
-        since=None,
-        until=None,
-        endpoint=None,
-        model=None,
-        outcome=None,
-        key=KEY,
-        limit=0,
-        id=None,
-    )
-    assert sessions.run(args) == 0
-    out = capsys.readouterr().out
+    ran = cli("sessions", "--db", db, "--format", "json", "--key", KEY, "--limit", "0")
+    assert ran.code == 0
+    out = ran.out
     assert out.count(fp) == 30
 
     files = [p for p in tmp_path.rglob("*") if p.is_file()]

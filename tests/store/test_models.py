@@ -9,7 +9,6 @@ from decimal import Decimal
 import pytest
 from sqlalchemy import Engine, inspect, select, text
 from sqlalchemy.orm import Session, selectinload
-from storedb import full_record, kind_of, simple_record
 
 from recorder.core.record import FIELDS, StreamRecord
 from recorder.store.models import (
@@ -21,6 +20,8 @@ from recorder.store.models import (
     to_money,
     to_record,
 )
+from tests.kit.databases import kind_of
+from tests.kit.records import full_record, simple_record
 
 
 def _store(engine: Engine, rec: StreamRecord) -> None:

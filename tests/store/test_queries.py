@@ -6,7 +6,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import Engine, text
-from storedb import full_record, simple_record
 
 from recorder.core.keys import SECRET_ENV, fingerprint
 from recorder.core.record import StreamRecord
@@ -21,6 +20,7 @@ from recorder.store.queries import (
 )
 from recorder.store.secret import get_or_create_secret
 from recorder.store.writer import SqlSink
+from tests.kit.records import full_record, simple_record
 
 NOW = datetime(2026, 2, 1, 12, 0, tzinfo=UTC)
 

@@ -7,12 +7,12 @@ import threading
 from pathlib import Path
 
 import pytest
-from storedb import unreachable_url
 
 from recorder.core.keys import SECRET_ENV
 from recorder.store.engine import make_engine
 from recorder.store.migrate import StoreUnavailable
 from recorder.store.secret import CACHE_FILE, get_or_create_secret, key_secret, read_secret
+from tests.kit.databases import unreachable_url
 
 
 def test_created_once_and_stable(db_url: str, tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 import orjson
-from storedb import full_record, simple_record
 
 from recorder.store.spool import (
     REJECTED_FILE,
@@ -19,6 +18,7 @@ from recorder.store.spool import (
     record_from_doc,
     record_line,
 )
+from tests.kit.records import full_record, simple_record
 
 
 def test_lines_read_back_as_the_same_records(tmp_path: Path) -> None:

@@ -21,12 +21,13 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine
-from storedb import count_rows, ids_in_db, outage, simple_record, spool_files, wait_for
 
 from recorder.store import spool as spool_mod
 from recorder.store.engine import make_engine
 from recorder.store.spool import SPOOL_PREFIX
 from recorder.store.writer import SqlSink
+from tests.kit.databases import count_rows, ids_in_db, outage, spool_files, wait_for
+from tests.kit.records import simple_record
 
 _real_write = os.write
 

@@ -14,22 +14,23 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine
-from storedb import (
-    count_rows,
-    ids_in_db,
-    kind_of,
-    outage,
-    simple_record,
-    spool_files,
-    spooled_docs,
-    unreachable_url,
-    wait_for,
-)
 
 from recorder.store.engine import make_engine
 from recorder.store.identity import StoreIdentity, store_key
 from recorder.store.spool import REJECTED_FILE, header_line, record_line
 from recorder.store.writer import SqlSink
+from tests.kit.databases import (
+    count_rows,
+    ids_in_db,
+    kind_of,
+    outage,
+    spool_files,
+    spooled_docs,
+    unreachable_url,
+    wait_for,
+)
+from tests.kit.processes import python_env
+from tests.kit.records import simple_record
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -364,8 +365,7 @@ def test_two_processes_on_one_database(db_url: str, tmp_path: Path) -> None:
     code = textwrap.dedent(
         """
         import sys
-        sys.path.insert(0, sys.argv[3])
-        from storedb import simple_record
+        from tests.kit.records import simple_record
         from recorder.store.writer import SqlSink
         sink = SqlSink(sys.argv[1], sys.argv[2], batch_size=200)
         for i in range(2000):
@@ -375,13 +375,13 @@ def test_two_processes_on_one_database(db_url: str, tmp_path: Path) -> None:
         print(s["written"], s["spooled"], s["dropped"])
         """
     )
-    here = str(Path(__file__).parent)
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", code, db_url, str(tmp_path / "spool"), here],
+            [sys.executable, "-c", code, db_url, str(tmp_path / "spool")],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            env=python_env(),
         )
         for _ in range(2)
     ]
@@ -399,8 +399,7 @@ def test_two_processes_on_one_database(db_url: str, tmp_path: Path) -> None:
 
 _CHILD = """
 import os, signal, sys, time
-sys.path.insert(0, sys.argv[4])
-from storedb import simple_record
+from tests.kit.records import simple_record
 from recorder.store.engine import make_engine
 from recorder.store.writer import SqlSink
 
@@ -426,10 +425,11 @@ while True:
 
 def _child(db: str, spool: Path, mode: str) -> subprocess.Popen[str]:
     p = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, db, str(spool), mode, str(Path(__file__).parent)],
+        [sys.executable, "-c", _CHILD, db, str(spool), mode],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=python_env(),
     )
     assert p.stdout is not None
     assert p.stdout.readline().strip() == "ready", p.stderr.read() if p.stderr else ""

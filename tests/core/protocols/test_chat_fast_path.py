@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from recorder.core import StreamMeter
 from recorder.core.protocols import chat
-from tests.fixtures.framing import load_body
+from tests.kit.framing import load_body
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 CHAT_FILES = sorted((FIXTURES / "openai-chat").glob("*.sse")) + sorted(

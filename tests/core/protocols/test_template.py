@@ -32,7 +32,7 @@ from recorder.core.protocols.base import (
     Observations,
 )
 from recorder.core.protocols.template import INT, STRING, Template, learn, string_at
-from tests.fixtures.framing import endpoint_for, fixture_files, load_body
+from tests.kit.framing import endpoint_for, fixture_files, load_body
 
 MODULES = {"chat.completions": chat, "messages": messages, "responses": responses}
 Parse = Callable[[Interpreter, bytes], object]

@@ -15,6 +15,10 @@ from recorder.proxy.addon import Recorder, RecorderConfig
 from recorder.proxy.runner import Listener, ProxySettings, run_in_thread
 from recorder.store.sinks import FanoutSink, MemorySink, Sink
 
+# Stall threshold for tests: time is scaled, the meaning is not (a 1.0 s
+# threshold against a 1.5 s silence is a stall; 0.2 s gaps are not).
+STALL_AFTER = 1.0
+
 
 class ThreadSafeSink(MemorySink):
     """MemorySink whose readers wait for records (written on the proxy's thread)."""

@@ -11,12 +11,14 @@ the label cap allows.
 tapped request arrives, ``stream_ended`` and ``observe`` when its record is
 finished. ``fake_billing`` stands in for the price table until billing fills
 ``cost_usd`` and the estimated token figures itself.
+
+``post_stream`` is the other kind: one real request to a running proxy.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import math
+import urllib.request
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
@@ -31,27 +33,16 @@ from recorder.metrics import Metrics
 from recorder.proxy.addon import Recorder, RecorderConfig
 from recorder.proxy.observers import RecordCallback
 from recorder.store.sinks import MemorySink
+from tests.kit import framing
+from tests.kit.flows import CHAT_SSE, MESSAGES_SSE, SECRET, Clock, pieces_of
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-SECRET = b"test-secret"
 
 
-def _framing() -> object:
-    spec = importlib.util.spec_from_file_location("fixture_framing", FIXTURES / "framing.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_FRAMING = _framing()
-CHAT_SSE = (FIXTURES / "openai-chat" / "d61558011839.sse").read_bytes()
-# The SDK stored this capture without the blank line that ends its last event on the wire.
-MESSAGES_SSE = (FIXTURES / "anthropic-messages" / "basic_response.sse").read_bytes() + b"\n\n"
-RESPONSES_SSE: bytes = _FRAMING.load_body(  # type: ignore[attr-defined]
+RESPONSES_SSE: bytes = framing.load_body(
     FIXTURES / "payload-only" / "openai-responses" / "openai-web-search-tool.1.chunks.txt"
 )
-RESPONSES_ERROR_SSE: bytes = _FRAMING.load_body(  # type: ignore[attr-defined]
+RESPONSES_ERROR_SSE: bytes = framing.load_body(
     FIXTURES / "payload-only" / "openai-responses" / "openai-error.1.chunks.txt"
 )
 ANTHROPIC_ERROR_SSE = (
@@ -60,16 +51,6 @@ ANTHROPIC_ERROR_SSE = (
     + b'data: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n'
 )
 KEEPALIVE = b": keepalive\n\n"
-
-
-class Clock:
-    """A fake monotonic clock the tests move by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def fake_billing(rec: StreamRecord) -> None:
@@ -136,10 +117,6 @@ def make_flow(path: str, body: dict[str, object]) -> http.HTTPFlow:
 def sse_response(status: int = 200) -> http.Response:
     headers = http.Headers([(b"content-type", b"text/event-stream; charset=utf-8")])
     return tutils.tresp(status_code=status, headers=headers, content=None)
-
-
-def pieces_of(body: bytes, size: int) -> list[bytes]:
-    return [body[i : i + size] for i in range(0, len(body), size)]
 
 
 PATHS = {
@@ -295,3 +272,18 @@ class Traffic:
         ]
         for scenario in scenarios:
             await scenario()  # type: ignore[misc]
+
+
+def post_stream(port: int, model: str) -> bytes:
+    """One streamed chat request to 127.0.0.1:``port``, with a key; the bytes answered."""
+    body = orjson.dumps(
+        {"model": model, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    )
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/chat/completions",
+        data=body,
+        headers={"content-type": "application/json", "authorization": "Bearer sk-live-test-9876"},
+    )
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        data: bytes = resp.read()
+        return data

@@ -1,6 +1,6 @@
 """A private PostgreSQL cluster for one test, which the test may hang.
 
-The shared server (``storedb``) must never be stopped or frozen, so a test that
+The shared server (tests.kit.databases) must never be stopped or frozen, so a test that
 needs a database that stops answering (its processes stopped with SIGSTOP: TCP
 still accepts, nothing replies) starts its own cluster with ``initdb`` and
 ``pg_ctl`` from the PostgreSQL install on this machine, in a temporary
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import free_port
+from tests.kit.ports import free_port
 
 
 def _bindir() -> Path | None:

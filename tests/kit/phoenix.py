@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import free_port
+from tests.kit.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 180  # it takes 20-30 s on a loaded 2-core machine

@@ -1,4 +1,4 @@
-"""Databases for the store's tests, built by running the migrations.
+"""Databases for the tests, built by running the migrations.
 
 Every test that takes ``db_url`` runs twice: on SQLite (a copy of a migrated
 template file) and on PostgreSQL (a database cloned from a migrated template
@@ -9,8 +9,8 @@ PostgreSQL is reached as ``RECORDER_TEST_PG`` (default
 ``postgresql+psycopg://postgres@127.0.0.1:5432/test``). When nothing answers
 there, its tests are skipped, except under CI (``CI`` set), where they fail.
 
-Test modules outside tests/store import the fixtures from here (the store's
-conftest does too).
+tests/conftest.py registers the fixtures for the whole suite; the helpers
+(``kind_of``, ``outage``, ``count_rows``, ``spool_files``, …) are imported from here.
 """
 
 from __future__ import annotations
@@ -30,8 +30,6 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
-from recorder.core.record import Gap, StreamRecord
-from recorder.proxy.ids import new_record_id
 from recorder.store.engine import make_engine
 from recorder.store.migrate import upgrade
 from recorder.store.spool import SPOOL_PREFIX
@@ -200,106 +198,6 @@ def ids_in_db(url: str) -> list[str]:
             return [r[0] for r in conn.execute(text("SELECT id FROM streams"))]
     finally:
         eng.dispose()
-
-
-def full_record(**overrides: Any) -> StreamRecord:
-    """A record with every field set (nothing left at its default)."""
-    values: dict[str, Any] = dict(
-        id=new_record_id(),
-        started_at="2026-03-04T05:06:07.089Z",
-        endpoint="messages",
-        provider="anthropic",
-        upstream="api.anthropic.com:443",
-        model="claude-sonnet-4-5",
-        response_model="claude-sonnet-4-5-20250929",
-        request_id="req_011CUZ",
-        response_id="msg_01XYZ",
-        project="wrkspc_01",
-        streamed=True,
-        http_status=200,
-        outcome="upstream_disconnect",
-        interrupted=True,
-        finish_reason="max_tokens",
-        error_type="overloaded_error",
-        error_code="529",
-        error_message="Overloaded: «ça déborde» 😅",
-        ttfb_ms=212.5,
-        first_event_ms=230.25,
-        ttft_ms=731.125,
-        duration_ms=95123.5,
-        events=1234,
-        keepalives=17,
-        max_keepalive_gap_ms=15000.5,
-        max_silence_ms=45000.0,
-        max_output_gap_ms=61000.25,
-        stalls=2,
-        stall_ms=96000.75,
-        output_chars=4567,
-        tool_calls=3,
-        input_tokens=12345,
-        cache_read_tokens=10000,
-        cache_write_tokens=345,
-        output_tokens=890,
-        reasoning_tokens=120,
-        input_source="reported",
-        output_source="estimated",
-        usage_source="mixed",
-        estimate_method="chars/4",
-        cost_usd="0.123456789012",
-        price_version="anthropic-2026-01",
-        api_key_id="…3456:0a1b2c3d4e5f",
-        organization="org-abc",
-        include_usage=True,
-        max_output_tokens=4096,
-        parse_issues=2,
-        oversized_events=1,
-        partial_event_at_end=True,
-        transport_error="connection reset by peer",
-        recorder_error="ValueError: boom",
-        raw_usage={"input_tokens": 1000, "cache_read_input_tokens": 10000, "nested": {"a": [1, 2]}},
-        service_tier="priority",
-        requested_tier="fast",
-        cache_write_5m_tokens=300,
-        cache_write_1h_tokens=45,
-        server_tool_requests={"web_search": 2},
-        output_breakdown={"text": 4000, "tool_arguments": 567},
-        input_breakdown={"latin": 40000, "cjk": 1200},
-        unpriced_reason="no 'priority' service-tier rate for claude-x",
-        gaps=[
-            Gap("stall", 1000.0, 61000.25),
-            Gap("keepalive", 2000.0, 15000.5),
-            Gap("silence", 3000.5, 45000.0),
-            Gap("stall", 62000.0, 35000.5),
-        ],
-    )
-    values.update(overrides)
-    return StreamRecord(**values)
-
-
-def simple_record(i: int = 0, **overrides: Any) -> StreamRecord:
-    """A small completed record."""
-    values: dict[str, Any] = dict(
-        id=new_record_id(),
-        started_at=f"2026-02-01T00:00:{i % 60:02d}.000Z",
-        endpoint="chat.completions",
-        provider="openai",
-        upstream="api.openai.com:443",
-        model="gpt-4o-mini",
-        outcome="completed",
-        interrupted=False,
-        http_status=200,
-        duration_ms=1500.0 + i,
-        ttft_ms=300.0,
-        input_tokens=100,
-        output_tokens=20 + i,
-        input_source="reported",
-        output_source="reported",
-        usage_source="reported",
-        cost_usd="0.000027000000",
-        gaps=[Gap("silence", 300.0, 800.0)],
-    )
-    values.update(overrides)
-    return StreamRecord(**values)
 
 
 def wait_for(cond: Callable[[], bool], timeout: float = 30.0) -> None:

@@ -1,0 +1,374 @@
+"""The record factories of the suite: every ``StreamRecord`` a test builds by hand
+starts here.
+
+- ``simple_record`` / ``full_record``: a small completed stream / every field set;
+- ``rec`` and ``random_records``: the audit's streams (every outcome, source and
+  unknown value; costs up to the column's limit);
+- ``priced_record`` and ``fixture_records``: streams costed with the repricing
+  tests' ``V1`` table (tests.kit.prices);
+- ``span_record``: a stream with the figures an OpenTelemetry span carries;
+- ``metric_record``: the fields the Prometheus exporter reads;
+- ``DOCUMENTED_FIELDS``: every field of a record, in its documented order.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from recorder.core.protocols import ENDPOINTS
+from recorder.core.record import (
+    INTERRUPTED_OUTCOMES,
+    OUTCOMES,
+    SOURCES,
+    Gap,
+    StreamRecord,
+    combine_sources,
+)
+from recorder.proxy.ids import new_record_id
+from tests.kit.prices import V1, expected_cost
+
+# Every field of a recorded stream, in the order the record's specification lists
+# them (the order users script against).
+DOCUMENTED_FIELDS = (
+    "id",
+    "started_at",
+    "endpoint",
+    "provider",
+    "upstream",
+    "model",
+    "response_model",
+    "request_id",
+    "response_id",
+    "project",
+    "streamed",
+    "http_status",
+    "outcome",
+    "interrupted",
+    "finish_reason",
+    "error_type",
+    "error_code",
+    "error_message",
+    "ttfb_ms",
+    "first_event_ms",
+    "ttft_ms",
+    "duration_ms",
+    "events",
+    "keepalives",
+    "max_keepalive_gap_ms",
+    "max_silence_ms",
+    "max_output_gap_ms",
+    "stalls",
+    "stall_ms",
+    "output_chars",
+    "tool_calls",
+    "input_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "input_source",
+    "output_source",
+    "usage_source",
+    "estimate_method",
+    "cost_usd",
+    "price_version",
+    "api_key_id",
+)
+
+
+def full_record(**overrides: Any) -> StreamRecord:
+    """A record with every field set (nothing left at its default)."""
+    values: dict[str, Any] = dict(
+        id=new_record_id(),
+        started_at="2026-03-04T05:06:07.089Z",
+        endpoint="messages",
+        provider="anthropic",
+        upstream="api.anthropic.com:443",
+        model="claude-sonnet-4-5",
+        response_model="claude-sonnet-4-5-20250929",
+        request_id="req_011CUZ",
+        response_id="msg_01XYZ",
+        project="wrkspc_01",
+        streamed=True,
+        http_status=200,
+        outcome="upstream_disconnect",
+        interrupted=True,
+        finish_reason="max_tokens",
+        error_type="overloaded_error",
+        error_code="529",
+        error_message="Overloaded: «ça déborde» 😅",
+        ttfb_ms=212.5,
+        first_event_ms=230.25,
+        ttft_ms=731.125,
+        duration_ms=95123.5,
+        events=1234,
+        keepalives=17,
+        max_keepalive_gap_ms=15000.5,
+        max_silence_ms=45000.0,
+        max_output_gap_ms=61000.25,
+        stalls=2,
+        stall_ms=96000.75,
+        output_chars=4567,
+        tool_calls=3,
+        input_tokens=12345,
+        cache_read_tokens=10000,
+        cache_write_tokens=345,
+        output_tokens=890,
+        reasoning_tokens=120,
+        input_source="reported",
+        output_source="estimated",
+        usage_source="mixed",
+        estimate_method="chars/4",
+        cost_usd="0.123456789012",
+        price_version="anthropic-2026-01",
+        api_key_id="…3456:0a1b2c3d4e5f",
+        organization="org-abc",
+        include_usage=True,
+        max_output_tokens=4096,
+        parse_issues=2,
+        oversized_events=1,
+        partial_event_at_end=True,
+        transport_error="connection reset by peer",
+        recorder_error="ValueError: boom",
+        raw_usage={"input_tokens": 1000, "cache_read_input_tokens": 10000, "nested": {"a": [1, 2]}},
+        service_tier="priority",
+        requested_tier="fast",
+        cache_write_5m_tokens=300,
+        cache_write_1h_tokens=45,
+        server_tool_requests={"web_search": 2},
+        output_breakdown={"text": 4000, "tool_arguments": 567},
+        input_breakdown={"latin": 40000, "cjk": 1200},
+        unpriced_reason="no 'priority' service-tier rate for claude-x",
+        gaps=[
+            Gap("stall", 1000.0, 61000.25),
+            Gap("keepalive", 2000.0, 15000.5),
+            Gap("silence", 3000.5, 45000.0),
+            Gap("stall", 62000.0, 35000.5),
+        ],
+    )
+    values.update(overrides)
+    return StreamRecord(**values)
+
+
+def simple_record(i: int = 0, **overrides: Any) -> StreamRecord:
+    """A small completed record."""
+    values: dict[str, Any] = dict(
+        id=new_record_id(),
+        started_at=f"2026-02-01T00:00:{i % 60:02d}.000Z",
+        endpoint="chat.completions",
+        provider="openai",
+        upstream="api.openai.com:443",
+        model="gpt-4o-mini",
+        outcome="completed",
+        interrupted=False,
+        http_status=200,
+        duration_ms=1500.0 + i,
+        ttft_ms=300.0,
+        input_tokens=100,
+        output_tokens=20 + i,
+        input_source="reported",
+        output_source="reported",
+        usage_source="reported",
+        cost_usd="0.000027000000",
+        gaps=[Gap("silence", 300.0, 800.0)],
+    )
+    values.update(overrides)
+    return StreamRecord(**values)
+
+
+BASE = datetime(2026, 3, 1, 22, 0, tzinfo=UTC)
+
+
+KEYS = [None, "…1111:aaaaaaaaaaaa", "…2222:bbbbbbbbbbbb"]
+
+
+PROJECTS = [None, "proj_a", "proj_b"]
+
+
+MODELS = [None, "gpt-4o", "gpt-4o-mini", "claude-sonnet-4-5"]
+
+
+def random_records(rng: random.Random, n: int) -> list[StreamRecord]:
+    """``n`` streams with every kind of value an audit meets: unknown keys,
+    projects and models, every outcome and source, unknown figures, unpriced
+    streams, and costs up to the column's limit (12 integer digits)."""
+    out = []
+    for _ in range(n):
+        outcome = rng.choice(OUTCOMES)
+        in_src = rng.choice(SOURCES)
+        out_src = rng.choice(SOURCES)
+        usage = combine_sources(in_src, out_src)
+
+        def tokens(source: str, hi: int = 50_000) -> int | None:
+            return None if source == "none" else rng.randint(0, hi)
+
+        priced = usage != "none" and rng.random() < 0.8
+        if priced:
+            if rng.random() < 0.05:
+                cost = f"{rng.randint(0, 10**12 - 1)}.{rng.randint(0, 10**12 - 1):012d}"
+            else:
+                cost = f"0.{rng.randint(0, 10**12 - 1):012d}"
+        started = BASE + timedelta(milliseconds=rng.randint(0, 3 * 86_400_000))
+        out.append(
+            StreamRecord(
+                id=new_record_id(),
+                started_at=started.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+                endpoint=rng.choice(ENDPOINTS),
+                provider="openai",
+                model=rng.choice(MODELS),
+                project=rng.choice(PROJECTS),
+                api_key_id=rng.choice(KEYS),
+                outcome=outcome,
+                interrupted=outcome in INTERRUPTED_OUTCOMES,
+                input_tokens=tokens(in_src),
+                cache_read_tokens=tokens(in_src, 1000) if rng.random() < 0.5 else None,
+                cache_write_tokens=tokens(in_src, 1000) if rng.random() < 0.3 else None,
+                output_tokens=tokens(out_src),
+                reasoning_tokens=tokens(out_src, 500) if rng.random() < 0.3 else None,
+                input_source=in_src,
+                output_source=out_src,
+                usage_source=usage,
+                cost_usd=cost if priced else None,
+                price_version="t:m@d" if priced else None,
+            )
+        )
+    return out
+
+
+def rec(**kw: Any) -> StreamRecord:
+    """A reported, priced gpt-4o chat stream (the audit's unit of account)."""
+    values: dict[str, Any] = dict(
+        id=new_record_id(),
+        started_at="2026-05-05T10:30:00.000Z",
+        endpoint="chat.completions",
+        model="gpt-4o",
+        outcome="completed",
+        interrupted=False,
+        input_tokens=100,
+        output_tokens=10,
+        input_source="reported",
+        output_source="reported",
+        usage_source="reported",
+        cost_usd="0.000350000000",
+        price_version="t:gpt-4o@d",
+    )
+    values.update(kw)
+    return StreamRecord(**values)
+
+
+def priced_record(
+    model: str | None, inp: int | None, out: int | None, started: str, **kw: Any
+) -> StreamRecord:
+    """A chat stream of ``model`` costed with the ``V1`` table (unpriced when V1 has
+    no rate; no usage at all when both token counts are None)."""
+    known = inp is not None or out is not None
+    cost = expected_cost(V1, model or "", inp or 0, out or 0) if known else None
+    values: dict[str, Any] = dict(
+        id=new_record_id(),
+        started_at=started,
+        endpoint="chat.completions",
+        provider="openai",
+        model=model,
+        outcome="completed",
+        interrupted=False,
+        input_tokens=inp,
+        output_tokens=out,
+        input_source="reported" if inp is not None else "none",
+        output_source="reported" if out is not None else "none",
+        usage_source="reported" if known else "none",
+        cost_usd=None if cost is None else f"{cost:f}",
+        price_version=None if cost is None else f"v1:{model}@2026-01-01",
+        unpriced_reason=f"no price for model {model!r}" if known and cost is None else None,
+    )
+    values.update(kw)
+    return StreamRecord(**values)
+
+
+def fixture_records() -> list[StreamRecord]:
+    """The streams the repricing tests store: seven from 2026-04 on, one before."""
+    return [
+        priced_record("gpt-4o", 1000, 200, "2026-04-01T10:00:00.000Z"),
+        priced_record("gpt-4o", 12345, 6789, "2026-04-02T10:00:00.000Z"),
+        priced_record(  # an estimated (cut) stream is repriced all the same
+            "gpt-4o",
+            800,
+            33,
+            "2026-04-02T11:00:00.000Z",
+            outcome="upstream_disconnect",
+            interrupted=True,
+            output_source="estimated",
+            usage_source="mixed",
+        ),
+        priced_record("claude-x", 5000, 700, "2026-04-02T12:00:00.000Z"),
+        priced_record("gpt-4o-mini", 3000, 100, "2026-04-03T12:00:00.000Z"),  # unpriced in v1
+        priced_record("legacy-model", 10, 20, "2026-04-03T13:00:00.000Z"),
+        priced_record(  # an http_error: no usage, never priced
+            "gpt-4o",
+            None,
+            None,
+            "2026-04-03T14:00:00.000Z",
+            outcome="http_error",
+            http_status=429,
+        ),
+        priced_record("gpt-4o", 999, 999, "2026-03-01T00:00:00.000Z"),  # before --since
+    ]
+
+
+def span_record(**over: object) -> StreamRecord:
+    """A finished chat stream with the figures a span carries (overrides set after)."""
+    rec = StreamRecord(
+        id="rec_1",
+        started_at="2026-12-01T10:00:00.250Z",
+        endpoint="openai-chat",
+        provider="openai",
+        upstream="api.openai.com:443",
+        model="gpt-4o",
+        response_model="gpt-4o-2024-08-06",
+        response_id="chatcmpl-1",
+        http_status=200,
+        outcome="completed",
+        interrupted=False,
+        finish_reason="stop",
+        first_event_ms=80.0,
+        ttft_ms=95.5,
+        duration_ms=2500.0,
+        events=40,
+        keepalives=3,
+        stalls=1,
+        max_output_gap_ms=1200.0,
+        input_tokens=120,
+        cache_read_tokens=100,
+        cache_write_tokens=0,
+        output_tokens=38,
+        reasoning_tokens=12,
+        usage_source="reported",
+        input_source="reported",
+        output_source="reported",
+        cost_usd="0.00068500",
+        price_version="2026-11-01",
+        api_key_id="key_3f9a",
+        gaps=[Gap("stall", 400.0, 1200.0), Gap("keepalive", 100.0, 200.0)],
+    )
+    for name, value in over.items():
+        setattr(rec, name, value)
+    return rec
+
+
+def metric_record(**fields: Any) -> StreamRecord:
+    """The few fields the Prometheus exporter reads, and ``fields``."""
+    base: dict[str, Any] = {
+        "endpoint": "chat.completions",
+        "provider": "openai",
+        "model": "gpt-4o",
+        "outcome": "completed",
+        "interrupted": False,
+        "duration_ms": 2500.0,
+        "ttft_ms": 400.0,
+        "max_output_gap_ms": 120.0,
+        "stalls": 0,
+        "keepalives": 0,
+    }
+    base.update(fields)
+    return StreamRecord(**base)
