@@ -36,7 +36,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from mitmproxy import http
@@ -53,7 +52,7 @@ from recorder.core.request import RequestFacts, read_error_body, read_request
 from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES
 from recorder.metrics.health import Health
 from recorder.proxy.decoding import Decoder, decoder_for
-from recorder.proxy.ids import new_record_id
+from recorder.proxy.ids import new_record_start
 from recorder.proxy.tokenizers import counter_for
 from recorder.proxy.unpriced import WARNINGS as UNPRICED
 from recorder.store.sinks import Sink
@@ -372,11 +371,10 @@ class Recorder:
             key = _header_text(
                 authenticating_key(headers, query, endpoint=endpoint, host=req.host, path=req.path)
             )
+            record_id, started_at = new_record_start()
             rec = (CapturedRecord if self.config.capture_bodies else StreamRecord)(
-                id=new_record_id(),
-                started_at=datetime.now(UTC)
-                .isoformat(timespec="milliseconds")
-                .replace("+00:00", "Z"),
+                id=record_id,
+                started_at=started_at,
                 upstream=f"{req.host}:{req.port}",
                 project=_header_text(
                     headers.get("openai-project") or headers.get("anthropic-workspace")
