@@ -132,7 +132,7 @@ _OFFLINE = textwrap.dedent(
     socket.socket.connect_ex = refuse
     socket.getaddrinfo = refuse
     socket.create_connection = refuse
-    from recorder import tokenizers
+    from recorder.proxy import tokenizers
 
     print(tokenizers.preload())
     for model in ("gpt-4o", "gpt-4-turbo", "claude-sonnet-4-5"):
