@@ -10,7 +10,10 @@ caches. This bench measures the recorder's steps where they run. It starts
 served, the live view with its once-a-second stall walk, the shipped prices, a
 tokenizer if one is installed; OTLP export off), pinned to CPU 0, through this
 script, which wraps the addon's hooks, the tap, the batch metering and the record
-completion in ``perf_counter_ns`` timers, and the steps inside them too: in
+completion in timers of the calling thread's CPU time (``thread_time_ns``: time
+spent waiting for the GIL or for a CPU the machine's other work holds is not
+counted, so the figures hold on a loaded machine, where wall-clock timers charge a
+step with every GIL switch that falls inside it), and the steps inside them too: in
 ``requestheaders`` the header pick, the key, the record id, the record, the key
 fingerprint, the key mask, the meter and the in-flight gauges; in ``request`` the
 body's facts (and its token count); in the completion the usage and cost, the
@@ -19,8 +22,8 @@ sends the paced load of ``bench_overhead.py`` (100 streams, an event every 20 ms
 from the simulator; ``--rounds`` rounds, a fresh proxy each.
 
 Reported: µs per call of each step (medians of rounds) and the proxy's CPU seconds
-per 10,000 events. A sub-step's figure includes its own timer (about 0.3 µs per
-call), and so does the step around it.
+per 10,000 events. A sub-step's figure includes its own timer (a system call, about
+0.3-0.5 µs per call), and so does the step around it.
 """
 
 from __future__ import annotations
@@ -83,7 +86,8 @@ def child_timed_proxy() -> int:
 
         recorder.cli.proxy.FINISH_DELAY_S = 0.0
     totals: dict[str, list[int]] = {}
-    clock = time.perf_counter_ns
+    # CPU time of the calling thread, not wall time: see the module's docstring
+    clock = time.thread_time_ns
 
     def timed(name: str, fn: Any, count: Any = None) -> Any:
         @functools.wraps(fn)
