@@ -200,7 +200,8 @@ def main() -> int:
                 c0 = proxy.cpu_seconds()
                 got = asyncio.run(paced(proxy.port, f"r{r}", streams, deltas, 0.02))
                 events = sum(len(s.arrivals) for s in got)
-                cpu.append(1e4 * (proxy.cpu_seconds() - c0) / events)
+                if events:
+                    cpu.append(1e4 * (proxy.cpu_seconds() - c0) / events)
                 failures += [f"{s.sim_id}: {s.error}" for s in got if s.error]
             finally:
                 code = proxy.stop()

@@ -233,7 +233,7 @@ class Printer:
                 wake.clear()
                 self._idle = False
             self._busy = True
-            batch = []
+            batch: list[str] = []
             while lines and len(batch) < 256:  # write what has gathered in one go
                 batch.append(lines.popleft())
             _write(self.out, batch)
