@@ -1,25 +1,29 @@
-"""Where the recorder's time goes inside a running proxy, and what batching saves.
+"""Where the recorder's time goes inside a running proxy, per flow and per piece.
 
-Run: ``.venv/bin/python bench/bench_in_situ.py`` (about three minutes; ``--quick`` for a
-smoke run).
+Run: ``.venv/bin/python bench/bench_in_situ.py`` (about two minutes; ``--quick`` for a
+smoke run; ``--profile FILE`` also writes a cProfile of one round's proxy).
 
 A step costs 2-5x more inside mitmproxy's process than in a microbenchmark: between
 two of the recorder's calls mitmproxy runs enough code to evict ours from the CPU's
 caches. This bench measures the recorder's steps where they run. It starts
-``recorder proxy`` (SQLite, metrics on, pinned to CPU 0) through this script, which
-wraps the addon's hooks, the tap, the batch metering and the record completion in
-``perf_counter_ns`` timers before handing over to the CLI, and sends the paced load
-of ``bench_overhead.py`` (100 streams, an event every 20 ms) from the simulator.
+``recorder proxy`` as a user runs it today (SQLite with the kill -9 journal, metrics
+served, the live view with its once-a-second stall walk, the shipped prices, a
+tokenizer if one is installed; OTLP export off), pinned to CPU 0, through this
+script, which wraps the addon's hooks, the tap, the batch metering and the record
+completion in timers of the calling thread's CPU time (``thread_time_ns``: time
+spent waiting for the GIL or for a CPU the machine's other work holds is not
+counted, so the figures hold on a loaded machine, where wall-clock timers charge a
+step with every GIL switch that falls inside it), and the steps inside them too: in
+``requestheaders`` the header pick, the key, the record id, the record, the key
+fingerprint, the key mask, the meter and the in-flight gauges; in ``request`` the
+body's facts (and its token count); in the completion the usage and cost, the
+unpriced check, the metrics, the live view's line and the sink's submit. Then it
+sends the paced load of ``bench_overhead.py`` (100 streams, an event every 20 ms)
+from the simulator; ``--rounds`` rounds, a fresh proxy each.
 
-Three variants in one run, in a rotating order over ``--rounds`` rounds, each in a
-fresh proxy: ``BATCH_PIECES = 1`` with records completed at once (the recorder as it
-was: every piece metered as it arrives, the record finished inside the ``response``
-hook), the shipped ``BATCH_PIECES`` with records completed at once, and the shipped
-recorder (records completed ``FINISH_DELAY_S`` later, in batches). Reported per
-variant: µs per call of each step (medians of rounds) and the proxy's CPU seconds per
-10,000 events; and each variant's CPU against the first, per round.
-The timers themselves add about 0.3 µs per call (the CPU figures include them, in
-both variants alike).
+Reported: µs per call of each step (medians of rounds) and the proxy's CPU seconds
+per 10,000 events. A sub-step's figure includes its own timer (a system call, about
+0.3-0.5 µs per call), and so does the step around it.
 """
 
 from __future__ import annotations
@@ -43,12 +47,26 @@ from proxybench import Proxy, SimChild, child_sim, exit_status, set_affinity
 PROXY_CPU, CLIENT_CPU = 0, 1
 STEPS = (
     "requestheaders",
+    "  headers picked",
+    "  authenticating key",
+    "  record id (+ start stamp)",
+    "  record constructed",
+    "  key fingerprint",
+    "  request_keys + KeyMask.of",
+    "  StreamMeter constructed",
+    "  on_start (in-flight gauge)",
     "request",
+    "  request facts and counts",
     "responseheaders",
     "response",
     "tap (per piece)",
     "metering (per piece)",
     "completing a record",
+    "  usage and cost",
+    "  unpriced check",
+    "  on_record (metrics)",
+    "  live view line",
+    "  sink submit",
 )
 
 
@@ -68,7 +86,8 @@ def child_timed_proxy() -> int:
 
         recorder.cli.proxy.FINISH_DELAY_S = 0.0
     totals: dict[str, list[int]] = {}
-    clock = time.perf_counter_ns
+    # CPU time of the calling thread, not wall time: see the module's docstring
+    clock = time.thread_time_ns
 
     def timed(name: str, fn: Any, count: Any = None) -> Any:
         @functools.wraps(fn)
@@ -94,8 +113,48 @@ def child_timed_proxy() -> int:
     )
     rec._complete = timed("completing a record", rec._complete)  # type: ignore[method-assign]
 
+    # the steps inside the hooks: the names the addon's module calls them by
+    for attr, name in (
+        ("_pick_headers", "  headers picked"),
+        ("authenticating_key", "  authenticating key"),
+        ("new_record_id", "  record id (+ start stamp)"),
+        ("new_record_start", "  record id (+ start stamp)"),
+        ("StreamRecord", "  record constructed"),
+        ("fingerprint", "  key fingerprint"),
+        ("StreamMeter", "  StreamMeter constructed"),
+        ("_read_request", "  request facts and counts"),
+        ("complete_usage", "  usage and cost"),
+    ):
+        if hasattr(addon, attr):
+            setattr(addon, attr, timed(name, getattr(addon, attr)))
+    if hasattr(addon, "request_keys"):
+        # request_keys and KeyMask.of run together, as one expression
+        keys = addon.request_keys
+        addon.request_keys = timed("  request_keys + KeyMask.of", keys)  # type: ignore[attr-defined]
+    addon.UNPRICED.check = timed("  unpriced check", addon.UNPRICED.check)  # type: ignore[method-assign]
+
+    from recorder.metrics.exporter import Metrics
+    from recorder.proxy.live import Live
+    from recorder.store.writer import SqlSink
+
+    Metrics.stream_started = timed("  on_start (in-flight gauge)", Metrics.stream_started)  # type: ignore[method-assign]
+    Metrics.observe = timed("  on_record (metrics)", Metrics.observe)  # type: ignore[method-assign]
+    Live.finished_record = timed("  live view line", Live.finished_record)  # type: ignore[method-assign]
+    SqlSink.submit = timed("  sink submit", SqlSink.submit)  # type: ignore[method-assign]
+
+    profile_to = os.environ.get("BENCH_PROFILE")
+    profiler = None
+    if profile_to:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+
     def dump() -> None:
         Path(out).write_text(json.dumps(totals))
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(profile_to)
 
     atexit.register(dump)
     from recorder.cli.main import main
@@ -108,6 +167,7 @@ def main() -> int:
     parser.add_argument("--child-sim", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--profile", metavar="FILE", help="cProfile the first round's proxy")
     args, _ = parser.parse_known_args()
     if len(sys.argv) > 1 and sys.argv[1] == "--child-timed-proxy":
         return child_timed_proxy()
@@ -116,75 +176,73 @@ def main() -> int:
         return 0
     streams, deltas = (12, 20) if args.quick else (100, 200)
     rounds = 1 if args.quick else args.rounds
-    from recorder.cli.proxy import FINISH_DELAY_S
-    from recorder.proxy.addon import BATCH_PIECES
-
-    # name: (BATCH_PIECES, records completed at once instead of FINISH_DELAY_S later)
-    variants = {
-        "pieces one at a time, records at once": (1, True),
-        f"batches of {BATCH_PIECES}, records at once": (BATCH_PIECES, True),
-        f"batches of {BATCH_PIECES}, records after {FINISH_DELAY_S} s (shipped)": (
-            BATCH_PIECES,
-            False,
-        ),
-    }
     set_affinity(CLIENT_CPU)
     sim = SimChild.start(__file__, CLIENT_CPU)
     failures: list[str] = []
-    steps: dict[str, dict[str, list[float]]] = {v: {} for v in variants}
-    cpu: dict[str, list[float]] = {v: [] for v in variants}
+    steps: dict[str, list[float]] = {}
+    calls: dict[str, list[float]] = {}
+    cpu: list[float] = []
     try:
         for r in range(rounds):
-            order = list(variants.items())
-            for name, (batch, at_once) in order[r % 3 :] + order[: r % 3]:
-                timings = Path(f"/tmp/bench-in-situ-{os.getpid()}.json")
-                os.environ["BENCH_TIMINGS"] = str(timings)
-                os.environ["BENCH_BATCH_PIECES"] = str(batch)
-                os.environ["BENCH_FINISH_AT_ONCE"] = "1" if at_once else ""
-                proxy = Proxy.start(
-                    "recorder",
-                    f"http://127.0.0.1:{sim.port}",
-                    PROXY_CPU,
-                    command=[sys.executable, __file__, "--child-timed-proxy"],
-                )
-                try:
-                    asyncio.run(paced(proxy.port, f"warm{r}{batch}", 10, 20, 0.02))
-                    c0 = proxy.cpu_seconds()
-                    got = asyncio.run(paced(proxy.port, f"r{r}{batch}", streams, deltas, 0.02))
-                    events = sum(len(s.arrivals) for s in got)
-                    cpu[name].append(1e4 * (proxy.cpu_seconds() - c0) / events)
-                    failures += [f"{name}: {s.sim_id}: {s.error}" for s in got if s.error]
-                finally:
-                    code = proxy.stop()
-                    proxy.cleanup()
-                if code != 0 or not timings.exists():
-                    failures.append(f"{name}: the proxy exited {code} without its timings")
-                    continue
-                for step, (n, ns) in json.loads(timings.read_text()).items():
-                    steps[name].setdefault(step, []).append(ns / 1e3 / max(n, 1))
-                timings.unlink()
+            timings = Path(f"/tmp/bench-in-situ-{os.getpid()}.json")
+            os.environ["BENCH_TIMINGS"] = str(timings)
+            os.environ["BENCH_PROFILE"] = (
+                str(Path(args.profile).resolve()) if (args.profile and r == 0) else ""
+            )
+            proxy = Proxy.start(
+                "recorder",
+                f"http://127.0.0.1:{sim.port}",
+                PROXY_CPU,
+                command=[sys.executable, __file__, "--child-timed-proxy"],
+            )
+            try:
+                asyncio.run(paced(proxy.port, f"warm{r}", 10, 20, 0.02))
+                c0 = proxy.cpu_seconds()
+                got = asyncio.run(paced(proxy.port, f"r{r}", streams, deltas, 0.02))
+                events = sum(len(s.arrivals) for s in got)
+                if events:
+                    cpu.append(1e4 * (proxy.cpu_seconds() - c0) / events)
+                failures += [f"{s.sim_id}: {s.error}" for s in got if s.error]
+            finally:
+                code = proxy.stop()
+                proxy.cleanup()
+            if code != 0 or not timings.exists():
+                failures.append(f"round {r}: the proxy exited {code} without its timings")
+                continue
+            for step, (n, ns) in json.loads(timings.read_text()).items():
+                steps.setdefault(step, []).append(ns / 1e3 / max(n, 1))
+                calls.setdefault(step, []).append(n)
+            timings.unlink()
     finally:
         sim.stop()
-    print(f"# bench_in_situ: paced, {streams} streams x {deltas} deltas, {rounds} rounds")
+    print(
+        f"# bench_in_situ: paced, {streams} streams x {deltas} deltas, {rounds} rounds;"
+        f" load average {os.getloadavg()[0]:.1f} at the end"
+    )
     print()
-    names = list(variants)
-    print("| step, µs per call (median of rounds) | " + " | ".join(names) + " |")
-    print("|---|" + "---|" * len(names))
+    print("| step | µs per call, median [min-max] of rounds | calls per round |")
+    print("|---|---|---|")
     for step in STEPS:
-        cells = [
-            f"{statistics.median(steps[n][step]):.1f}" if steps[n].get(step) else "-" for n in names
-        ]
-        print(f"| {step} | " + " | ".join(cells) + " |")
-    cells = [f"{statistics.median(cpu[n]):.3f}" if cpu[n] else "-" for n in names]
-    print("| proxy CPU s per 10k events | " + " | ".join(cells) + " |")
-    print()
-    for other in names[1:]:
-        if cpu[names[0]] and cpu[other]:
-            ratios = [b / a for a, b in zip(cpu[names[0]], cpu[other], strict=True)]
-            print(
-                f"- CPU, {other} / {names[0]}: {statistics.median(ratios):.2f}"
-                f" [{min(ratios):.2f}-{max(ratios):.2f}] (per round, same load)"
-            )
+        v = steps.get(step)
+        if not v:
+            print(f"| {step} | - | - |")
+            continue
+        print(
+            f"| {step} | {statistics.median(v):.1f} [{min(v):.1f}-{max(v):.1f}]"
+            f" | {statistics.median(calls[step]):.0f} |"
+        )
+    if cpu:
+        print(
+            f"| proxy CPU s per 10k events | {statistics.median(cpu):.3f}"
+            f" [{min(cpu):.3f}-{max(cpu):.3f}] | |"
+        )
+    if args.profile:
+        import pstats
+
+        print()
+        print(f"cProfile of round 1's proxy (whole process): {args.profile}")
+        stats = pstats.Stats(args.profile)
+        stats.sort_stats("cumulative").print_stats(r"recorder/", 45)
     return exit_status(failures)
 
 

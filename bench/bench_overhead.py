@@ -18,7 +18,10 @@ the client's. Two kinds of traffic:
   Completions, Responses, Messages in turn), each sending an event every
   ``--interval`` seconds as a model does; as in real traffic they neither start nor
   end together (lengths from half to 1.5 times ``--deltas``, starts spread over
-  half a mean stream's duration: ``paced_plan``).
+  half a mean stream's duration: ``paced_plan``, or over ``--spread`` seconds).
+  ``--short`` is the short-stream case: 1,000 streams of 5 deltas (tool calls,
+  small answers), starts spread over 8 s so that mitmproxy is not saturated by new
+  connections; there the per-flow work is most of the recorder's cost.
   The direct path (client to simulator, no proxy) runs too, so each proxy's added
   latency is its figure less direct's.
 - **flood**: ``--flood-streams`` streams of ``--flood-deltas`` deltas with no pause,
@@ -79,6 +82,12 @@ from proxybench import (
 PROXY_CPU, CLIENT_CPU = 0, 1
 TARGET_CPU_RATIO = 1.10
 TARGET_ADDED_P99_MS = 0.2
+# The short-stream case (--short): tool calls and small answers are a few events
+# long, so the per-flow work (hooks, record, completion) is most of the recorder's
+# cost. Starts spread over 8 s (125 new connections a second, about a dozen streams
+# open at once) keep mitmproxy's own connection setup from saturating it, which
+# would hide the recorder's per-flow cost behind mitmproxy's.
+SHORT = (1000, 5, 8.0)
 
 
 @dataclass
@@ -98,22 +107,34 @@ class Round:
         return 1e3 * pct(self.lat, q)
 
 
-def paced_plan(i: int, streams: int, deltas: int, interval: float) -> tuple[float, int]:
+def paced_plan(
+    i: int, streams: int, deltas: int, interval: float, spread: float | None = None
+) -> tuple[float, int]:
     """Stream ``i``'s start (seconds into the round) and its number of deltas.
 
     As in real traffic, streams neither start nor end together: lengths run from
     half to one and a half times ``deltas`` (a fixed permutation, the same every
-    round and path), and starts are spread over half a mean stream's duration, so
-    the per-request work at each end of a stream is spread too.
+    round and path), and starts are spread over ``spread`` seconds, by default half
+    a mean stream's duration, so the per-request work at each end of a stream is
+    spread too.
     """
     share = (i * 37 % streams) / streams  # 37 is prime to any --streams under 37^2
     length = max(1, round(deltas * (0.5 + share)))
-    return i / streams * deltas * interval / 2, length
+    if spread is None:
+        spread = deltas * interval / 2
+    return i / streams * spread, length
 
 
-async def paced(port: int, prefix: str, streams: int, deltas: int, interval: float) -> list[Stream]:
+async def paced(
+    port: int,
+    prefix: str,
+    streams: int,
+    deltas: int,
+    interval: float,
+    spread: float | None = None,
+) -> list[Stream]:
     async def one(i: int) -> Stream:
-        start, length = paced_plan(i, streams, deltas, interval)
+        start, length = paced_plan(i, streams, deltas, interval, spread)
         await asyncio.sleep(start)
         endpoint = ENDPOINTS[i % len(ENDPOINTS)]
         model = f"{MODELS[endpoint]}+deltas={length}+delay={interval}"
@@ -144,6 +165,17 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=100, help="paced streams per round")
     parser.add_argument("--deltas", type=int, default=200, help="text deltas per paced stream")
     parser.add_argument("--interval", type=float, default=0.02, help="seconds between events")
+    parser.add_argument(
+        "--spread",
+        type=float,
+        help="seconds over which paced starts are spread (default: half a mean stream)",
+    )
+    parser.add_argument(
+        "--short",
+        action="store_true",
+        help=f"the short-stream case: {SHORT[0]} streams x {SHORT[1]} deltas, starts"
+        f" spread over {SHORT[2]:.0f} s",
+    )
     parser.add_argument("--flood-streams", type=int, default=8)
     parser.add_argument("--flood-deltas", type=int, default=3000)
     parser.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
@@ -164,6 +196,8 @@ def main() -> int:
     if args.child_sim:
         child_sim()
         return 0
+    if args.short:
+        args.streams, args.deltas, args.spread = SHORT
     if args.quick:
         args.rounds, args.streams, args.deltas, args.flood_deltas = 1, 12, 20, 200
     proxy_cpu = None if args.no_pin else PROXY_CPU
@@ -221,7 +255,7 @@ def main() -> int:
         t0 = time.monotonic()
         if kind == "paced":
             streams = asyncio.run(
-                paced(ports[path], prefix, args.streams, args.deltas, args.interval)
+                paced(ports[path], prefix, args.streams, args.deltas, args.interval, args.spread)
             )
         else:
             streams = asyncio.run(flood(ports[path], prefix, args.flood_streams, args.flood_deltas))
@@ -293,9 +327,11 @@ def main() -> int:
 
     # -- report
     per_s = args.streams / args.interval
+    spread = args.deltas * args.interval / 2 if args.spread is None else args.spread
     print(
         f"# paced: {args.streams} streams x {args.deltas} deltas (0.5-1.5x), an event every"
-        f" {args.interval * 1e3:.0f} ms each (up to ~{per_s:,.0f} events/s in all);"
+        f" {args.interval * 1e3:.0f} ms each (up to ~{per_s:,.0f} events/s in all),"
+        f" starts spread over {spread:g} s;"
         f" flood: {args.flood_streams} x {args.flood_deltas} deltas;"
         f" {args.rounds} rounds; {elapsed:.0f} s in all"
     )

@@ -399,8 +399,12 @@ async def fetch(
 
     Arrival times are the kernel's receive stamps (``time.time()`` scale), of the read
     that completed the block's HTTP chunk. ``leave_after``: the client resets its
-    connection after that many blocks.
+    connection after that many blocks. Faults after a ``+`` in ``model``
+    (``gpt-4o+deltas=5``) go to the simulator in its ``x-sim-fault`` header, so the
+    proxy sees the plain model name, as in real traffic (a few names, not one per
+    stream length: per-model caches, prices and metric labels as in production).
     """
+    model, _, faults = model.partition("+")
     body = request_body(endpoint, model)
     key = (
         "x-api-key: sk-ant-bench\r\nanthropic-version: 2023-06-01"
@@ -410,7 +414,9 @@ async def fetch(
     head = (
         f"POST {endpoint} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-        f"{key}\r\nx-sim-id: {sim_id}\r\nConnection: close\r\n\r\n"
+        f"{key}\r\nx-sim-id: {sim_id}\r\nConnection: close\r\n"
+        + (f"x-sim-fault: {faults.replace('+', ',')}\r\n" if faults else "")
+        + "\r\n"
     ).encode()
     out = Stream(sim_id, endpoint, time.monotonic())
     loop = asyncio.get_running_loop()

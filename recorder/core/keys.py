@@ -141,11 +141,28 @@ def request_keys(headers: dict[str, str] | object, query: object = None) -> list
     return list(dict.fromkeys(found))
 
 
+# Fingerprints already computed, by (secret, key): a proxy sees the same few keys
+# on request after request, and this runs per request on the event loop. The whole
+# key and secret are the dict's key (never a hash of them), so one key's
+# fingerprint can never be handed to another key or another secret. Bounded: past
+# FINGERPRINTS_KEPT keys it starts again from empty. It lives in the process's
+# memory only, as the request's own headers do.
+FINGERPRINTS_KEPT = 256
+_fingerprints: dict[tuple[bytes, str], str] = {}
+
+
 def fingerprint(key: str, secret: bytes) -> str:
     """The short, keyed, recognisable form of ``key``."""
+    known = _fingerprints.get((secret, key))
+    if known is not None:
+        return known
     # hmac.digest: the one-shot C path (hmac.new builds two hash objects in Python)
     digest = hmac.digest(secret, key.encode("utf-8", "replace"), "sha256").hex()
-    return f"…{key[-4:]}:{digest[:12]}"
+    found = f"…{key[-4:]}:{digest[:12]}"
+    if len(_fingerprints) >= FINGERPRINTS_KEPT:
+        _fingerprints.clear()
+    _fingerprints[(secret, key)] = found
+    return found
 
 
 SECRET_ENV = "RECORDER_KEY_SECRET"

@@ -191,6 +191,8 @@ class Metrics:
         # checks its arguments on every call, a dozen times per record otherwise.
         # Bounded: models fold into 'other' past max_model_labels.
         self._children: dict[object, dict[tuple[str, ...], Any]] = {}
+        # the same for `observe`, by (endpoint, provider, model), then a short key
+        self._base_kids: dict[tuple[str, str, str], dict[object, Any]] = {}
         # (endpoint, provider) pairs the live gauges have a series for
         self._live_pairs: set[tuple[str, str]] = set(PROVIDERS.items())
         for endpoint, provider in PROVIDERS.items():
@@ -225,32 +227,63 @@ class Metrics:
             self.model_overflow.inc()
         base = (_label(record.endpoint), _label(record.provider), model)
         outcome = _label(record.outcome)
+        # this record's labelled children, by a short key, once per label values: a
+        # record makes a dozen updates, and a lookup through `_child` per update
+        # (packing its arguments, two dicts) cost as much as the updates themselves
+        kids = self._base_kids.get(base)
+        if kids is None:
+            kids = self._base_kids[base] = {}
+        get, kid = kids.get, self._kid
 
-        self._child(self.streams, *base, outcome).inc()
+        (
+            get(("streams", outcome))
+            or kid(kids, ("streams", outcome), self.streams, *base, outcome)
+        ).inc()
         if record.duration_ms is not None:
-            self._child(self.duration, *base, outcome).observe(record.duration_ms / 1000.0)
+            (
+                get(("duration", outcome))
+                or kid(kids, ("duration", outcome), self.duration, *base, outcome)
+            ).observe(record.duration_ms / 1000.0)
         if record.streamed and record.ttft_ms is not None:
-            self._child(self.ttft, *base).observe(record.ttft_ms / 1000.0)
+            (get("ttft") or kid(kids, "ttft", self.ttft, *base)).observe(record.ttft_ms / 1000.0)
         if record.max_output_gap_ms is not None:
-            self._child(self.max_output_gap, *base).observe(record.max_output_gap_ms / 1000.0)
-        self._child(self.stalls, *base).inc(record.stalls or 0)
-        self._child(self.keepalives, *base).inc(record.keepalives or 0)
+            (get("max_gap") or kid(kids, "max_gap", self.max_output_gap, *base)).observe(
+                record.max_output_gap_ms / 1000.0
+            )
+        # the series exists from the first record on, even while its count is 0
+        stalls = get("stalls") or kid(kids, "stalls", self.stalls, *base)
+        if record.stalls:
+            stalls.inc(record.stalls)
+        keepalives = get("keepalives") or kid(kids, "keepalives", self.keepalives, *base)
+        if record.keepalives:
+            keepalives.inc(record.keepalives)
         if meter is not None:
             if meter.output_intervals:
                 self.chunk_gap.observe_many(base, meter.output_intervals)
             if meter.keepalive_intervals:
                 self.keepalive_gap.observe_many(base, meter.keepalive_intervals)
 
-        self._tokens(record, base)
+        self._tokens(record, base, kids)
         kind = unpriced_kind(record.unpriced_reason)
         if kind is not None:
             self._child(self.unpriced, model, kind).inc()
         cost = _decimal(record.cost_usd)
         if cost is not None:
             source = "reported" if record.usage_source == "reported" else "estimated"
-            self._child(self.cost, *base, source).inc(float(cost))
+            (get(("cost", source)) or kid(kids, ("cost", source), self.cost, *base, source)).inc(
+                float(cost)
+            )
 
-    def _tokens(self, record: StreamRecord, base: tuple[str, str, str]) -> None:
+    @staticmethod
+    def _kid(kids: dict[object, Any], key: object, metric: Any, *values: str) -> Any:
+        """``metric.labels(*values)``, kept in ``kids`` under ``key``."""
+        child = kids[key] = metric.labels(*values)
+        return child
+
+    def _tokens(
+        self, record: StreamRecord, base: tuple[str, str, str], kids: dict[object, Any]
+    ) -> None:
+        get, kid = kids.get, self._kid
         input_source = record.input_source
         output_source = record.output_source
         figures = (
@@ -263,11 +296,18 @@ class Metrics:
         for token_type, value, source in figures:
             if value is None or source not in ("reported", "estimated"):
                 continue
-            self._child(self.tokens, *base, token_type, source).inc(value)
+            key: tuple[str, ...] = ("tokens", token_type, source)
+            (get(key) or kid(kids, key, self.tokens, *base, token_type, source)).inc(value)
         if record.input_tokens is not None:
-            self._child(self.token_usage, *base, "input").observe(record.input_tokens)
+            key = ("usage", "input")
+            (get(key) or kid(kids, key, self.token_usage, *base, "input")).observe(
+                record.input_tokens
+            )
         if record.output_tokens is not None:
-            self._child(self.token_usage, *base, "output").observe(record.output_tokens)
+            key = ("usage", "output")
+            (get(key) or kid(kids, key, self.token_usage, *base, "output")).observe(
+                record.output_tokens
+            )
 
     def live_streams(
         self, stalled: dict[tuple[str, str], int], oldest: dict[tuple[str, str], float]

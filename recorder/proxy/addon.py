@@ -34,24 +34,31 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from typing import Any
 
 from mitmproxy import http
 
 from recorder.core.captured import CapturedBody, CapturedRecord
+from recorder.core.counts import count_request
 from recorder.core.endpoints import endpoint_for
 from recorder.core.estimate import Estimator
 from recorder.core.keys import KeyMask, authenticating_key, fingerprint, request_keys
 from recorder.core.meter import StreamMeter
 from recorder.core.record import StreamRecord, ending_outcome
-from recorder.core.request import read_error_body
+from recorder.core.request import read_error_body, read_request
 from recorder.metrics.health import Health
 from recorder.proxy.decoding import decoder_for
 from recorder.proxy.finishing import Finishing
-from recorder.proxy.ids import new_record_id
+from recorder.proxy.ids import new_record_start
 from recorder.proxy.observers import Done, Observer, starts
-from recorder.proxy.state import FlowState, RecorderConfig, _apply_facts, _read_request
+from recorder.proxy.state import (
+    FlowState,
+    RecorderConfig,
+    _apply_facts,
+    _count_tokens,
+    _read_request,
+)
+from recorder.proxy.tokenizers import counter_for
 from recorder.store.sinks import Sink
 
 __all__ = ["BATCH_BYTES", "BATCH_PIECES", "FlowState", "Recorder", "RecorderConfig"]
@@ -193,11 +200,10 @@ class Recorder(Finishing):
             key = _header_text(
                 authenticating_key(headers, query, endpoint=endpoint, host=req.host, path=req.path)
             )
+            record_id, started_at = new_record_start()
             rec = (CapturedRecord if self.config.capture_bodies else StreamRecord)(
-                id=new_record_id(),
-                started_at=datetime.now(UTC)
-                .isoformat(timespec="milliseconds")
-                .replace("+00:00", "Z"),
+                id=record_id,
+                started_at=started_at,
                 upstream=f"{req.host}:{req.port}",
                 project=_header_text(
                     headers.get("openai-project") or headers.get("anthropic-workspace")
@@ -241,13 +247,27 @@ class Recorder(Finishing):
                 # Read on a worker thread while the request goes on upstream: neither
                 # the event loop nor this request waits; the facts are collected when
                 # the record is finished.
-                if self._readers is None:
-                    self._readers = ThreadPoolExecutor(2, thread_name_prefix="recorder-read")
-                state.reading = self._readers.submit(_read_request, body, endpoint)
-            else:
-                _apply_facts(state, *_read_request(body, endpoint))
+                state.reading = self._reader_pool().submit(_read_request, body, endpoint)
+                return
+            facts = read_request(body)
+            found = counter_for(facts.model, endpoint)
+            if found is None:
+                _apply_facts(state, facts, count_request(body, endpoint))
+                return
+            # A tokenizer counts the prompt exactly: on a worker thread too, whatever
+            # the body's size. The call lets go of the GIL (another thread then holds
+            # it and the loop waits for it back) and costs about 0.5 ms per 16 KiB.
+            # The facts are the record's now (the live view shows the model); the
+            # counts join them when the record is finished.
+            _apply_facts(state, facts, None)
+            state.reading = self._reader_pool().submit(_count_tokens, body, endpoint, facts, found)
         except Exception:
             self._internal_error("request")
+
+    def _reader_pool(self) -> ThreadPoolExecutor:
+        if self._readers is None:
+            self._readers = ThreadPoolExecutor(2, thread_name_prefix="recorder-read")
+        return self._readers
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         """Headers arrived: time them, and tap the body if it is an event stream."""

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import random
 
 import pytest
 
 from recorder.core.keys import (
+    FINGERPRINTS_KEPT,
     KeyMask,
     authenticating_key,
     extract_key,
@@ -35,6 +38,35 @@ def test_fingerprint_is_keyed_stable_and_short() -> None:
     assert fp != fingerprint(key, b"secret-b")
     assert fp.startswith("…3456:") and len(fp) == len("…3456:") + 12
     assert "SECRETKEY" not in fp
+
+
+def _uncached(key: str, secret: bytes) -> str:
+    digest = hmac.new(secret, key.encode("utf-8", "replace"), hashlib.sha256).hexdigest()
+    return f"…{key[-4:]}:{digest[:12]}"
+
+
+def test_a_remembered_fingerprint_never_goes_to_another_key_or_secret() -> None:
+    # two keys with the same last four characters, two secrets, asked in turn and
+    # again: each pair gets the HMAC of its own key under its own secret, from the
+    # first call and from the remembered one alike
+    keys = ("sk-proj-AAAAAAAAAAAA1234", "sk-proj-BBBBBBBBBBBB1234")
+    secrets = (b"secret-one", b"secret-two")
+    seen = {}
+    for _ in range(3):
+        for key in keys:
+            for secret in secrets:
+                fp = fingerprint(key, secret)
+                assert fp == _uncached(key, secret)
+                seen.setdefault((key, secret), fp)
+                assert seen[(key, secret)] == fp
+    assert len(set(seen.values())) == 4
+
+
+def test_fingerprints_stay_right_past_the_cache_bound() -> None:
+    secret = b"s"
+    many = [f"sk-key-{i:08d}" for i in range(FINGERPRINTS_KEPT * 2 + 3)]
+    for key in many + many[:10]:
+        assert fingerprint(key, secret) == _uncached(key, secret)
 
 
 def test_extract_key_from_the_query_string_after_the_headers() -> None:

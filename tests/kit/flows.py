@@ -4,6 +4,7 @@ fed piece by piece, and two real fixture bodies."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import orjson
@@ -78,10 +79,17 @@ def sse_response(
 
 
 async def start(addon: Recorder, flow: http.HTTPFlow, clock: Clock) -> None:
-    """The request hooks, then a quarter second."""
+    """The request goes upstream: its headers and body are read, and the time it takes
+    passes (0.25 s on the test's clock; meanwhile a worker thread counts the prompt's
+    tokens when a tokenizer is installed, as it would in the proxy)."""
     addon.requestheaders(flow)
     addon.request(flow)
     clock.now += 0.25
+    state = addon._flows.get(flow.id)
+    for _ in range(2000):  # bounded: a count that never ends fails the test's checks
+        if state is None or state.reading is None or state.reading.done():
+            break
+        await asyncio.sleep(0.005)
 
 
 def stream_through(

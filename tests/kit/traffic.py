@@ -17,6 +17,7 @@ finished. ``fake_billing`` stands in for the price table until billing fills
 
 from __future__ import annotations
 
+import asyncio
 import math
 import urllib.request
 from collections.abc import Callable
@@ -141,6 +142,13 @@ class Traffic:
         self.addon.requestheaders(flow)
         self.addon.request(flow)
         self.clock.now += 0.3
+        # while the request is upstream, a worker thread counts its prompt's tokens
+        # (with a tokenizer installed): let it, as the proxy's time would
+        state = self.addon._flows.get(flow.id)
+        for _ in range(2000):
+            if state is None or state.reading is None or state.reading.done():
+                break
+            await asyncio.sleep(0.005)
         return flow
 
     def headers(self, flow: http.HTTPFlow, status: int = 200) -> None:

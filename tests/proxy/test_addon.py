@@ -14,7 +14,7 @@ from mitmproxy.test import taddons, tflow, tutils
 
 from recorder.core.keys import fingerprint
 from recorder.core.record import StreamRecord
-from recorder.proxy.addon import Recorder, RecorderConfig
+from recorder.proxy.addon import INLINE_PARSE_LIMIT, Recorder, RecorderConfig
 from recorder.store.sinks import MemorySink
 from tests.kit.flows import (
     CHAT_SSE,
@@ -522,15 +522,17 @@ async def _run_one(addon: Recorder, clock: Clock) -> http.HTTPFlow:
 
 async def test_finish_delay_completes_records_later_and_unchanged() -> None:
     at_once, sink_now, clock_now = make()
-    later, sink_later, clock_later = make(finish_delay=0.05)
+    # a delay longer than the 20 requests take (each waits, on the loop, for its
+    # prompt's token count from the worker thread)
+    later, sink_later, clock_later = make(finish_delay=1.0)
     with taddons.context(at_once):
         await _run_one(at_once, clock_now)
     with taddons.context(later):
         flows = [await _run_one(later, clock_later) for _ in range(20)]
-        # the streams have ended; their records wait (the loop has not turned yet)
+        # the streams have ended; their records wait
         assert later.health.in_flight == 0 and later.open_flows == 0
         assert sink_later.records == [] and later.health.records == 0
-        await asyncio.sleep(0.15)
+        await asyncio.sleep(1.5)
     assert len(sink_later.records) == 20 == later.health.records
     # in the order the streams ended, completed as they would be at once
     assert [r.id for r in sink_later.records] == sorted(r.id for r in sink_later.records)
@@ -577,3 +579,42 @@ async def test_an_unpriced_model_is_said_once_per_process(caplog: pytest.LogCapt
     lines = [r.getMessage() for r in caplog.records if r.name == "recorder.prices"]
     assert len(lines) == 1
     assert "gpt-4o-2024-08-06" in lines[0] and "--prices" in lines[0]
+
+
+async def test_a_small_prompt_is_counted_off_the_loop_and_exactly() -> None:
+    from recorder.core.counts import count_request
+    from recorder.proxy.tokenizers import counter_for
+
+    found = counter_for("gpt-4o", "chat.completions")
+    if found is None:
+        pytest.skip("no exact tokenizer installed (the 'tokenizers' extra)")
+    encoding, counter = found
+    body = {
+        "model": "gpt-4o",
+        "stream": True,
+        "messages": [{"role": "user", "content": "Count me exactly, 調和 harmony."}],
+    }
+    addon, sink, clock = make()
+    with taddons.context(addon):
+        flow = make_flow(body=body)
+        addon.requestheaders(flow)
+        addon.request(flow)
+        state = addon._flows[flow.id]
+        assert len(flow.request.content or b"") < INLINE_PARSE_LIMIT
+        assert state.reading is not None  # the tokenizer runs on a worker thread
+        assert state.record.model == "gpt-4o"  # the facts are the record's at once
+        flow.response = sse_response()
+        addon.responseheaders(flow)
+        stream_through(flow, [CHAT_SSE], clock)
+        addon.response(flow)
+        for _ in range(400):  # the record waits for the count, then is finished
+            if sink.records:
+                break
+            await asyncio.sleep(0.01)
+    (rec,) = sink.records
+    want = count_request(
+        flow.request.content or b"", "chat.completions", counter=counter, encoding=encoding
+    )
+    assert want is not None and want.text_tokens
+    assert rec.input_breakdown == want.to_breakdown()
+    assert rec.model == "gpt-4o" and rec.include_usage is False

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import io
 import threading
+import time
 from typing import Any
 
 import orjson
@@ -14,7 +15,7 @@ from mitmproxy.test import taddons, tflow, tutils
 
 from recorder.core.record import FIELDS
 from recorder.proxy.addon import BATCH_PIECES, Recorder
-from recorder.proxy.live import ID_CHARS, SNAPSHOT_SLICE, Live
+from recorder.proxy.live import ID_CHARS, SNAPSHOT_SLICE, Live, Printer
 from recorder.store.sinks import MemorySink
 from tests.kit.flows import (
     CHAT_SSE,
@@ -391,3 +392,42 @@ async def test_a_console_that_does_not_read_never_holds_the_proxy() -> None:
         r.id[:ID_CHARS]  # type: ignore[index]
         for r in sink.records
     ]
+
+
+def test_printer_writes_every_line_in_order_across_idle_and_busy_spells() -> None:
+    out = io.StringIO()
+    printer = Printer(out, limit=100_000)
+    sent = []
+    for spell in range(4):
+        for i in range(300 if spell % 2 else 3):  # bursts and lone lines
+            line = f"line {spell}-{i}"
+            printer.put(line)
+            sent.append(line)
+        printer.flush(10.0)
+        assert out.getvalue().splitlines() == sent  # all written before flush returns
+        time.sleep(0.2)  # the thread goes idle: the next line must wake it
+    assert printer.dropped == 0
+
+
+def test_printer_counts_what_it_cannot_hold() -> None:
+    class Stuck(io.StringIO):
+        def __init__(self) -> None:
+            super().__init__()
+            self.release = threading.Event()
+
+        def write(self, s: str) -> int:
+            self.release.wait(10)
+            return super().write(s)
+
+    out = Stuck()
+    printer = Printer(out, limit=5)
+    printer.put("first")  # taken by the thread, which then blocks on the console
+    deadline = time.monotonic() + 5
+    while printer._lines and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for i in range(8):
+        printer.put(f"more {i}")
+    assert printer.dropped == 3
+    out.release.set()
+    printer.flush(10.0)
+    assert out.getvalue().splitlines() == ["first", *(f"more {i}" for i in range(5))]
