@@ -113,25 +113,30 @@ def child_timed_proxy() -> int:
     )
     rec._complete = timed("completing a record", rec._complete)  # type: ignore[method-assign]
 
-    # the steps inside the hooks: the names the addon's module calls them by
-    for attr, name in (
-        ("_pick_headers", "  headers picked"),
-        ("authenticating_key", "  authenticating key"),
-        ("new_record_id", "  record id (+ start stamp)"),
-        ("new_record_start", "  record id (+ start stamp)"),
-        ("StreamRecord", "  record constructed"),
-        ("fingerprint", "  key fingerprint"),
-        ("StreamMeter", "  StreamMeter constructed"),
-        ("_read_request", "  request facts and counts"),
-        ("complete_usage", "  usage and cost"),
-    ):
-        if hasattr(addon, attr):
-            setattr(addon, attr, timed(name, getattr(addon, attr)))
+    # the steps inside the hooks: the names the modules of the hooks and of the
+    # finishing pipeline call them by
+    from recorder.proxy import finishing, state
+
+    for module in (addon, finishing, state):
+        for attr, name in (
+            ("_pick_headers", "  headers picked"),
+            ("authenticating_key", "  authenticating key"),
+            ("new_record_id", "  record id (+ start stamp)"),
+            ("new_record_start", "  record id (+ start stamp)"),
+            ("StreamRecord", "  record constructed"),
+            ("fingerprint", "  key fingerprint"),
+            ("StreamMeter", "  StreamMeter constructed"),
+            ("_read_request", "  request facts and counts"),
+            ("complete_usage", "  usage and cost"),
+        ):
+            if hasattr(module, attr):
+                setattr(module, attr, timed(name, getattr(module, attr)))
     if hasattr(addon, "request_keys"):
         # request_keys and KeyMask.of run together, as one expression
         keys = addon.request_keys
         addon.request_keys = timed("  request_keys + KeyMask.of", keys)  # type: ignore[attr-defined]
-    addon.UNPRICED.check = timed("  unpriced check", addon.UNPRICED.check)  # type: ignore[method-assign]
+    unpriced = finishing.UNPRICED
+    unpriced.check = timed("  unpriced check", unpriced.check)  # type: ignore[method-assign]
 
     from recorder.metrics.exporter import Metrics
     from recorder.proxy.live import Live
