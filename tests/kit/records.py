@@ -8,7 +8,8 @@ starts here.
   tests' ``V1`` table (tests.kit.prices);
 - ``span_record``: a stream with the figures an OpenTelemetry span carries;
 - ``metric_record``: the fields the Prometheus exporter reads;
-- ``DOCUMENTED_FIELDS``: every field of a record, in its documented order.
+- ``DOCUMENTED_FIELDS``: every field of a record, in its documented order;
+- ``TIMING_FIELDS``: the record's timings (docs/record.md).
 """
 
 from __future__ import annotations
@@ -28,6 +29,19 @@ from recorder.core.record import (
 )
 from recorder.proxy.ids import new_record_id
 from tests.kit.prices import V1, expected_cost
+
+# docs/record.md's timings: what only the stream's clock gives (None for a body
+# replayed with no times; compared with rounding slack when replayed from offsets).
+TIMING_FIELDS = (
+    "ttfb_ms",
+    "first_event_ms",
+    "ttft_ms",
+    "duration_ms",
+    "max_keepalive_gap_ms",
+    "max_silence_ms",
+    "max_output_gap_ms",
+    "stall_ms",
+)
 
 # Every field of a recorded stream, in the order the record's specification lists
 # them (the order users script against).
