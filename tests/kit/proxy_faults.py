@@ -151,15 +151,22 @@ class Store:
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    yield from _store(request, tmp_path, request.param)
+    yield from migrated_store(request, tmp_path, request.param)
 
 
 @pytest.fixture
 def pg_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    yield from _store(request, tmp_path, "postgresql")
+    yield from migrated_store(request, tmp_path, "postgresql")
 
 
-def _store(request: pytest.FixtureRequest, tmp_path: Path, kind: str) -> Iterator[Store]:
+def migrated_store(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    kind: str,
+    forwarder: type[Forwarder] = Forwarder,
+) -> Iterator[Store]:
+    """A migrated database for one test (a copy of the SQLite template, or a fresh
+    PostgreSQL database reached through a ``forwarder``), dropped after it."""
     if kind == "sqlite":
         template: Path = request.getfixturevalue("sqlite_template")
         path = tmp_path / "recorder.db"
@@ -171,7 +178,7 @@ def _store(request: pytest.FixtureRequest, tmp_path: Path, kind: str) -> Iterato
     name = create_pg_db(admin, request.getfixturevalue("pg_template"))
     url = pg_url(name)
     u = make_url(url)
-    fwd = Forwarder((u.host or "127.0.0.1", u.port or 5432))
+    fwd = forwarder((u.host or "127.0.0.1", u.port or 5432))
     try:
         yield Store(kind, url, fwd.url(url), fwd)
     finally:
