@@ -278,17 +278,23 @@ def test_submit_after_close_is_spooled(db_url: str, tmp_path: Path) -> None:
     assert ids_in_db(db_url) == [late.id]
 
 
+def sink_waiting_on_locks(tmp_path: Path, busy_ms: int) -> tuple[str, Path, Engine, SqlSink]:
+    """A migrated SQLite store and a sink (batches of 10) whose writer waits up to
+    ``busy_ms`` on a lock: the database URL, the spool, the engine, the sink."""
+    from recorder.store.migrate import upgrade
+
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    upgrade(db)
+    engine = make_engine(db, sqlite_busy_timeout_ms=busy_ms)
+    spool = tmp_path / "spool"
+    return db, spool, engine, SqlSink(db, spool, engine=engine, batch_size=10, flush_interval=0.01)
+
+
 def test_close_with_a_stuck_writer_spools_the_rest(tmp_path: Path) -> None:
     """The writer hangs inside the database past close's timeout: close spools the
     batch in flight and the queue; whatever the stuck writer commits later too is
     still stored once."""
-    db = f"sqlite:///{tmp_path / 'r.db'}"
-    from recorder.store.migrate import upgrade
-
-    upgrade(db)
-    engine = make_engine(db, sqlite_busy_timeout_ms=3_000)
-    spool = tmp_path / "spool"
-    sink = SqlSink(db, spool, engine=engine, batch_size=10, flush_interval=0.01)
+    db, spool, engine, sink = sink_waiting_on_locks(tmp_path, 3_000)
     records = [simple_record(i) for i in range(100)]
     with outage(db):
         for r in records:
@@ -308,13 +314,7 @@ def test_a_writer_abandoned_by_close_spools_nothing_twice(tmp_path: Path) -> Non
     """close gives up on a writer waiting on a lock and spools what it holds; when
     the writer's wait ends in failure, it does not spool its batch again: the spool
     holds every record exactly once."""
-    db = f"sqlite:///{tmp_path / 'r.db'}"
-    from recorder.store.migrate import upgrade
-
-    upgrade(db)
-    engine = make_engine(db, sqlite_busy_timeout_ms=1_500)
-    spool = tmp_path / "spool"
-    sink = SqlSink(db, spool, engine=engine, batch_size=10, flush_interval=0.01)
+    db, spool, engine, sink = sink_waiting_on_locks(tmp_path, 1_500)
     records = [simple_record(i) for i in range(50)]
     with outage(db):
         for r in records:
