@@ -3,7 +3,8 @@ starts here.
 
 - ``simple_record`` / ``full_record``: a small completed stream / every field set;
 - ``rec`` and ``random_records``: the audit's streams (every outcome, source and
-  unknown value; costs up to the column's limit);
+  unknown value; costs up to the column's limit); ``REFUSED``, the overrides of a
+  refused request;
 - ``priced_record`` and ``fixture_records``: streams costed with the repricing
   tests' ``V1`` table (tests.kit.prices);
 - ``span_record``: a stream with the figures an OpenTelemetry span carries;
@@ -249,6 +250,19 @@ def random_records(rng: random.Random, n: int) -> list[StreamRecord]:
             )
         )
     return out
+
+
+# The overrides of a refused request (an http_error): no usage known, never priced.
+REFUSED: dict[str, Any] = dict(
+    outcome="http_error",
+    input_tokens=None,
+    output_tokens=None,
+    input_source="none",
+    output_source="none",
+    usage_source="none",
+    cost_usd=None,
+    price_version=None,
+)
 
 
 def rec(**kw: Any) -> StreamRecord:
