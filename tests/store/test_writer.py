@@ -118,13 +118,19 @@ def test_a_record_no_driver_can_bind_is_rejected_alone(
     assert stats["failed"] + stats["dropped"] == 1
 
 
+def migrated_sqlite(tmp_path: Path) -> str:
+    """The URL of a SQLite store at ``tmp_path``/r.db brought to head."""
+    from recorder.store.migrate import upgrade
+
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    upgrade(db)
+    return db
+
+
 def test_queue_full_spools_and_never_blocks(tmp_path: Path) -> None:
     """The database is locked for as long as the writer would wait (a minute):
     submit still returns at once, the overflow going to the spool."""
-    db = f"sqlite:///{tmp_path / 'r.db'}"
-    from recorder.store.migrate import upgrade
-
-    upgrade(db)
+    db = migrated_sqlite(tmp_path)
     engine = make_engine(db, sqlite_busy_timeout_ms=60_000)
     spool = tmp_path / "spool"
     sink = SqlSink(db, spool, queue_size=10, batch_size=5, engine=engine, retry_min=0.05)
@@ -281,10 +287,7 @@ def test_submit_after_close_is_spooled(db_url: str, tmp_path: Path) -> None:
 def sink_waiting_on_locks(tmp_path: Path, busy_ms: int) -> tuple[str, Path, Engine, SqlSink]:
     """A migrated SQLite store and a sink (batches of 10) whose writer waits up to
     ``busy_ms`` on a lock: the database URL, the spool, the engine, the sink."""
-    from recorder.store.migrate import upgrade
-
-    db = f"sqlite:///{tmp_path / 'r.db'}"
-    upgrade(db)
+    db = migrated_sqlite(tmp_path)
     engine = make_engine(db, sqlite_busy_timeout_ms=busy_ms)
     spool = tmp_path / "spool"
     return db, spool, engine, SqlSink(db, spool, engine=engine, batch_size=10, flush_interval=0.01)
@@ -453,10 +456,7 @@ def test_sigterm_drains_the_queue_to_the_database(db_url: str, tmp_path: Path, s
 
 
 def test_sigterm_with_the_database_locked_spools_everything(tmp_path: Path) -> None:
-    db = f"sqlite:///{tmp_path / 'r.db'}"
-    from recorder.store.migrate import upgrade
-
-    upgrade(db)
+    db = migrated_sqlite(tmp_path)
     spool = tmp_path / "spool"
     with outage(db):
         p = _child(db, spool, "queue")
@@ -472,10 +472,7 @@ def test_sigterm_with_the_database_locked_spools_everything(tmp_path: Path) -> N
 
 
 def test_kill_9_loses_nothing_when_spooling_first(tmp_path: Path) -> None:
-    db = f"sqlite:///{tmp_path / 'r.db'}"
-    from recorder.store.migrate import upgrade
-
-    upgrade(db)
+    db = migrated_sqlite(tmp_path)
     spool = tmp_path / "spool"
     with outage(db):
         p = _child(db, spool, "spool_first")
@@ -492,10 +489,7 @@ def test_kill_9_loses_nothing_the_journal_wrote(tmp_path: Path) -> None:
     """The writer is stuck in a locked database; the journal still puts every record
     in the spool, off the caller's thread. A kill -9 then loses none of them, and the
     next process stores each once."""
-    db = f"sqlite:///{tmp_path / 'r.db'}"
-    from recorder.store.migrate import upgrade
-
-    upgrade(db)
+    db = migrated_sqlite(tmp_path)
     spool = tmp_path / "spool"
 
     def journaled() -> int:
@@ -596,10 +590,7 @@ def test_an_unexpected_error_spools_the_batch(
 
 def test_the_rejected_file_is_private_whatever_the_umask(tmp_path: Path) -> None:
     """recorder-rejected.jsonl holds whole records: mode 0600, like the spool."""
-    db = f"sqlite:///{tmp_path / 'r.db'}"
-    from recorder.store.migrate import upgrade
-
-    upgrade(db)
+    db = migrated_sqlite(tmp_path)
     spool = tmp_path / "spool"
     bad = simple_record(1, max_output_tokens=2**70)  # no driver binds it
     old = os.umask(0o022)
