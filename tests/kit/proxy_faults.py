@@ -14,7 +14,6 @@ import socket
 import subprocess
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,14 +24,13 @@ import httpx
 import orjson
 import pytest
 import sqlalchemy as sa
-from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
 from recorder.simulate import SentRecord, Simulator, run_in_thread
 from tests.kit.databases import create_pg_db, drop_pg_db, outage, pg_url
 from tests.kit.ports import free_port
-from tests.kit.processes import RECORDER
+from tests.kit.processes import RECORDER, scrape_metrics
 
 
 @pytest.fixture(scope="module")
@@ -241,15 +239,7 @@ class Proxy:
 
     def metrics(self) -> dict[str, float]:
         """The llm_recorder_* samples (they carry no labels)."""
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            text = resp.read().decode()
-        return {
-            s.name: s.value
-            for family in text_string_to_metric_families(text)
-            for s in family.samples
-            if s.name.startswith("llm_recorder_")
-        }
+        return scrape_metrics(self.metrics_port, "llm_recorder_")
 
     def wait_metrics(self, cond: Callable[[dict[str, float]], bool], timeout: float) -> None:
         end = time.monotonic() + timeout
