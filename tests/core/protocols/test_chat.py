@@ -6,6 +6,8 @@ from typing import Any
 
 import pytest
 
+from tests.kit.usage import DEEPSEEK_CHAT_USAGE
+
 EP = "chat.completions"
 DONE = b"data: [DONE]\n\n"
 
@@ -118,15 +120,7 @@ def test_reasoning_content_null_and_content_null_are_not_output(wire: Any) -> No
 
 
 def test_deepseek_usage_on_the_finish_chunk(wire: Any) -> None:
-    usage = {
-        "prompt_tokens": 339,
-        "completion_tokens": 83,
-        "total_tokens": 422,
-        "prompt_tokens_details": {"cached_tokens": 320},
-        "completion_tokens_details": {"reasoning_tokens": 39},
-        "prompt_cache_hit_tokens": 320,
-        "prompt_cache_miss_tokens": 19,
-    }
+    usage = DEEPSEEK_CHAT_USAGE
     body = (
         wire.data(chunk({"role": "assistant", "content": None, "reasoning_content": ""}))
         + wire.data(chunk({"reasoning_content": "Think."}, usage=None))
