@@ -66,6 +66,16 @@ def streamed_chat(
     return rec, sent
 
 
+def chat_until_cut(proxy: RunningProxy, model: str) -> None:
+    """A streamed chat completion read until it ends or is cut (the SDK sees the cut
+    too: its error is expected here, the record says what happened)."""
+    try:
+        for _ in oai(proxy).chat.completions.create(model=model, messages=MESSAGES, stream=True):
+            pass
+    except (openai.APIError, openai.APIConnectionError):
+        pass
+
+
 def assert_matches(rec: StreamRecord, sent: SentRecord) -> None:
     """The record agrees with what the simulator sent, exactly where it can."""
     assert rec.endpoint == sent.endpoint
@@ -239,14 +249,7 @@ def test_short_gaps_are_not_stalls(records: RunningProxy, sim: Simulator) -> Non
     ],
 )
 def test_upstream_cuts(records: RunningProxy, sim: Simulator, fault: str, outcome: str) -> None:
-    client = oai(records)
-    try:
-        for _ in client.chat.completions.create(
-            model=f"gpt-4o+{fault}", messages=MESSAGES, stream=True
-        ):
-            pass
-    except (openai.APIError, openai.APIConnectionError):
-        pass  # the SDK sees the cut too
+    chat_until_cut(records, f"gpt-4o+{fault}")
     rec, sent = one_record(records, sim)
     assert sent.outcome == outcome
     assert rec.outcome == outcome, rec.transport_error
@@ -256,13 +259,7 @@ def test_upstream_cuts(records: RunningProxy, sim: Simulator, fault: str, outcom
 
 
 def test_stall_running_into_a_cut_counts(records: RunningProxy, sim: Simulator) -> None:
-    try:
-        for _ in oai(records).chat.completions.create(
-            model="gpt-4o+stall=1.5@5+rst=5", messages=MESSAGES, stream=True
-        ):
-            pass
-    except (openai.APIError, openai.APIConnectionError):
-        pass
+    chat_until_cut(records, "gpt-4o+stall=1.5@5+rst=5")
     rec, sent = one_record(records, sim)
     assert rec.outcome == "upstream_disconnect" == sent.outcome
     assert rec.stalls == 1
@@ -299,10 +296,7 @@ def test_error_events_after_status_200(
 ) -> None:
     try:
         if path == "chat":
-            for _ in oai(records).chat.completions.create(
-                model=model, messages=MESSAGES, stream=True
-            ):
-                pass
+            chat_until_cut(records, model)
         elif path == "responses":
             for _ in oai(records).responses.create(model=model, input="hi", stream=True):
                 pass
