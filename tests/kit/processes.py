@@ -149,15 +149,18 @@ def stop(proc: subprocess.Popen[str]) -> str:
     return proc.stdout.read()
 
 
-def wait_listening(port: int, timeout: float = 30) -> None:
-    """Until something accepts connections on 127.0.0.1:``port``."""
+def wait_listening(
+    port: int, proc: subprocess.Popen[str] | None = None, timeout: float = 30
+) -> None:
+    """Until something accepts connections on 127.0.0.1:``port`` (raising at once
+    should ``proc``, the process meant to listen there, have ended)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             return
         except OSError:
-            if time.monotonic() > deadline:
+            if (proc is not None and proc.poll() is not None) or time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
 

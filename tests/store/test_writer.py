@@ -455,6 +455,16 @@ def test_sigterm_drains_the_queue_to_the_database(db_url: str, tmp_path: Path, s
     assert count_rows(db_url) == 1000
 
 
+def assert_a_new_sink_replays_all(db: str, spool: Path) -> None:
+    """Nothing of the child's 1000 records reached ``db``; a new sink replays them
+    from ``spool``: every one stored, each once, the spool emptied."""
+    assert count_rows(db) == 0
+    replay = SqlSink(db, spool)
+    wait_for(lambda: count_rows(db) == 1000 and not spool_files(spool))
+    replay.close()
+    assert len(set(ids_in_db(db))) == 1000
+
+
 def test_sigterm_with_the_database_locked_spools_everything(tmp_path: Path) -> None:
     db = migrated_sqlite(tmp_path)
     spool = tmp_path / "spool"
@@ -464,11 +474,7 @@ def test_sigterm_with_the_database_locked_spools_everything(tmp_path: Path) -> N
         out, err = p.communicate(timeout=60)
         assert p.returncode == 0, err
         assert out.split()[0] == "closed"
-    assert count_rows(db) == 0
-    replay = SqlSink(db, spool)
-    wait_for(lambda: count_rows(db) == 1000 and not spool_files(spool))
-    replay.close()
-    assert len(set(ids_in_db(db))) == 1000
+    assert_a_new_sink_replays_all(db, spool)
 
 
 def test_kill_9_loses_nothing_when_spooling_first(tmp_path: Path) -> None:
@@ -478,11 +484,7 @@ def test_kill_9_loses_nothing_when_spooling_first(tmp_path: Path) -> None:
         p = _child(db, spool, "spool_first")
         p.kill()
         p.communicate(timeout=30)
-    assert count_rows(db) == 0
-    replay = SqlSink(db, spool)
-    wait_for(lambda: count_rows(db) == 1000 and not spool_files(spool))
-    replay.close()
-    assert len(set(ids_in_db(db))) == 1000
+    assert_a_new_sink_replays_all(db, spool)
 
 
 def test_kill_9_loses_nothing_the_journal_wrote(tmp_path: Path) -> None:
@@ -505,11 +507,7 @@ def test_kill_9_loses_nothing_the_journal_wrote(tmp_path: Path) -> None:
         wait_for(lambda: journaled() == 1000, 30)
         p.kill()
         p.communicate(timeout=30)
-    assert count_rows(db) == 0
-    replay = SqlSink(db, spool)
-    wait_for(lambda: count_rows(db) == 1000 and not spool_files(spool))
-    replay.close()
-    assert len(set(ids_in_db(db))) == 1000
+    assert_a_new_sink_replays_all(db, spool)
 
 
 def test_spool_first_removes_files_once_committed(db_url: str, tmp_path: Path) -> None:
