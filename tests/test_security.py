@@ -189,11 +189,7 @@ class Upstream:
                 echo = f"Incorrect API key provided: {key}. Find yours at example.invalid."
                 if model == ECHO_JSON:
                     data = orjson.dumps({"error": {"message": echo, "type": "invalid_api_key"}})
-                    self.send_response(401)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
+                    self.unauthorized(data)
                     return
                 stream = messages_stream if anthropic else chat_stream
                 data = stream(up.completion, echo if model == ECHO_SSE else None)
@@ -201,6 +197,14 @@ class Upstream:
                 self.send_header("content-type", "text/event-stream")
                 if self.headers.get("x-echo-request-id"):
                     self.send_header("x-request-id", str(self.headers["x-echo-request-id"]))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def unauthorized(self, data: bytes) -> None:
+                """A 401 with the JSON error body ``data``."""
+                self.send_response(401)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
 
@@ -212,11 +216,7 @@ class Upstream:
                     data, _ = echo_body(
                         keys, lambda m: orjson.dumps({"error": {"message": m, "type": "x"}})
                     )
-                    self.send_response(401)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
+                    self.unauthorized(data)
                     return
                 stream = messages_stream if anthropic else chat_stream
                 if model == "normal" or not model.startswith("echo"):

@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from recorder.billing import audit
-from recorder.cli.db import CliError, add_db_option, add_filter_options, db_url
+from recorder.cli.db import CliError, add_db_option, add_filter_options, db_url, filter_from
 from recorder.cli.render import add_table_options, default_format, emit, table
 from recorder.core import money
 from recorder.store.audit_sql import read_frame
-from recorder.store.queries import SessionFilter, parse_when
 from recorder.store.reading import reading_store
 
 FORMATS = ("table", "json", "csv", "parquet")
@@ -70,15 +69,7 @@ def run(args: argparse.Namespace) -> int:
     fmt = args.format or _format_for(args.output)
     if fmt == "parquet" and not args.output:
         raise CliError("--format parquet writes a file: give --output FILE", 2)
-    f = SessionFilter(
-        since=parse_when(args.since) if args.since else None,
-        until=parse_when(args.until) if args.until else None,
-        endpoint=args.endpoint,
-        model=args.model,
-        outcomes=_outcomes(args.outcome),
-        key=args.key,
-        limit=None,
-    )
+    f = filter_from(args, limit=None)
     with reading_store(db_url(args)) as engine:
         df = read_frame(engine, f, project=args.project)
     groups = audit.aggregate(df, by)
@@ -94,10 +85,6 @@ def run(args: argparse.Namespace) -> int:
     if fmt == "table" and not groups:
         print("(no streams)", file=sys.stderr)
     return 0
-
-
-def _outcomes(values: Sequence[str] | None) -> list[str]:
-    return [o.strip() for v in values or [] for o in v.split(",") if o.strip()]
 
 
 def _format_for(output: str | None) -> str:

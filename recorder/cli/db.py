@@ -27,6 +27,7 @@ from recorder.core.errors import RecorderError
 from recorder.store.engine import StoreError, display_url, normalize_url
 from recorder.store.migrate import head_revision, upgrade
 from recorder.store.queries import (
+    SessionFilter,
     count_before,
     count_bodies,
     parse_when,
@@ -78,6 +79,20 @@ def add_filter_options(p: argparse.ArgumentParser) -> None:
         "--key",
         help="only this API key: its fingerprint, the fingerprint's hex or last-four part, "
         "or the key itself (fingerprinted, never stored)",
+    )
+
+
+def filter_from(args: argparse.Namespace, limit: int | None) -> SessionFilter:
+    """The filter the options of :func:`add_filter_options` ask for, at most ``limit``."""
+    outcomes = [o.strip() for v in args.outcome or [] for o in v.split(",") if o.strip()]
+    return SessionFilter(
+        since=parse_when(args.since) if args.since else None,
+        until=parse_when(args.until) if args.until else None,
+        endpoint=args.endpoint,
+        model=args.model,
+        outcomes=outcomes,
+        key=args.key,
+        limit=limit,
     )
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from recorder.cli.db import CliError, add_db_option, db_url
-from recorder.cli.render import default_format, emit
+from recorder.cli.render import add_format_option, default_format, emit
 from recorder.core.price_files import dump_entry, dump_prices, load_price_file, load_prices
 from recorder.core.pricing import (
     PriceEntry,
@@ -97,12 +97,7 @@ def _table_options(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="overlay on the shipped table (as `recorder proxy` takes it)",
     )
-    p.add_argument(
-        "--format",
-        choices=FORMATS,
-        default=None,
-        help="output format (default: table on a terminal, json otherwise)",
-    )
+    add_format_option(p, FORMATS)
 
 
 def run(args: argparse.Namespace) -> int:

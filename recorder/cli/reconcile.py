@@ -30,7 +30,7 @@ from recorder.billing.exports import read_exports
 from recorder.billing.id_mapping import IdMapping, read_mapping
 from recorder.billing.reconcile_report import result_document
 from recorder.cli.db import CliError, add_db_option, db_url
-from recorder.cli.render import add_table_options, default_format, table, to_json
+from recorder.cli.render import add_format_option, add_table_options, default_format, table, to_json
 from recorder.core import money
 from recorder.core.errors import RecorderError
 from recorder.store.queries import parse_when
@@ -161,12 +161,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="list at most N explaining streams per group (default 50)",
     )
     add_db_option(p)
-    p.add_argument(
-        "--format",
-        choices=FORMATS,
-        default=None,
-        help="output format (default: table on a terminal, json otherwise)",
-    )
+    add_format_option(p, FORMATS)
     add_table_options(p)
     p.set_defaults(func=run)
 

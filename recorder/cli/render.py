@@ -122,6 +122,16 @@ def use_fit(fit: Fit) -> None:
     _current = fit
 
 
+def add_format_option(p: argparse.ArgumentParser, formats: Sequence[str]) -> None:
+    """``--format`` for a reading command, one of ``formats`` (unset: see default_format)."""
+    p.add_argument(
+        "--format",
+        choices=formats,
+        default=None,
+        help="output format (default: table on a terminal, json otherwise)",
+    )
+
+
 def add_table_options(p: argparse.ArgumentParser) -> None:
     """``--wide`` and ``--columns`` for a command that prints tables."""
     p.add_argument(

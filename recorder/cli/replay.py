@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from recorder.cli.db import CliError, add_db_option, db_url
-from recorder.cli.render import emit
+from recorder.cli.render import add_format_option, emit
 from recorder.core.billing import complete_usage
 from recorder.core.captured import BodyFormatError, remeter
 from recorder.core.detect import NotSSE, detect_endpoint
@@ -73,12 +73,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="FILE",
         help="prices to overlay on the shipped table (its models replace the shipped ones)",
     )
-    p.add_argument(
-        "--format",
-        choices=("json", "table"),
-        default=None,
-        help="output format (default: table on a terminal, json otherwise)",
-    )
+    add_format_option(p, ("json", "table"))
     p.set_defaults(func=run, replay_parser=p)
 
 

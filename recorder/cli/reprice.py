@@ -14,7 +14,14 @@ import argparse
 import sys
 
 from recorder.cli.db import add_db_option, db_url
-from recorder.cli.render import add_table_options, default_format, emit, table, vertical
+from recorder.cli.render import (
+    add_format_option,
+    add_table_options,
+    default_format,
+    emit,
+    table,
+    vertical,
+)
 from recorder.core.price_files import load_price_file
 from recorder.store.queries import SessionFilter, parse_when
 from recorder.store.reading import reading_store
@@ -47,12 +54,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--dry-run", action="store_true", help="report only; store nothing")
     add_db_option(p)
-    p.add_argument(
-        "--format",
-        choices=FORMATS,
-        default=None,
-        help="output format (default: table on a terminal, json otherwise)",
-    )
+    add_format_option(p, FORMATS)
     add_table_options(p)
     p.set_defaults(func=run)
 

@@ -17,19 +17,25 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from recorder.cli.db import CliError, add_db_option, add_filter_options, db_url
-from recorder.cli.render import add_table_options, default_format, emit, fold, table, vertical
+from recorder.cli.db import CliError, add_db_option, add_filter_options, db_url, filter_from
+from recorder.cli.render import (
+    add_format_option,
+    add_table_options,
+    default_format,
+    emit,
+    fold,
+    table,
+    vertical,
+)
 from recorder.core import money
 from recorder.core.captured import PackedBody
 from recorder.core.record import FIELDS, StreamRecord
 from recorder.store.queries import (
     QueryError,
-    SessionFilter,
     count_sessions,
     get_body,
     get_stream,
     list_sessions,
-    parse_when,
 )
 from recorder.store.reading import reading_store
 
@@ -80,12 +86,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def _common(p: argparse.ArgumentParser) -> None:
     add_db_option(p)
-    p.add_argument(
-        "--format",
-        choices=FORMATS,
-        default=None,
-        help="output format (default: table on a terminal, json otherwise)",
-    )
+    add_format_option(p, FORMATS)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,26 +95,11 @@ def run(args: argparse.Namespace) -> int:
     return run_show(args) if show else run_sessions(args)
 
 
-def _outcomes(values: list[str] | None) -> list[str]:
-    out: list[str] = []
-    for v in values or []:
-        out += [o.strip() for o in v.split(",") if o.strip()]
-    return out
-
-
 def run_sessions(args: argparse.Namespace) -> int:
     """`recorder sessions`: list, filter, render."""
     if args.limit < 0:
         raise CliError("--limit must be 0 (all) or more", 2)
-    f = SessionFilter(
-        since=parse_when(args.since) if args.since else None,
-        until=parse_when(args.until) if args.until else None,
-        endpoint=args.endpoint,
-        model=args.model,
-        outcomes=_outcomes(args.outcome),
-        key=args.key,
-        limit=args.limit or None,
-    )
+    f = filter_from(args, limit=args.limit or None)
     fmt = default_format(args.format)
     with reading_store(db_url(args)) as engine:
         records = list_sessions(engine, f)

@@ -128,6 +128,15 @@ def _seconds(name: str, value: str | None) -> float:
     return s
 
 
+def _seconds_at(name: str, value: str | None) -> tuple[float, int | None]:
+    """``SECONDS`` or ``SECONDS@N``: how long, and at which event (None: where the
+    fault puts it when not told)."""
+    if value is not None and "@" in value:
+        secs, _, at = value.partition("@")
+        return _seconds(name, secs), _count(name, at)
+    return _seconds(name, value), None
+
+
 def _count(name: str, value: str | None, default: int | None = None) -> int:
     if value is None:
         if default is None:
@@ -168,21 +177,9 @@ def apply_item(f: Faults, item: str) -> None:
                 raise FaultError("fault 'keepalive' needs an interval > 0")
             f.keepalive = n
         case "stall":
-            if value is not None and "@" in value:
-                secs, _, at = value.partition("@")
-                f.stall = _seconds(name, secs)
-                f.stall_at = _count(name, at)
-            else:
-                f.stall = _seconds(name, value)
-                f.stall_at = None
+            f.stall, f.stall_at = _seconds_at(name, value)
         case "split":
-            if value is not None and "@" in value:
-                secs, _, at = value.partition("@")
-                f.split = _seconds(name, secs)
-                f.split_at = _count(name, at)
-            else:
-                f.split = _seconds(name, value)
-                f.split_at = None
+            f.split, f.split_at = _seconds_at(name, value)
         case "delay" | "ttft" | "body_delay" | "header_delay":
             setattr(f, name, _seconds(name, value))
         case "rst" | "fin":

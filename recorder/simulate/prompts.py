@@ -78,12 +78,21 @@ def _text_of(content: Any) -> str:
     return ""
 
 
-def _model(body: dict[str, Any]) -> tuple[str, str, str]:
+def _prompt(endpoint: str, body: dict[str, Any]) -> Prompt:
+    """The prompt of a request to ``endpoint``, with its model (and the faults the
+    model's name asks for) and whether it streams; the caller reads the rest."""
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequest("you must provide a model parameter")
     base, suffix = split_model(model)
-    return model, base, suffix
+    return Prompt(
+        endpoint=endpoint,
+        requested_model=model,
+        model=base,
+        model_faults=suffix,
+        stream=body.get("stream") is True,
+        body=body,
+    )
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -102,20 +111,12 @@ def _finish_prompt(p: Prompt, extra_chars: int) -> Prompt:
 
 def prompt_from_chat(body: dict[str, Any]) -> Prompt:
     """Read a Chat Completions request."""
-    requested, base, suffix = _model(body)
+    p = _prompt("chat.completions", body)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("'messages' must be a non-empty array")
     options = body.get("stream_options")
-    p = Prompt(
-        endpoint="chat.completions",
-        requested_model=requested,
-        model=base,
-        model_faults=suffix,
-        stream=body.get("stream") is True,
-        include_usage=isinstance(options, dict) and options.get("include_usage") is True,
-        body=body,
-    )
+    p.include_usage = isinstance(options, dict) and options.get("include_usage") is True
     for m in messages:
         if not isinstance(m, dict):
             raise BadRequest("each message must be an object")
@@ -136,7 +137,7 @@ def prompt_from_chat(body: dict[str, Any]) -> Prompt:
         p.tool_choice = choice
     elif isinstance(choice, dict) and isinstance(choice.get("function"), dict):
         p.tool_choice = str(choice["function"].get("name"))
-    p.reasoning = "reasoner" in base or "-r1" in base
+    p.reasoning = "reasoner" in p.model or "-r1" in p.model
     p.max_tokens = _int_or_none(body.get("max_completion_tokens")) or _int_or_none(
         body.get("max_tokens")
     )
@@ -145,20 +146,12 @@ def prompt_from_chat(body: dict[str, Any]) -> Prompt:
 
 def prompt_from_responses(body: dict[str, Any]) -> Prompt:
     """Read a Responses request."""
-    requested, base, suffix = _model(body)
+    p = _prompt("responses", body)
     items = body.get("input")
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]
     if not isinstance(items, list) or not items:
         raise BadRequest("'input' must be a string or a non-empty array")
-    p = Prompt(
-        endpoint="responses",
-        requested_model=requested,
-        model=base,
-        model_faults=suffix,
-        stream=body.get("stream") is True,
-        body=body,
-    )
     for item in items:
         if isinstance(item, str):
             p.messages.append(("user", item))
@@ -193,18 +186,10 @@ def prompt_from_responses(body: dict[str, Any]) -> Prompt:
 
 def prompt_from_messages(body: dict[str, Any]) -> Prompt:
     """Read an Anthropic Messages request."""
-    requested, base, suffix = _model(body)
+    p = _prompt("messages", body)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("messages: field required")
-    p = Prompt(
-        endpoint="messages",
-        requested_model=requested,
-        model=base,
-        model_faults=suffix,
-        stream=body.get("stream") is True,
-        body=body,
-    )
     for m in messages:
         if not isinstance(m, dict):
             raise BadRequest("messages: each message must be an object")

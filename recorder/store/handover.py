@@ -117,16 +117,32 @@ def journal_group(sink: SqlSink, records: list[StreamRecord]) -> None:
 
 def spill_now(sink: SqlSink, records: Sequence[StreamRecord]) -> None:
     """Spool from the caller's thread (queue full, or after close)."""
-    data, n = encode(sink, records, writer=False)
+    append_encoded(sink, records, writer=False, why="queue full and spool unwritable")
+
+
+def append_encoded(
+    sink: SqlSink, records: Sequence[StreamRecord], *, writer: bool, why: str
+) -> None:
+    """Encode ``records`` and append them to the spool, counted in the writer's
+    counters (``writer``) or the caller's, which are kept apart because each is
+    written by its own thread; dropped loudly, saying ``why``, when the spool
+    cannot be written."""
+    data, n = encode(sink, records, writer=writer)
     if not n:
         return
     try:
         sink._spool.append(data, n)
     except OSError as e:
-        sink._loop_dropped += n
-        log_drop(sink, n, f"queue full and spool unwritable: {os_error_text(e)}", records[0].id)
+        if writer:
+            sink._dropped += n
+        else:
+            sink._loop_dropped += n
+        log_drop(sink, n, f"{why}: {os_error_text(e)}", records[0].id)
         return
-    sink._loop_spooled += n
+    if writer:
+        sink._spooled += n
+    else:
+        sink._loop_spooled += n
 
 
 def encode(sink: SqlSink, records: Sequence[StreamRecord], *, writer: bool) -> tuple[bytes, int]:
@@ -207,14 +223,4 @@ def spill_items_locked(sink: SqlSink, items: Sequence[tuple[int, StreamRecord]])
         sink._spool.mark_dirty(min(in_spool), max(in_spool))
         sink._spooled += len(in_spool)
     records = [r for s, r in items if not s]
-    data, n = encode(sink, records, writer=True)
-    if not n:
-        return
-    try:
-        sink._spool.append(data, n)
-    except OSError as e:
-        sink._dropped += n
-        reason = f"database unavailable and spool unwritable: {os_error_text(e)}"
-        log_drop(sink, n, reason, records[0].id)
-        return
-    sink._spooled += n
+    append_encoded(sink, records, writer=True, why="database unavailable and spool unwritable")

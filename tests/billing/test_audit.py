@@ -23,7 +23,7 @@ from tests.kit.billing import (
     check_every_grouping,
     store,
 )
-from tests.kit.records import BASE, KEYS, random_records, rec
+from tests.kit.records import BASE, KEYS, REFUSED, random_records, rec
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -104,16 +104,7 @@ def test_definitions() -> None:
             output_tokens=12,
             cost_usd="0.000345000000",
         ),
-        rec(  # an http_error: nothing known, not unpriced
-            outcome="http_error",
-            input_tokens=None,
-            output_tokens=None,
-            input_source="none",
-            output_source="none",
-            usage_source="none",
-            cost_usd=None,
-            price_version=None,
-        ),
+        rec(**REFUSED),  # an http_error: nothing known, not unpriced
         rec(model="no-such-model", cost_usd=None, price_version=None),  # unpriced
     ]
     (g,) = audit.aggregate(audit.frame(r.to_dict() for r in records), ())

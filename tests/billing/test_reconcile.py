@@ -48,6 +48,7 @@ from tests.kit.billing import check_every_grouping
 from tests.kit.cli import Cli
 from tests.kit.ports import free_port
 from tests.kit.proxy_thread import running_proxy
+from tests.kit.records import REFUSED
 
 EXPORTS = Path(__file__).resolve().parents[1] / "fixtures" / "usage_exports"
 Q12 = Decimal("0.000000000001")
@@ -255,15 +256,7 @@ def test_reconcile_names_the_streams_that_explain_a_difference() -> None:
             usage_source="mixed",
         ),
         stream(  # refused: not billed anywhere
-            "refused",
-            outcome="http_error",
-            input_tokens=None,
-            output_tokens=None,
-            input_source="none",
-            output_source="none",
-            usage_source="none",
-            cost_usd=None,
-            price_version=None,
+            "refused", **REFUSED
         ),
         stream("mini", model="gpt-4o-mini"),
         stream("elsewhere", api_key_id="…9999:ffffffffffff"),  # a key the export lacks

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-import shutil
 import signal
 import socket
 import threading
@@ -25,14 +24,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine
-from sqlalchemy.engine import make_url
 
 from recorder.simulate import Simulator
-from tests.kit.databases import create_pg_db, drop_pg_db, pg_url, spool_files
+from tests.kit.databases import spool_files
 from tests.kit.proxy_faults import (
     Forwarder,
     Store,
+    migrated_store,
     running_proxy,
     sim,
     stream,
@@ -67,21 +65,7 @@ class HangingForwarder(Forwarder):
 @contextlib.contextmanager
 def database(request: pytest.FixtureRequest, tmp_path: Path, kind: str) -> Iterator[Store]:
     """A migrated database for the test; PostgreSQL behind a ``HangingForwarder``."""
-    if kind == "sqlite":
-        path = tmp_path / "recorder.db"
-        shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
-        yield Store(kind, f"sqlite:///{path}", f"sqlite:///{path}", None)
-        return
-    admin: Engine = request.getfixturevalue("pg_admin")
-    name = create_pg_db(admin, request.getfixturevalue("pg_template"))
-    url = pg_url(name)
-    u = make_url(url)
-    fwd = HangingForwarder((u.host or "127.0.0.1", u.port or 5432))
-    try:
-        yield Store(kind, url, fwd.url(url), fwd)
-    finally:
-        fwd.close()
-        drop_pg_db(admin, name)
+    yield from migrated_store(request, tmp_path, kind, HangingForwarder)
 
 
 @contextlib.contextmanager

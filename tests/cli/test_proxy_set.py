@@ -4,7 +4,6 @@ errors, and a real run where a `--set` mitmproxy option decides what happens."""
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import ssl
 import subprocess
@@ -19,6 +18,7 @@ from recorder.proxy.options import OptionError, from_args, mitmproxy_sets, parse
 from recorder.proxy.runner import SetError, check_sets
 from recorder.simulate import run_in_thread
 from tests.kit.processes import RECORDER, start_proxy
+from tests.kit.tls import self_signed
 from tests.kit.traffic import post_stream
 
 
@@ -111,42 +111,11 @@ def test_a_bad_set_or_mode_is_one_line_and_creates_nothing(
 @pytest.fixture
 def tls_sim(tmp_path: Path) -> Iterator[object]:
     """The simulator over TLS, with a self-signed certificate no one trusts."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    import ipaddress
-
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(1)
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
-    )
     certs = tmp_path / "certs"
     certs.mkdir()
-    (certs / "c.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (certs / "k.pem").write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+    cert, key = self_signed(certs)
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.load_cert_chain(certs / "c.pem", certs / "k.pem")
+    ctx.load_cert_chain(cert, key)
     with run_in_thread(tls=ctx) as sim:
         yield sim
 

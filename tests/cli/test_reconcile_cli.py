@@ -15,7 +15,7 @@ import pytest
 from recorder.core.record import StreamRecord
 from tests.kit.billing import store
 from tests.kit.cli import Cli, parse
-from tests.kit.records import rec
+from tests.kit.records import REFUSED, rec
 
 EXPORTS = Path(__file__).resolve().parents[1] / "fixtures" / "usage_exports"
 KEY_A = "…1111:aaaaaaaaaaaa"
@@ -58,12 +58,7 @@ def stored(db_url: str, tmp_path: Path) -> list[StreamRecord]:
             None,  # type: ignore[arg-type]
             None,  # type: ignore[arg-type]
             started_at="2026-04-01T09:00:01.000Z",
-            outcome="http_error",
-            input_source="none",
-            output_source="none",
-            usage_source="none",
-            cost_usd=None,
-            price_version=None,
+            **REFUSED,
         ),
         rec(
             started_at="2026-04-01T10:00:00.000Z",

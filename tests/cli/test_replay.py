@@ -14,7 +14,7 @@ import pytest
 from recorder.cli.main import main
 from recorder.core.record import FIELDS
 from tests.kit.cli import Cli
-from tests.kit.records import DOCUMENTED_FIELDS
+from tests.kit.records import DOCUMENTED_FIELDS, TIMING_FIELDS
 
 EXPECTED: dict[str, dict[str, Any]] = json.loads(
     (Path(__file__).resolve().parents[1] / "fixtures" / "expected.json").read_text()
@@ -28,15 +28,8 @@ CONSOLE_SCRIPT = Path(sys.executable).parent / "recorder"
 
 # What a body alone cannot tell (docs/record.md: timings, stalls, HTTP status, key).
 BODY_CANNOT_TELL = (
-    "ttfb_ms",
-    "first_event_ms",
-    "ttft_ms",
-    "duration_ms",
-    "max_keepalive_gap_ms",
-    "max_silence_ms",
-    "max_output_gap_ms",
+    *TIMING_FIELDS,
     "stalls",
-    "stall_ms",
     "http_status",
     "api_key_id",
 )

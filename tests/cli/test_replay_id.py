@@ -25,7 +25,7 @@ from tests.kit.cli import Cli
 from tests.kit.ports import free_port
 from tests.kit.processes import RECORDER, start_proxy
 from tests.kit.proxy_thread import running_proxy
-from tests.kit.records import simple_record
+from tests.kit.records import TIMING_FIELDS, simple_record
 
 KEY = "sk-replay-id-test-0042"
 STALL_AFTER = 1.0
@@ -55,16 +55,7 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
 ]
 MESSAGES = [{"role": "user", "content": "Say something about harmony."}]
 # docs/record.md's timings; replayed from offsets kept in microseconds
-TIMINGS = (
-    "ttfb_ms",
-    "first_event_ms",
-    "ttft_ms",
-    "duration_ms",
-    "max_keepalive_gap_ms",
-    "max_silence_ms",
-    "max_output_gap_ms",
-    "stall_ms",
-)
+TIMINGS = TIMING_FIELDS
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from recorder.core.model_families import PROFILES
 from recorder.core.price_files import load_prices
 from recorder.core.pricing import PriceTable
 from recorder.core.record import FIELDS
+from tests.kit.usage import ANTHROPIC_CACHE_USAGE
 
 PRICES: PriceTable = load_prices(
     json.dumps(
@@ -101,14 +102,7 @@ ANTHROPIC_START = {
     "message": {
         "id": "msg_1",
         "model": "claude-sonnet-4-5-20250929",
-        "usage": {
-            "input_tokens": 100,
-            "cache_read_input_tokens": 1000,
-            "cache_creation_input_tokens": 500,
-            "cache_creation": {"ephemeral_5m_input_tokens": 300, "ephemeral_1h_input_tokens": 200},
-            "output_tokens": 1,
-            "service_tier": "standard",
-        },
+        "usage": ANTHROPIC_CACHE_USAGE,
     },
 }
 

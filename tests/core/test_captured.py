@@ -38,6 +38,7 @@ from tests.kit.flows import (
     sse_response,
     start,
 )
+from tests.kit.records import TIMING_FIELDS
 
 
 def make(**config: Any) -> tuple[Recorder, MemorySink, Clock]:
@@ -105,18 +106,7 @@ def replayed(rec: StreamRecord, **kw: Any) -> StreamRecord:
 # Offsets are stored in whole microseconds: a timing replayed may differ from the
 # one measured by that much (twice, for an interval), after rounding to 0.001 ms.
 TIMING_TOL_MS = 0.0025
-TIMINGS = frozenset(
-    {
-        "ttfb_ms",
-        "first_event_ms",
-        "ttft_ms",
-        "duration_ms",
-        "max_keepalive_gap_ms",
-        "max_silence_ms",
-        "max_output_gap_ms",
-        "stall_ms",
-    }
-)
+TIMINGS = frozenset(TIMING_FIELDS)
 
 
 def assert_same(again: StreamRecord, rec: StreamRecord) -> None:

@@ -14,6 +14,7 @@ import pytest
 from recorder.core import meter as meter_mod
 from recorder.core.meter import StreamMeter
 from recorder.core.record import INTERRUPTED_OUTCOMES, Gap, StreamRecord
+from tests.kit.records import TIMING_FIELDS
 
 T0 = 100.0
 KEEPALIVE = b": hopbase-keepalive\n\n"
@@ -113,17 +114,7 @@ def meter(endpoint: str = "chat.completions", **kw: Any) -> StreamMeter:
     return StreamMeter(endpoint, **kw)
 
 
-TIMINGS = (
-    "ttfb_ms",
-    "first_event_ms",
-    "ttft_ms",
-    "duration_ms",
-    "max_keepalive_gap_ms",
-    "max_silence_ms",
-    "max_output_gap_ms",
-    "stalls",
-    "stall_ms",
-)
+TIMINGS = (*TIMING_FIELDS, "stalls")
 
 
 # == ttfb, first event, ttft, duration ==========================================

@@ -16,6 +16,7 @@ from recorder.core.price_files import load_prices
 from recorder.core.pricing import PriceTable, Unpriced, cost_of
 from recorder.core.request import read_request
 from tests.kit.prices import LITELLM
+from tests.kit.usage import ANTHROPIC_CACHE_USAGE
 
 M = Decimal(1_000_000)
 
@@ -167,15 +168,7 @@ def test_the_reported_tier_wins_over_the_requested_one() -> None:
 
 
 def messages_body(usage_extra: dict[str, Any]) -> bytes:
-    usage = {
-        "input_tokens": 100,
-        "cache_read_input_tokens": 1000,
-        "cache_creation_input_tokens": 500,
-        "cache_creation": {"ephemeral_5m_input_tokens": 300, "ephemeral_1h_input_tokens": 200},
-        "output_tokens": 1,
-        "service_tier": "standard",
-        **usage_extra,
-    }
+    usage = {**ANTHROPIC_CACHE_USAGE, **usage_extra}
     return sse(
         [
             {

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from recorder.core.usage import Usage, from_anthropic, from_openai_chat, from_openai_responses
+from tests.kit.usage import DEEPSEEK_CHAT_USAGE, RESPONSES_USAGE
 
 
 def figures(u: Usage) -> tuple[int | None, ...]:
@@ -81,15 +82,7 @@ def test_chat_zero_reasoning_changes_nothing() -> None:
 
 
 def test_chat_deepseek_cache_hit_tokens() -> None:
-    raw = {
-        "prompt_tokens": 339,
-        "completion_tokens": 83,
-        "total_tokens": 422,
-        "prompt_tokens_details": {"cached_tokens": 320},
-        "completion_tokens_details": {"reasoning_tokens": 39},
-        "prompt_cache_hit_tokens": 320,
-        "prompt_cache_miss_tokens": 19,
-    }
+    raw = DEEPSEEK_CHAT_USAGE
     assert figures(from_openai_chat(raw)) == (339, 320, None, 83, 39)
 
 
@@ -126,13 +119,7 @@ def test_chat_empty_usage_is_all_unknown() -> None:
 
 
 def test_responses_usage() -> None:
-    raw = {
-        "input_tokens": 3737,
-        "input_tokens_details": {"cached_tokens": 2304},
-        "output_tokens": 621,
-        "output_tokens_details": {"reasoning_tokens": 512},
-        "total_tokens": 4358,
-    }
+    raw = RESPONSES_USAGE
     assert figures(from_openai_responses(raw)) == (3737, 2304, None, 621, 512)
 
 

@@ -48,6 +48,34 @@ def one_record(proxy: RunningProxy, sim: Simulator) -> tuple[StreamRecord, SentR
     return rec, sent
 
 
+def streamed_chat(
+    proxy: RunningProxy, sim: Simulator, model: str, *, include_usage: bool = True
+) -> tuple[StreamRecord, SentRecord]:
+    """A streamed chat completion through the proxy with the OpenAI SDK, read to the
+    end; its record, checked against what the simulator sent, and what it sent."""
+    stream = oai(proxy).chat.completions.create(
+        model=model,
+        messages=MESSAGES,
+        stream=True,
+        stream_options={"include_usage": True} if include_usage else openai.omit,
+    )
+    for _ in stream:
+        pass
+    rec, sent = one_record(proxy, sim)
+    assert_matches(rec, sent)
+    return rec, sent
+
+
+def chat_until_cut(proxy: RunningProxy, model: str) -> None:
+    """A streamed chat completion read until it ends or is cut (the SDK sees the cut
+    too: its error is expected here, the record says what happened)."""
+    try:
+        for _ in oai(proxy).chat.completions.create(model=model, messages=MESSAGES, stream=True):
+            pass
+    except (openai.APIError, openai.APIConnectionError):
+        pass
+
+
 def assert_matches(rec: StreamRecord, sent: SentRecord) -> None:
     """The record agrees with what the simulator sent, exactly where it can."""
     assert rec.endpoint == sent.endpoint
@@ -119,16 +147,7 @@ def test_openai_chat_json(records: RunningProxy, sim: Simulator) -> None:
 
 
 def test_openai_chat_tools_and_reasoning(records: RunningProxy, sim: Simulator) -> None:
-    stream = oai(records).chat.completions.create(
-        model="deepseek-reasoner+tools=2+reasoning",
-        messages=MESSAGES,
-        stream=True,
-        stream_options={"include_usage": True},
-    )
-    for _ in stream:
-        pass
-    rec, sent = one_record(records, sim)
-    assert_matches(rec, sent)
+    rec, _ = streamed_chat(records, sim, "deepseek-reasoner+tools=2+reasoning")
     assert rec.tool_calls == 2 and rec.finish_reason == "tool_calls"
 
 
@@ -201,16 +220,7 @@ def test_anthropic_json(records: RunningProxy, sim: Simulator) -> None:
 
 def test_keepalives_during_a_stall(records: RunningProxy, sim: Simulator) -> None:
     # a 1.5 s output silence with a keepalive every 0.2 s: one stall, keepalives counted
-    stream = oai(records).chat.completions.create(
-        model="gpt-4o+keepalive=0.2+stall=1.5+ttft=0.3",
-        messages=MESSAGES,
-        stream=True,
-        stream_options={"include_usage": True},
-    )
-    for _ in stream:
-        pass
-    rec, sent = one_record(records, sim)
-    assert_matches(rec, sent)
+    rec, sent = streamed_chat(records, sim, "gpt-4o+keepalive=0.2+stall=1.5+ttft=0.3")
     assert sent.keepalives >= 7 and rec.keepalives == sent.keepalives
     assert rec.stalls == 1
     assert rec.stall_ms is not None and abs(rec.stall_ms - 1500.0) <= TOL_MS
@@ -220,13 +230,7 @@ def test_keepalives_during_a_stall(records: RunningProxy, sim: Simulator) -> Non
 
 
 def test_short_gaps_are_not_stalls(records: RunningProxy, sim: Simulator) -> None:
-    stream = oai(records).chat.completions.create(
-        model="gpt-4o+delay=0.02", messages=MESSAGES, stream=True
-    )
-    for _ in stream:
-        pass
-    rec, sent = one_record(records, sim)
-    assert_matches(rec, sent)
+    rec, _ = streamed_chat(records, sim, "gpt-4o+delay=0.02", include_usage=False)
     assert rec.stalls == 0
     assert rec.max_output_gap_ms is not None and rec.max_output_gap_ms < STALL_AFTER * 1000
 
@@ -245,14 +249,7 @@ def test_short_gaps_are_not_stalls(records: RunningProxy, sim: Simulator) -> Non
     ],
 )
 def test_upstream_cuts(records: RunningProxy, sim: Simulator, fault: str, outcome: str) -> None:
-    client = oai(records)
-    try:
-        for _ in client.chat.completions.create(
-            model=f"gpt-4o+{fault}", messages=MESSAGES, stream=True
-        ):
-            pass
-    except (openai.APIError, openai.APIConnectionError):
-        pass  # the SDK sees the cut too
+    chat_until_cut(records, f"gpt-4o+{fault}")
     rec, sent = one_record(records, sim)
     assert sent.outcome == outcome
     assert rec.outcome == outcome, rec.transport_error
@@ -262,13 +259,7 @@ def test_upstream_cuts(records: RunningProxy, sim: Simulator, fault: str, outcom
 
 
 def test_stall_running_into_a_cut_counts(records: RunningProxy, sim: Simulator) -> None:
-    try:
-        for _ in oai(records).chat.completions.create(
-            model="gpt-4o+stall=1.5@5+rst=5", messages=MESSAGES, stream=True
-        ):
-            pass
-    except (openai.APIError, openai.APIConnectionError):
-        pass
+    chat_until_cut(records, "gpt-4o+stall=1.5@5+rst=5")
     rec, sent = one_record(records, sim)
     assert rec.outcome == "upstream_disconnect" == sent.outcome
     assert rec.stalls == 1
@@ -305,10 +296,7 @@ def test_error_events_after_status_200(
 ) -> None:
     try:
         if path == "chat":
-            for _ in oai(records).chat.completions.create(
-                model=model, messages=MESSAGES, stream=True
-            ):
-                pass
+            chat_until_cut(records, model)
         elif path == "responses":
             for _ in oai(records).responses.create(model=model, input="hi", stream=True):
                 pass

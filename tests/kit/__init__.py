@@ -16,6 +16,7 @@ from one another; tests/conftest.py registers the kit's fixtures.
 - ``tls``: a certificate the tests' upstream serves;
 - ``upstreams``: a private certificate authority and a counting forward proxy;
 - ``framing``: the fixtures under tests/fixtures as the wire carries them;
+- ``usage``: the providers' usage objects, as they send them;
 - ``ports``, ``pgcluster``, ``phoenix``, ``recorded_api``: free ports, a private
   PostgreSQL cluster, Arize Phoenix, the providers' usage APIs replayed.
 """

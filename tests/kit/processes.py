@@ -2,7 +2,8 @@
 `recorder proxy` (``start_proxy``), `mitmdump -s addons/recorder_addon.py`
 (``start_mitmdump``), `mitmweb -s addons/recorder_addon.py` (``start_mitmweb``);
 ``stop`` ends one and returns the rest of its output, ``wait_listening`` waits for
-a port, ``python_env`` lets a child `python -c` import this package."""
+a port, ``scrape_metrics`` reads a running proxy's /metrics, ``python_env`` lets a
+child `python -c` import this package."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from recorder.simulate import Simulator
 from tests.kit.ports import free_port
@@ -145,14 +149,31 @@ def stop(proc: subprocess.Popen[str]) -> str:
     return proc.stdout.read()
 
 
-def wait_listening(port: int, timeout: float = 30) -> None:
-    """Until something accepts connections on 127.0.0.1:``port``."""
+def wait_listening(
+    port: int, proc: subprocess.Popen[str] | None = None, timeout: float = 30
+) -> None:
+    """Until something accepts connections on 127.0.0.1:``port`` (raising at once
+    should ``proc``, the process meant to listen there, have ended)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             return
         except OSError:
-            if time.monotonic() > deadline:
+            if (proc is not None and proc.poll() is not None) or time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
+
+
+def scrape_metrics(metrics_port: int, prefix: str) -> dict[str, float]:
+    """The samples of the proxy's /metrics on ``metrics_port`` whose names begin
+    with ``prefix``, by name (for series that carry no labels)."""
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    return {
+        s.name: s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.startswith(prefix)
+    }

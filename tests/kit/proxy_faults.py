@@ -14,7 +14,6 @@ import socket
 import subprocess
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,14 +24,13 @@ import httpx
 import orjson
 import pytest
 import sqlalchemy as sa
-from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
 from recorder.simulate import SentRecord, Simulator, run_in_thread
 from tests.kit.databases import create_pg_db, drop_pg_db, outage, pg_url
 from tests.kit.ports import free_port
-from tests.kit.processes import RECORDER
+from tests.kit.processes import RECORDER, scrape_metrics
 
 
 @pytest.fixture(scope="module")
@@ -151,15 +149,22 @@ class Store:
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    yield from _store(request, tmp_path, request.param)
+    yield from migrated_store(request, tmp_path, request.param)
 
 
 @pytest.fixture
 def pg_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    yield from _store(request, tmp_path, "postgresql")
+    yield from migrated_store(request, tmp_path, "postgresql")
 
 
-def _store(request: pytest.FixtureRequest, tmp_path: Path, kind: str) -> Iterator[Store]:
+def migrated_store(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    kind: str,
+    forwarder: type[Forwarder] = Forwarder,
+) -> Iterator[Store]:
+    """A migrated database for one test (a copy of the SQLite template, or a fresh
+    PostgreSQL database reached through a ``forwarder``), dropped after it."""
     if kind == "sqlite":
         template: Path = request.getfixturevalue("sqlite_template")
         path = tmp_path / "recorder.db"
@@ -171,7 +176,7 @@ def _store(request: pytest.FixtureRequest, tmp_path: Path, kind: str) -> Iterato
     name = create_pg_db(admin, request.getfixturevalue("pg_template"))
     url = pg_url(name)
     u = make_url(url)
-    fwd = Forwarder((u.host or "127.0.0.1", u.port or 5432))
+    fwd = forwarder((u.host or "127.0.0.1", u.port or 5432))
     try:
         yield Store(kind, url, fwd.url(url), fwd)
     finally:
@@ -234,15 +239,7 @@ class Proxy:
 
     def metrics(self) -> dict[str, float]:
         """The llm_recorder_* samples (they carry no labels)."""
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            text = resp.read().decode()
-        return {
-            s.name: s.value
-            for family in text_string_to_metric_families(text)
-            for s in family.samples
-            if s.name.startswith("llm_recorder_")
-        }
+        return scrape_metrics(self.metrics_port, "llm_recorder_")
 
     def wait_metrics(self, cond: Callable[[dict[str, float]], bool], timeout: float) -> None:
         end = time.monotonic() + timeout

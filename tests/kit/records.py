@@ -3,12 +3,14 @@ starts here.
 
 - ``simple_record`` / ``full_record``: a small completed stream / every field set;
 - ``rec`` and ``random_records``: the audit's streams (every outcome, source and
-  unknown value; costs up to the column's limit);
+  unknown value; costs up to the column's limit); ``REFUSED``, the overrides of a
+  refused request;
 - ``priced_record`` and ``fixture_records``: streams costed with the repricing
   tests' ``V1`` table (tests.kit.prices);
 - ``span_record``: a stream with the figures an OpenTelemetry span carries;
 - ``metric_record``: the fields the Prometheus exporter reads;
-- ``DOCUMENTED_FIELDS``: every field of a record, in its documented order.
+- ``DOCUMENTED_FIELDS``: every field of a record, in its documented order;
+- ``TIMING_FIELDS``: the record's timings (docs/record.md).
 """
 
 from __future__ import annotations
@@ -28,6 +30,19 @@ from recorder.core.record import (
 )
 from recorder.proxy.ids import new_record_id
 from tests.kit.prices import V1, expected_cost
+
+# docs/record.md's timings: what only the stream's clock gives (None for a body
+# replayed with no times; compared with rounding slack when replayed from offsets).
+TIMING_FIELDS = (
+    "ttfb_ms",
+    "first_event_ms",
+    "ttft_ms",
+    "duration_ms",
+    "max_keepalive_gap_ms",
+    "max_silence_ms",
+    "max_output_gap_ms",
+    "stall_ms",
+)
 
 # Every field of a recorded stream, in the order the record's specification lists
 # them (the order users script against).
@@ -235,6 +250,19 @@ def random_records(rng: random.Random, n: int) -> list[StreamRecord]:
             )
         )
     return out
+
+
+# The overrides of a refused request (an http_error): no usage known, never priced.
+REFUSED: dict[str, Any] = dict(
+    outcome="http_error",
+    input_tokens=None,
+    output_tokens=None,
+    input_source="none",
+    output_source="none",
+    usage_source="none",
+    cost_usd=None,
+    price_version=None,
+)
 
 
 def rec(**kw: Any) -> StreamRecord:

@@ -14,10 +14,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 
-@pytest.fixture(scope="module")
-def upstream_ca(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A self-signed certificate for localhost/127.0.0.1 and its key."""
-    folder = tmp_path_factory.mktemp("upstream-tls")
+def self_signed(folder: Path) -> tuple[Path, Path]:
+    """Write a self-signed certificate for localhost and 127.0.0.1 (cert.pem) and its
+    key (key.pem) into ``folder``; return both paths."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
     now = datetime.datetime.now(datetime.UTC)
@@ -46,4 +45,11 @@ def upstream_ca(tmp_path_factory: pytest.TempPathFactory) -> Path:
             serialization.NoEncryption(),
         )
     )
-    return folder / "cert.pem"
+    return folder / "cert.pem", folder / "key.pem"
+
+
+@pytest.fixture(scope="module")
+def upstream_ca(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A self-signed certificate for localhost/127.0.0.1 and its key."""
+    cert, _ = self_signed(tmp_path_factory.mktemp("upstream-tls"))
+    return cert

@@ -13,7 +13,6 @@ import json
 import signal
 import subprocess
 import time
-import urllib.request
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -22,12 +21,11 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
-from prometheus_client.parser import text_string_to_metric_families
 
 from recorder.simulate import Simulator, run_in_thread
 from tests.kit.phoenix import Phoenix, running_phoenix
 from tests.kit.ports import free_port
-from tests.kit.processes import start_proxy
+from tests.kit.processes import scrape_metrics, start_proxy
 
 pytestmark = pytest.mark.slow
 
@@ -73,15 +71,7 @@ def stream(port: int, rid: str, model: str, traceparent: str | None = None) -> b
 
 
 def scrape(metrics_port: int) -> dict[str, float]:
-    url = f"http://127.0.0.1:{metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        text = resp.read().decode()
-    return {
-        s.name: s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-        if s.name.startswith("llm_recorder_otlp_")
-    }
+    return scrape_metrics(metrics_port, "llm_recorder_otlp_")
 
 
 def stop(proc: subprocess.Popen[str]) -> str:

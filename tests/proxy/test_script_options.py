@@ -20,6 +20,7 @@ from recorder.app.banner import banner_lines
 from recorder.app.script import ScriptRecorder
 from recorder.proxy.options import OPTIONS, from_mitmproxy, resolve
 from recorder.simulate import run_in_thread
+from tests.kit.processes import wait_listening
 
 ROOT = Path(__file__).parents[2]
 MITMDUMP = str(Path(sys.executable).parent / "mitmdump")
@@ -57,18 +58,6 @@ def get(url: str) -> str:
     with urllib.request.urlopen(url, timeout=30) as resp:
         body: bytes = resp.read()
         return body.decode()
-
-
-def wait_listening(port: int, proc: subprocess.Popen[str], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
 
 
 def test_the_options_are_generated_from_the_table(tmp_path: Path) -> None:

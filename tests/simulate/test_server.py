@@ -8,7 +8,6 @@ Every delay is a few tens of milliseconds.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import io
 import os
 import signal
@@ -30,6 +29,7 @@ import pytest
 from recorder.cli.replay import replay_stream
 from recorder.simulate import FaultError, SentRecord, Simulator, parse_faults, run_in_thread, wire
 from recorder.simulate.faults import split_model
+from tests.kit.tls import self_signed
 
 CHAT = "/v1/chat/completions"
 RESPONSES = "/v1/responses"
@@ -1014,42 +1014,11 @@ def test_client_disconnect_is_recorded(sim: Simulator) -> None:
     assert rec.outcome == "client_disconnect" and rec.transport == "client_gone"
 
 
-def test_tls() -> None:
-    crypto = pytest.importorskip("cryptography")
-    del crypto
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(1)
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    pem = cert.public_bytes(serialization.Encoding.PEM)
+def test_tls(tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path)
+    pem = cert.read_bytes()
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "c.pem").write_bytes(pem)
-        (Path(tmp) / "k.pem").write_bytes(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-        )
-        server_ctx.load_cert_chain(Path(tmp) / "c.pem", Path(tmp) / "k.pem")
+    server_ctx.load_cert_chain(cert, key)
     client_ctx = ssl.create_default_context(cadata=pem.decode())
     with run_in_thread(tls=server_ctx) as s:
         assert s.url.startswith("https://")

@@ -118,13 +118,19 @@ def test_a_record_no_driver_can_bind_is_rejected_alone(
     assert stats["failed"] + stats["dropped"] == 1
 
 
+def migrated_sqlite(tmp_path: Path) -> str:
+    """The URL of a SQLite store at ``tmp_path``/r.db brought to head."""
+    from recorder.store.migrate import upgrade
+
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    upgrade(db)
+    return db
+
+
 def test_queue_full_spools_and_never_blocks(tmp_path: Path) -> None:
     """The database is locked for as long as the writer would wait (a minute):
     submit still returns at once, the overflow going to the spool."""
-    db = f"sqlite:///{tmp_path / 'r.db'}"
-    from recorder.store.migrate import upgrade
-
-    upgrade(db)
+    db = migrated_sqlite(tmp_path)
     engine = make_engine(db, sqlite_busy_timeout_ms=60_000)
     spool = tmp_path / "spool"
     sink = SqlSink(db, spool, queue_size=10, batch_size=5, engine=engine, retry_min=0.05)
@@ -278,17 +284,20 @@ def test_submit_after_close_is_spooled(db_url: str, tmp_path: Path) -> None:
     assert ids_in_db(db_url) == [late.id]
 
 
+def sink_waiting_on_locks(tmp_path: Path, busy_ms: int) -> tuple[str, Path, Engine, SqlSink]:
+    """A migrated SQLite store and a sink (batches of 10) whose writer waits up to
+    ``busy_ms`` on a lock: the database URL, the spool, the engine, the sink."""
+    db = migrated_sqlite(tmp_path)
+    engine = make_engine(db, sqlite_busy_timeout_ms=busy_ms)
+    spool = tmp_path / "spool"
+    return db, spool, engine, SqlSink(db, spool, engine=engine, batch_size=10, flush_interval=0.01)
+
+
 def test_close_with_a_stuck_writer_spools_the_rest(tmp_path: Path) -> None:
     """The writer hangs inside the database past close's timeout: close spools the
     batch in flight and the queue; whatever the stuck writer commits later too is
     still stored once."""
-    db = f"sqlite:///{tmp_path / 'r.db'}"
-    from recorder.store.migrate import upgrade
-
-    upgrade(db)
-    engine = make_engine(db, sqlite_busy_timeout_ms=3_000)
-    spool = tmp_path / "spool"
-    sink = SqlSink(db, spool, engine=engine, batch_size=10, flush_interval=0.01)
+    db, spool, engine, sink = sink_waiting_on_locks(tmp_path, 3_000)
     records = [simple_record(i) for i in range(100)]
     with outage(db):
         for r in records:
@@ -308,13 +317,7 @@ def test_a_writer_abandoned_by_close_spools_nothing_twice(tmp_path: Path) -> Non
     """close gives up on a writer waiting on a lock and spools what it holds; when
     the writer's wait ends in failure, it does not spool its batch again: the spool
     holds every record exactly once."""
-    db = f"sqlite:///{tmp_path / 'r.db'}"
-    from recorder.store.migrate import upgrade
-
-    upgrade(db)
-    engine = make_engine(db, sqlite_busy_timeout_ms=1_500)
-    spool = tmp_path / "spool"
-    sink = SqlSink(db, spool, engine=engine, batch_size=10, flush_interval=0.01)
+    db, spool, engine, sink = sink_waiting_on_locks(tmp_path, 1_500)
     records = [simple_record(i) for i in range(50)]
     with outage(db):
         for r in records:
@@ -452,11 +455,18 @@ def test_sigterm_drains_the_queue_to_the_database(db_url: str, tmp_path: Path, s
     assert count_rows(db_url) == 1000
 
 
-def test_sigterm_with_the_database_locked_spools_everything(tmp_path: Path) -> None:
-    db = f"sqlite:///{tmp_path / 'r.db'}"
-    from recorder.store.migrate import upgrade
+def assert_a_new_sink_replays_all(db: str, spool: Path) -> None:
+    """Nothing of the child's 1000 records reached ``db``; a new sink replays them
+    from ``spool``: every one stored, each once, the spool emptied."""
+    assert count_rows(db) == 0
+    replay = SqlSink(db, spool)
+    wait_for(lambda: count_rows(db) == 1000 and not spool_files(spool))
+    replay.close()
+    assert len(set(ids_in_db(db))) == 1000
 
-    upgrade(db)
+
+def test_sigterm_with_the_database_locked_spools_everything(tmp_path: Path) -> None:
+    db = migrated_sqlite(tmp_path)
     spool = tmp_path / "spool"
     with outage(db):
         p = _child(db, spool, "queue")
@@ -464,38 +474,24 @@ def test_sigterm_with_the_database_locked_spools_everything(tmp_path: Path) -> N
         out, err = p.communicate(timeout=60)
         assert p.returncode == 0, err
         assert out.split()[0] == "closed"
-    assert count_rows(db) == 0
-    replay = SqlSink(db, spool)
-    wait_for(lambda: count_rows(db) == 1000 and not spool_files(spool))
-    replay.close()
-    assert len(set(ids_in_db(db))) == 1000
+    assert_a_new_sink_replays_all(db, spool)
 
 
 def test_kill_9_loses_nothing_when_spooling_first(tmp_path: Path) -> None:
-    db = f"sqlite:///{tmp_path / 'r.db'}"
-    from recorder.store.migrate import upgrade
-
-    upgrade(db)
+    db = migrated_sqlite(tmp_path)
     spool = tmp_path / "spool"
     with outage(db):
         p = _child(db, spool, "spool_first")
         p.kill()
         p.communicate(timeout=30)
-    assert count_rows(db) == 0
-    replay = SqlSink(db, spool)
-    wait_for(lambda: count_rows(db) == 1000 and not spool_files(spool))
-    replay.close()
-    assert len(set(ids_in_db(db))) == 1000
+    assert_a_new_sink_replays_all(db, spool)
 
 
 def test_kill_9_loses_nothing_the_journal_wrote(tmp_path: Path) -> None:
     """The writer is stuck in a locked database; the journal still puts every record
     in the spool, off the caller's thread. A kill -9 then loses none of them, and the
     next process stores each once."""
-    db = f"sqlite:///{tmp_path / 'r.db'}"
-    from recorder.store.migrate import upgrade
-
-    upgrade(db)
+    db = migrated_sqlite(tmp_path)
     spool = tmp_path / "spool"
 
     def journaled() -> int:
@@ -511,11 +507,7 @@ def test_kill_9_loses_nothing_the_journal_wrote(tmp_path: Path) -> None:
         wait_for(lambda: journaled() == 1000, 30)
         p.kill()
         p.communicate(timeout=30)
-    assert count_rows(db) == 0
-    replay = SqlSink(db, spool)
-    wait_for(lambda: count_rows(db) == 1000 and not spool_files(spool))
-    replay.close()
-    assert len(set(ids_in_db(db))) == 1000
+    assert_a_new_sink_replays_all(db, spool)
 
 
 def test_spool_first_removes_files_once_committed(db_url: str, tmp_path: Path) -> None:
@@ -596,10 +588,7 @@ def test_an_unexpected_error_spools_the_batch(
 
 def test_the_rejected_file_is_private_whatever_the_umask(tmp_path: Path) -> None:
     """recorder-rejected.jsonl holds whole records: mode 0600, like the spool."""
-    db = f"sqlite:///{tmp_path / 'r.db'}"
-    from recorder.store.migrate import upgrade
-
-    upgrade(db)
+    db = migrated_sqlite(tmp_path)
     spool = tmp_path / "spool"
     bad = simple_record(1, max_output_tokens=2**70)  # no driver binds it
     old = os.umask(0o022)

@@ -6,6 +6,8 @@ from typing import Any
 
 import pytest
 
+from tests.kit.usage import DEEPSEEK_CHAT_USAGE
+
 EP = "chat.completions"
 DONE = b"data: [DONE]\n\n"
 
@@ -81,17 +83,14 @@ def test_output_kinds_count_and_start_ttft(wire: Any, delta: dict, chars: int) -
     assert rec.ttft_ms == 300.0
 
 
+def tool_start(index: int, call_id: str, name: str) -> dict[str, Any]:
+    """A delta that starts tool call ``index``: its id and name, no arguments yet."""
+    call = {"index": index, "id": call_id, "type": "function"}
+    return {"tool_calls": [{**call, "function": {"name": name, "arguments": ""}}]}
+
+
 def test_tool_call_start_without_arguments_is_a_call_but_not_output(wire: Any) -> None:
-    start = {
-        "tool_calls": [
-            {
-                "index": 0,
-                "id": "call_1",
-                "type": "function",
-                "function": {"name": "get_weather", "arguments": ""},
-            }
-        ]
-    }
+    start = tool_start(0, "call_1", "get_weather")
     args = {"tool_calls": [{"index": 0, "function": {"arguments": '{"city":"Paris"}'}}]}
     rec = wire.timed(
         EP,
@@ -118,15 +117,7 @@ def test_reasoning_content_null_and_content_null_are_not_output(wire: Any) -> No
 
 
 def test_deepseek_usage_on_the_finish_chunk(wire: Any) -> None:
-    usage = {
-        "prompt_tokens": 339,
-        "completion_tokens": 83,
-        "total_tokens": 422,
-        "prompt_tokens_details": {"cached_tokens": 320},
-        "completion_tokens_details": {"reasoning_tokens": 39},
-        "prompt_cache_hit_tokens": 320,
-        "prompt_cache_miss_tokens": 19,
-    }
+    usage = DEEPSEEK_CHAT_USAGE
     body = (
         wire.data(chunk({"role": "assistant", "content": None, "reasoning_content": ""}))
         + wire.data(chunk({"reasoning_content": "Think."}, usage=None))
@@ -304,16 +295,7 @@ def test_n_greater_than_one_tool_calls_are_counted_per_choice(wire: Any) -> None
 
 def test_tool_calls_starting_at_index_1(wire: Any) -> None:
     # Anthropic's OpenAI compatibility layer numbers the first tool call 1
-    start = {
-        "tool_calls": [
-            {
-                "index": 1,
-                "id": "toolu_1",
-                "type": "function",
-                "function": {"name": "read_file", "arguments": ""},
-            }
-        ]
-    }
+    start = tool_start(1, "toolu_1", "read_file")
     body = (
         wire.data(chunk({"role": "assistant"}))
         + wire.data(chunk({"content": "Reading"}))

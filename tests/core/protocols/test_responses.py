@@ -6,6 +6,8 @@ from typing import Any
 
 import pytest
 
+from tests.kit.usage import RESPONSES_USAGE
+
 EP = "responses"
 
 
@@ -24,13 +26,7 @@ def resp(status: str = "in_progress", **extra: Any) -> dict[str, Any]:
     return obj
 
 
-USAGE = {
-    "input_tokens": 3737,
-    "input_tokens_details": {"cached_tokens": 2304},
-    "output_tokens": 621,
-    "output_tokens_details": {"reasoning_tokens": 512},
-    "total_tokens": 4358,
-}
+USAGE = RESPONSES_USAGE
 
 
 def ev(typ: str, **fields: Any) -> dict[str, Any]:
