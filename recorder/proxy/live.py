@@ -51,6 +51,7 @@ from recorder.core.endpoints import endpoint_for
 from recorder.core.record import StreamRecord
 from recorder.proxy.live_lines import (
     ID_CHARS,
+    Line,
     Printer,
     _paint,
     _write,
@@ -158,18 +159,21 @@ class Live(Observer):
     def _clock_text(self) -> str:
         return datetime.fromtimestamp(self._wall()).strftime("%H:%M:%S")
 
-    def _emit(self, kind: str, text: str, fields: dict[str, Any]) -> None:
+    def _emit(self, kind: str, text: Line, fields: dict[str, Any]) -> None:
+        """One console line; ``text`` may be a callable that makes it, and a JSON line
+        is made the same way: formatting happens on the console's thread."""
         if self.quiet:
             return
+        line: Line
         if self.log_format == "json":
             obj = {"type": kind, "time": self._wall(), **fields}
-            line = orjson.dumps(obj, default=str).decode()
+            line = lambda: orjson.dumps(obj, default=str).decode()  # noqa: E731
         else:
             line = text
         if self._printer is not None:
             self._printer.put(line)
         else:
-            _write(self.out, [line])
+            _write(self.out, [line if isinstance(line, str) else line()])
 
     def flush(self, timeout: float = 2.0) -> None:
         """Wait (``timeout`` at most) until the lines handed to the console are written."""
@@ -251,8 +255,17 @@ class Live(Observer):
         stall = self._stalls.pop(rec.id or "", None)
         if stall is not None and rec.duration_ms is not None:
             self._stall_ended_with(rec, stall)
-        clock = self._clock_text()
-        self._emit("stream", stream_line(s, colour=self._use_colour(), clock=clock), s)
+        if self.quiet:
+            return
+        # made on the console's thread: the loop only notes the time and the colour
+        at, colour = self._wall(), self._use_colour()
+        self._emit(
+            "stream",
+            lambda: stream_line(
+                s, colour=colour, clock=datetime.fromtimestamp(at).strftime("%H:%M:%S")
+            ),
+            s,
+        )
 
     def _stall_ended_with(self, rec: StreamRecord, stall: _Stall) -> None:
         """The end of a stall still open when its stream ended: the record's own stall

@@ -7,6 +7,7 @@ import asyncio
 import io
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -407,6 +408,30 @@ def test_printer_writes_every_line_in_order_across_idle_and_busy_spells() -> Non
         assert out.getvalue().splitlines() == sent  # all written before flush returns
         time.sleep(0.2)  # the thread goes idle: the next line must wake it
     assert printer.dropped == 0
+
+
+def test_printer_makes_handed_over_lines_on_its_own_thread_in_order() -> None:
+    out = io.StringIO()
+    printer = Printer(out, limit=1_000)
+    made_on: list[str] = []
+
+    def make(i: int) -> Callable[[], str]:
+        def line() -> str:
+            made_on.append(threading.current_thread().name)
+            if i == 2:
+                raise ValueError("a line that cannot be made")
+            return f"made {i}"
+
+        return line
+
+    for i in range(5):
+        printer.put(make(i))
+        printer.put(f"plain {i}")
+    printer.flush(10.0)
+    want = [x for i in range(5) for x in (f"made {i}", f"plain {i}") if x != "made 2"]
+    assert out.getvalue().splitlines() == want  # in order; the failed one left out
+    assert printer.failed == 1 and printer.dropped == 0
+    assert set(made_on) == {"recorder-console"}  # never the caller's thread
 
 
 def test_printer_counts_what_it_cannot_hold() -> None:
