@@ -16,7 +16,7 @@ from recorder.core.record import StreamRecord
 from recorder.core.request import RequestFacts, read_request
 from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES
 from recorder.proxy.decoding import Decoder
-from recorder.proxy.tokenizers import TokenCounter, counter_for
+from recorder.proxy.tokenizers import counter_for
 
 
 @dataclass(slots=True)
@@ -99,14 +99,6 @@ def _read_request(body: bytes, endpoint: str) -> tuple[RequestFacts, InputCounts
     found = counter_for(facts.model, endpoint)
     if found is None:
         return facts, count_request(body, endpoint)
-    encoding, counter = found
-    return facts, count_request(body, endpoint, counter=counter, encoding=encoding)
-
-
-def _count_tokens(
-    body: bytes, endpoint: str, facts: RequestFacts, found: tuple[str, TokenCounter]
-) -> tuple[RequestFacts, InputCounts | None]:
-    """``_read_request``'s result for a body whose facts were read already."""
     encoding, counter = found
     return facts, count_request(body, endpoint, counter=counter, encoding=encoding)
 

@@ -100,15 +100,24 @@ def _claude() -> TokenCounter | None:
     return count
 
 
+# More tokens than any text has: ``truncate`` then cuts nothing and counts all.
+_ALL_TOKENS = 2**62
+
+
 def _toktok(encoding: str) -> TokenCounter | None:
     try:
         toktok: Any = importlib.import_module("toktok")
-        toktok.batch_count(["probe"], encoding, threads=1)
+        truncate = toktok.truncate
+        truncate("probe", _ALL_TOKENS, encoding)
     except Exception:  # absent, or an older build without this encoding
         return None
 
+    # ``truncate`` returns the whole text's count, exactly ``batch_count``'s, in one
+    # pass on the caller's thread: 0.3 µs for a short prompt, where ``batch_count``
+    # (which hands its batch to a Rust thread pool even with threads=1) takes some
+    # 25 µs whatever the text. The proxy counts every OpenAI prompt with this.
     def count(text: str) -> int:
-        return int(toktok.batch_count([text], encoding, threads=1)[0])
+        return int(truncate(text, _ALL_TOKENS, encoding)[1])
 
     return count
 

@@ -80,8 +80,8 @@ def sse_response(
 
 async def start(addon: Recorder, flow: http.HTTPFlow, clock: Clock) -> None:
     """The request goes upstream: its headers and body are read, and the time it takes
-    passes (0.25 s on the test's clock; meanwhile a worker thread counts the prompt's
-    tokens when a tokenizer is installed, as it would in the proxy)."""
+    passes (0.25 s on the test's clock; meanwhile a worker thread reads a large body,
+    as it would in the proxy)."""
     addon.requestheaders(flow)
     addon.request(flow)
     clock.now += 0.25

@@ -581,7 +581,7 @@ async def test_an_unpriced_model_is_said_once_per_process(caplog: pytest.LogCapt
     assert "gpt-4o-2024-08-06" in lines[0] and "--prices" in lines[0]
 
 
-async def test_a_small_prompt_is_counted_off_the_loop_and_exactly() -> None:
+async def test_a_small_prompt_is_counted_at_once_and_exactly() -> None:
     from recorder.core.counts import count_request
     from recorder.proxy.tokenizers import counter_for
 
@@ -601,8 +601,11 @@ async def test_a_small_prompt_is_counted_off_the_loop_and_exactly() -> None:
         addon.request(flow)
         state = addon._flows[flow.id]
         assert len(flow.request.content or b"") < INLINE_PARSE_LIMIT
-        assert state.reading is not None  # the tokenizer runs on a worker thread
+        # counted in the hook (a one-pass count of well under a microsecond): no
+        # worker thread woken for it
+        assert state.reading is None and addon._readers is None
         assert state.record.model == "gpt-4o"  # the facts are the record's at once
+        counted = state.input_counts
         flow.response = sse_response()
         addon.responseheaders(flow)
         stream_through(flow, [CHAT_SSE], clock)
@@ -616,5 +619,6 @@ async def test_a_small_prompt_is_counted_off_the_loop_and_exactly() -> None:
         flow.request.content or b"", "chat.completions", counter=counter, encoding=encoding
     )
     assert want is not None and want.text_tokens
+    assert counted == want
     assert rec.input_breakdown == want.to_breakdown()
     assert rec.model == "gpt-4o" and rec.include_usage is False

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 import textwrap
@@ -43,7 +44,7 @@ def test_nothing_installed_means_no_tokenizer() -> None:
 
 def test_toktok_is_used_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = types.ModuleType("toktok")
-    fake.batch_count = lambda texts, encoding, threads=0: [len(t.split()) for t in texts]  # type: ignore[attr-defined]
+    fake.truncate = lambda text, most, encoding: (text, len(text.split()))  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "toktok", fake)
     found = tokenizers.counter_for("gpt-4o")
     assert found is not None
@@ -111,14 +112,52 @@ def test_a_broken_install_degrades_to_characters(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setitem(sys.modules, "anthropic_tokenizer", broken)
     old = types.ModuleType("toktok")
 
-    def batch_count(texts: list[str], encoding: str, threads: int = 0) -> list[int]:
+    def truncate(text: str, most: int, encoding: str) -> tuple[str, int]:
         raise KeyError(encoding)
 
-    old.batch_count = batch_count  # type: ignore[attr-defined]
+    old.truncate = truncate  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "toktok", old)
     assert tokenizers.reference_counter_for("claude-sonnet-4-5") is None
     assert tokenizers.counter_for("gpt-4o") is None
     assert tokenizers.preload() == []
+
+
+def test_toktoks_whole_text_count_is_its_batch_count() -> None:
+    # The proxy counts with ``truncate``'s total (one pass, on the caller's thread),
+    # not ``batch_count`` (a thread pool): the two must agree on any text, special
+    # token strings (counted as ordinary text by both), odd Unicode and all.
+    del sys.modules["toktok"]  # the fixture's "not installed"
+    toktok = pytest.importorskip("toktok")
+
+    rng = random.Random(17)
+    pieces = [
+        "a",
+        "b c",
+        " ",
+        "\n",
+        "\t",
+        "<|endoftext|>",
+        "<|fim_prefix|>",
+        "é",
+        "日本語",
+        "🧠",
+        "12345",
+        ".,!?",
+        "'",
+        '"',
+        "\\",
+        "   ",
+        "\r\n",
+        "ﬁ",
+        "e\u0301",
+    ]
+    texts = ["", "Hi", "You are helpful. " * 500]
+    texts += ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 300))) for _ in range(400)]
+    for encoding in ("o200k_base", "cl100k_base"):
+        found = tokenizers._toktok(encoding)
+        assert found is not None
+        want = toktok.batch_count(texts, encoding, threads=1)
+        assert [found(t) for t in texts] == want
 
 
 _OFFLINE = textwrap.dedent(
