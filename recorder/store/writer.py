@@ -53,9 +53,10 @@ stored without it.
 
 With ``journal=True`` (what ``recorder proxy`` runs) the same holds, without the
 work on the loop: ``submit`` hands the record to a journal thread
-(``recorder.store.journal``), which appends records to the spool in groups,
-every ``journal_interval`` seconds, and then queues them. A kill -9 loses at
-most what finished in the last ``journal_interval``.
+(``recorder.store.journal``), woken by the first record of a burst, which
+appends them to the spool in groups and then queues them. A kill -9 loses at
+most what finished in the last few milliseconds (until that thread got the
+interpreter lock); ``journal_interval`` is only its backstop wake-up.
 
 Every spool file names the store its records are meant for
 (``recorder.store.identity``); the writer replays only its own store's files
