@@ -130,11 +130,15 @@ def _feed_events(
     events = outputs = 0
     pos = 0
     size = len(data)
+    # settle() once, then again only after the framer was fed: a read leaves the
+    # framer as it was (settled, with its _idle set by that settle)
+    settled = False
     try:
         while pos < size:
             stop = data.find(b"\n\n", pos)
             stop = size if stop < 0 else stop + 2
-            if read is not None and stop - pos <= limit and settle():
+            if read is not None and stop - pos <= limit and (settled or settle()):
+                settled = True
                 n = read(data[pos:stop])
                 if n >= 0:
                     pos = stop
@@ -142,6 +146,7 @@ def _feed_events(
                     if n:
                         outputs += 1
                     continue
+            settled = False
             items = feed(data[pos:stop])
             pos = stop
             for item in items:  # as feed does
