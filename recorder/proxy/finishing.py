@@ -41,6 +41,7 @@ class Finishing:
     _deferred: dict[int, tuple[FlowState, StreamRecord]]
     _finishing: list[tuple[FlowState, StreamRecord]]
     _finish_timer: asyncio.TimerHandle | None
+    _sweep_timer: asyncio.Handle | None
     _finished_observers: list[Callable[[Done], None]]
 
     _flows: dict[str, FlowState]
@@ -199,6 +200,10 @@ class Finishing:
         if self._closed:
             return
         self._closed = True
+        if self._sweep_timer is not None:
+            with contextlib.suppress(Exception):  # the loop may be gone already
+                self._sweep_timer.cancel()
+            self._sweep_timer = None
         try:
             self._complete_all()
         except Exception:

@@ -622,3 +622,72 @@ async def test_a_small_prompt_is_counted_at_once_and_exactly() -> None:
     assert counted == want
     assert rec.input_breakdown == want.to_breakdown()
     assert rec.model == "gpt-4o" and rec.include_usage is False
+
+
+async def test_the_sweep_meters_what_waits_in_every_open_flow_and_changes_no_figure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pieces short of a batch are metered by the sweep (a slice of flows per loop
+    callback), not only when their flow ends: every open flow's meter has seen
+    every piece soon after it passed, and the records are those of meters fed
+    piece by piece. A flow that ends while the sweep is under way is metered once,
+    by its end."""
+    from recorder.core.meter import StreamMeter
+    from recorder.proxy import addon as addon_module
+
+    monkeypatch.setattr(addon_module, "SWEEP_S", 0.02)
+    monkeypatch.setattr(addon_module, "SWEEP_SLICE", 7)  # several callbacks a sweep
+    addon, sink, clock = make()
+    pieces = pieces_of(CHAT_SSE, len(CHAT_SSE) // 100 + 1)  # cut anywhere, 100 pieces
+    half = len(pieces) // 2
+    # no batch fills: only the sweep meters
+    assert half < addon_module.BATCH_PIECES and len(CHAT_SSE) < addon_module.BATCH_BYTES
+    refs: dict[str, StreamMeter] = {}
+    with taddons.context(addon):
+        flows = [make_flow() for _ in range(12)]
+        for flow in flows:
+            await start(addon, flow, clock)
+            refs[flow.id] = StreamMeter("chat.completions", start=addon._flows[flow.id].t0)
+            flow.response = sse_response()
+            refs[flow.id].headers(clock.now, 200)
+            addon.responseheaders(flow)
+        for piece in pieces[:half]:
+            for flow in flows:
+                clock.now += 0.001
+                refs[flow.id].feed(piece, clock.now)
+                assert flow.response.stream(piece) is piece  # type: ignore[union-attr,operator]
+        assert all(addon._flows[f.id].pieces for f in flows)
+        for _ in range(200):  # bounded: the sweep comes every 20 ms
+            await asyncio.sleep(0.01)
+            if not any(addon._flows[f.id].pieces for f in flows):
+                break
+        for flow in flows:
+            state = addon._flows[flow.id]
+            assert state.pieces == [] and state.stamps == []
+            assert state.meter.events == refs[flow.id].events > 0
+        # the rest; the first flows end while the next sweep has slices to go
+        for piece in pieces[half:]:
+            for flow in flows:
+                clock.now += 0.001
+                refs[flow.id].feed(piece, clock.now)
+                flow.response.stream(piece)  # type: ignore[union-attr,operator]
+        await asyncio.sleep(0.03)
+        ends = {}
+        for flow in flows:
+            clock.now += 0.001
+            ends[flow.id] = clock.now
+            flow.response.stream(b"")  # type: ignore[union-attr,operator]
+            addon.response(flow)
+            await asyncio.sleep(0)
+        assert addon._flows == {}
+        for _ in range(10):  # the sweep stops once no flow is open
+            await asyncio.sleep(0.03)
+            if addon._sweep_timer is None:
+                break
+        assert addon._sweep_timer is None
+    assert len(sink.records) == len(flows)  # completed at once, in order
+    for flow, rec in zip(flows, sink.records, strict=True):
+        want = refs[flow.id].finish(ends[flow.id], ending="eof")
+        assert {k: getattr(rec, k) for k in RECORD_FIGURES} == {
+            k: getattr(want, k) for k in RECORD_FIGURES
+        }
