@@ -108,7 +108,7 @@ TARGET_FRAMER_VS_HTTPX_SSE = 1.0
 TARGET_METER_VS_SDK = 3.0
 # The proxy's batches (recorder.proxy.addon.BATCH_PIECES, BATCH_BYTES): the bench
 # does not import the proxy, whose layer the core's bench has no business with.
-BATCH_PIECES = 32
+BATCH_PIECES = 128
 BATCH_BYTES = 64 * 1024
 
 # Japanese output tokens, as a model streams them (a few characters per delta).

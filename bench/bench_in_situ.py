@@ -16,10 +16,10 @@ counted, so the figures hold on a loaded machine, where wall-clock timers charge
 step with every GIL switch that falls inside it), and the steps inside them too: in
 ``requestheaders`` the header pick, the key, the record id, the record, the key
 fingerprint, the key mask, the meter and the in-flight gauges; in ``request`` the
-body's facts (and its token count); in the completion the usage and cost, the
-unpriced check, the metrics, the live view's line and the sink's submit. Then it
-sends the paced load of ``bench_overhead.py`` (100 streams, an event every 20 ms)
-from the simulator; ``--rounds`` rounds, a fresh proxy each.
+body's facts and its token count; the sweep of waiting pieces; in the completion
+the usage and cost, the unpriced check, the metrics, the live view's line and the
+sink's submit. Then it sends the paced load of ``bench_overhead.py`` (100 streams,
+an event every 20 ms) from the simulator; ``--rounds`` rounds, a fresh proxy each.
 
 Reported: µs per call of each step (medians of rounds) and the proxy's CPU seconds
 per 10,000 events. A sub-step's figure includes its own timer (a system call, about
@@ -57,10 +57,12 @@ STEPS = (
     "  on_start (in-flight gauge)",
     "request",
     "  request facts and counts",
+    "  prompt counted (exact tokens)",
     "responseheaders",
     "response",
     "tap (per piece)",
     "metering (per piece)",
+    "sweep (per callback)",
     "completing a record",
     "  usage and cost",
     "  unpriced check",
@@ -112,6 +114,13 @@ def child_timed_proxy() -> int:
         timed("metering (per piece)", rec._meter_pieces, lambda state: len(state.pieces))
     )
     rec._complete = timed("completing a record", rec._complete)  # type: ignore[method-assign]
+    if hasattr(rec, "_sweep"):
+        rec._sweep = timed("sweep (per callback)", rec._sweep)  # type: ignore[method-assign]
+    if hasattr(addon, "count_request"):
+        # the prompt's facts and counts, read in the hook for a body under the
+        # inline limit (larger ones: `_read_request`, on a worker thread)
+        addon.read_request = timed("  request facts and counts", addon.read_request)  # type: ignore[attr-defined]
+        addon.count_request = timed("  prompt counted (exact tokens)", addon.count_request)  # type: ignore[attr-defined]
 
     # the steps inside the hooks: the names the modules of the hooks and of the
     # finishing pipeline call them by
