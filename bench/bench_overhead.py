@@ -27,6 +27,12 @@ the client's. Two kinds of traffic:
 - **flood**: ``--flood-streams`` streams of ``--flood-deltas`` deltas with no pause,
   for the CPU cost per event when mitmproxy is saturated.
 
+With ``--paired`` the paced load also runs through (a) and (b) at the same time, as
+many rounds again: both proxies on CPU 0, the same traffic into each, so that a
+change in the machine's speed during a round (this project's VMs drift by 10-20 %
+within minutes) falls on both alike; the ratio of their CPU per event, per round, is
+reported beside the sequential one.
+
 With ``--otlp`` a third proxy runs: (c) ``recorder proxy --otlp-endpoint`` exporting
 one span per stream to a local OTLP receiver (this process answers ``POST
 /v1/traces`` with 200 and counts the bytes; ``--otlp-endpoint URL`` sends to a
@@ -178,6 +184,12 @@ def main() -> int:
     )
     parser.add_argument("--flood-streams", type=int, default=8)
     parser.add_argument("--flood-deltas", type=int, default=3000)
+    parser.add_argument(
+        "--paired",
+        action="store_true",
+        help="also run the paced load through (a) and (b) at the same time, --rounds"
+        " rounds: both proxies share CPU 0 and whatever the machine does meanwhile",
+    )
     parser.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
     parser.add_argument(
         "--recorder-arg",
@@ -271,6 +283,39 @@ def main() -> int:
                 r.lat.extend(a - w for a, w in zip(s.arrivals, times[s.sim_id], strict=True))
         return r
 
+    def run_paired() -> float:
+        """The paced load through (a) and (b) at once; (b)'s CPU per event over (a)'s."""
+        nonlocal seq
+        seq += 1
+        a, b = proxies["mitmproxy"], proxies["recorder"]
+        ca, cb = a.cpu_seconds(), b.cpu_seconds()
+
+        async def both() -> list[list[Stream]]:
+            return list(
+                await asyncio.gather(
+                    *(
+                        paced(
+                            p.port,
+                            f"pair{seq}-{p.name}",
+                            args.streams,
+                            args.deltas,
+                            args.interval,
+                            args.spread,
+                        )
+                        for p in (a, b)
+                    )
+                )
+            )
+
+        got = asyncio.run(both())
+        ca, cb = a.cpu_seconds() - ca, b.cpu_seconds() - cb
+        sent_to["recorder"] += len(got[1])
+        for name, streams in zip(("mitmproxy", "recorder"), got, strict=True):
+            check(streams, f"paired {name}", {s.sim_id: sim.write_times(s.sim_id) for s in streams})
+        ea, eb = (sum(len(s.arrivals) for s in streams) for streams in got)
+        return (cb / eb) / (ca / ea)
+
+    paired: list[float] = []
     proxied = ("mitmproxy", *recorders)
     paced_rounds: dict[str, list[Round]] = {p: [] for p in ("direct", *proxied)}
     flood_rounds: dict[str, list[Round]] = {p: [] for p in proxied}
@@ -290,6 +335,8 @@ def main() -> int:
             k = r % len(proxied)
             for path in proxied[k:] + proxied[:k]:
                 flood_rounds[path].append(run(path, "flood"))
+        if args.paired:
+            paired += [run_paired() for _ in range(args.rounds)]
         rss = {k: p.rss_mib() for k, p in proxies.items()}
         for name in recorders:
             streams_total[name] = proxies[name].wait_metric("llm_streams_total", sent_to[name])
@@ -412,6 +459,11 @@ def main() -> int:
     if gain_ratio:
         print(f"- paced, p99 latency gained over direct, b/a: {fmt(gain_ratio)}")
     print(f"- flood, CPU b/a: {fmt(flood_cpu)}; events/s b/a: {fmt(flood_eps)}")
+    if paired:
+        print(
+            f"- paced, (a) and (b) at the same time ({2 * args.streams} streams in all),"
+            f" CPU b/a: **{fmt(paired)}**"
+        )
     if "otlp" in proxies:
         c = paced_rounds["otlp"]
         fc = flood_rounds["otlp"]

@@ -22,7 +22,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 @pytest.mark.parametrize(
     "argv",
     [
-        ["bench_overhead.py", "--quick", "--no-pin", "--otlp"],
+        ["bench_overhead.py", "--quick", "--no-pin", "--otlp", "--paired"],
         ["bench_load.py", "--quick", "--no-pin"],
         ["bench_load.py", "--long", "--quick", "--no-pin"],
         ["bench_in_situ.py", "--quick"],
