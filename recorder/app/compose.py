@@ -74,7 +74,7 @@ def open_store(db: str, spool_dir: Path) -> tuple[bytes, SqlSink, str | None]:
         raise StartError(str(e)) from None
     try:
         secret = key_secret(db, cache_dir=spool_dir)
-        # journal: finished records reach the spool file within 50 ms (kill -9)
+        # journal: finished records reach the spool file within milliseconds (kill -9)
         sink = SqlSink(db, spool_dir, upgrade=not schema_ready, journal=True)
     except (StoreUnavailable, OSError) as e:
         raise StartError(str(e)) from None

@@ -691,3 +691,42 @@ async def test_the_sweep_meters_what_waits_in_every_open_flow_and_changes_no_fig
         assert {k: getattr(rec, k) for k in RECORD_FIGURES} == {
             k: getattr(want, k) for k in RECORD_FIGURES
         }
+
+
+async def test_metering_that_fails_in_the_sweep_marks_its_record_and_spares_the_others() -> None:
+    """Metering that raises while the sweep meters a flow's pieces: that stream is
+    recorded without its events, saying why; the other flows of the same sweep are
+    metered; no exception leaves the sweep, and the bytes still pass unchanged."""
+    addon, sink, clock = make()
+    pieces = pieces_of(CHAT_SSE, len(CHAT_SSE) // 20 + 1)
+    with taddons.context(addon):
+        flows = [make_flow() for _ in range(3)]
+        for flow in flows:
+            await start(addon, flow, clock)
+            flow.response = sse_response()
+            addon.responseheaders(flow)
+        bad = addon._flows[flows[1].id]
+
+        class Broken:  # a side decoder that fails on the sweep's first piece
+            def decode(self, data: bytes) -> bytes:
+                raise RuntimeError("meter broke")
+
+        bad.decoder = Broken()  # type: ignore[assignment]
+        for piece in pieces[:5]:
+            for flow in flows:
+                clock.now += 0.001
+                assert flow.response.stream(piece) is piece  # type: ignore[union-attr,operator]
+        addon._sweep(None)
+        assert bad.broken and "meter broke" in (bad.unmetered or "")
+        assert addon.health.internal_errors == 1
+        for flow in (flows[0], flows[2]):
+            assert addon._flows[flow.id].pieces == [] and addon._flows[flow.id].meter.events
+        for piece in pieces[5:]:
+            for flow in flows:
+                assert flow.response.stream(piece) is piece  # type: ignore[union-attr,operator]
+        for flow in flows:
+            flow.response.stream(b"")  # type: ignore[union-attr,operator]
+            addon.response(flow)
+    assert [r.recorder_error is not None for r in sink.records] == [False, True, False]
+    assert "meter broke" in (sink.records[1].recorder_error or "")
+    assert sink.records[0].output_chars == sink.records[2].output_chars > 0
