@@ -55,6 +55,7 @@ STEPS = (
     "  request_keys + KeyMask.of",
     "  StreamMeter constructed",
     "  on_start (in-flight gauge)",
+    "making a record (per flow)",
     "request",
     "  request facts and counts",
     "  prompt counted (exact tokens)",
@@ -74,19 +75,13 @@ STEPS = (
 
 def child_timed_proxy() -> int:
     """``recorder proxy`` with timers around the addon's steps; writes them at exit."""
-    import atexit
     import functools
 
     from recorder.proxy import addon
 
-    out = os.environ["BENCH_TIMINGS"]
     batch = int(os.environ.get("BENCH_BATCH_PIECES", "0"))
     if batch:
         addon.BATCH_PIECES = batch
-    if os.environ.get("BENCH_FINISH_AT_ONCE"):
-        import recorder.cli.proxy
-
-        recorder.cli.proxy.FINISH_DELAY_S = 0.0
     totals: dict[str, list[int]] = {}
     # CPU time of the calling thread, not wall time: see the module's docstring
     clock = time.thread_time_ns
@@ -116,6 +111,10 @@ def child_timed_proxy() -> int:
     rec._complete = timed("completing a record", rec._complete)  # type: ignore[method-assign]
     if hasattr(rec, "_sweep"):
         rec._sweep = timed("sweep (per callback)", rec._sweep)  # type: ignore[method-assign]
+    if hasattr(rec, "_begin"):
+        rec._begin = timed("making a record (per flow)", rec._begin)  # type: ignore[method-assign]
+    if os.environ.get("BENCH_HOOKS_ONLY"):
+        return _run_timed(totals)
     if hasattr(addon, "count_request"):
         # the prompt's facts and counts, read in the hook for a body under the
         # inline limit (larger ones: `_read_request`, on a worker thread)
@@ -155,7 +154,14 @@ def child_timed_proxy() -> int:
     Metrics.observe = timed("  on_record (metrics)", Metrics.observe)  # type: ignore[method-assign]
     Live.finished_record = timed("  live view line", Live.finished_record)  # type: ignore[method-assign]
     SqlSink.submit = timed("  sink submit", SqlSink.submit)  # type: ignore[method-assign]
+    return _run_timed(totals)
 
+
+def _run_timed(totals: dict[str, list[int]]) -> int:
+    """Run `recorder proxy` in this process; write the timings at exit."""
+    import atexit
+
+    out = os.environ["BENCH_TIMINGS"]
     profile_to = os.environ.get("BENCH_PROFILE")
     profiler = None
     if profile_to:
@@ -182,12 +188,20 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", metavar="FILE", help="cProfile the first round's proxy")
+    parser.add_argument(
+        "--hooks-only",
+        action="store_true",
+        help="time the hooks, the tap and the completion, not the steps inside them"
+        " (a timer is a system call, dear on cold caches: the steps' timers add to the hooks')",
+    )
     args, _ = parser.parse_known_args()
     if len(sys.argv) > 1 and sys.argv[1] == "--child-timed-proxy":
         return child_timed_proxy()
     if args.child_sim:
         child_sim()
         return 0
+    if args.hooks_only:
+        os.environ["BENCH_HOOKS_ONLY"] = "1"
     streams, deltas = (12, 20) if args.quick else (100, 200)
     rounds = 1 if args.quick else args.rounds
     set_affinity(CLIENT_CPU)

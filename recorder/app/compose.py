@@ -171,6 +171,7 @@ def build(
             capture_bodies=config.capture_bodies,
             capture_max_bytes=config.capture_max_bytes,
             finish_delay=config.finish_delay,
+            start_delay=config.start_delay,
         ),
         # with /metrics off (port 0: the demo, or asked for) nobody reads them
         observers=[MetricsObserver(metrics)] if config.metrics_port else [],

@@ -54,6 +54,7 @@ from recorder.proxy.ids import new_record_start
 from recorder.proxy.observers import Done, Observer, starts
 from recorder.proxy.state import (
     FlowState,
+    Pending,
     RecorderConfig,
     _apply_facts,
     _read_request,
@@ -129,6 +130,9 @@ class Recorder(Finishing):
         self._finish_timer: asyncio.TimerHandle | None = None
         # the sweep of waiting pieces (SWEEP_S): scheduled while flows are tapped
         self._sweep_timer: asyncio.Handle | None = None
+        # with start_delay: flows whose records are still to be made, in order
+        self._starting: list[FlowState] = []
+        self._start_timer: asyncio.TimerHandle | None = None
         # Learns characters per token from streams whose usage was reported; used
         # and fed on the event loop only.
         self.estimator = Estimator()
@@ -198,50 +202,125 @@ class Recorder(Finishing):
     # -- hooks ----------------------------------------------------------------
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
-        """A request to one of the endpoints starts its record."""
+        """A request to one of the endpoints starts its record: noted here, made by
+        ``_begin`` (with ``start_delay``, with those of the other flows that started
+        meanwhile)."""
         try:
             req = flow.request
-            endpoint = endpoint_for(req.method, req.path)
+            path = req.path
+            endpoint = endpoint_for(req.method, path)
             if endpoint is None:
                 return
             t0 = self._clock()
             headers = _pick_headers(req.headers, _REQUEST_HEADERS)
-            query = req.query if "?" in req.path else None  # some gateways take keys there
-            key = _header_text(
-                authenticating_key(headers, query, endpoint=endpoint, host=req.host, path=req.path)
+            pending = Pending(
+                headers,
+                req.query if "?" in path else None,  # some gateways take keys there
+                req.host,
+                req.port,
+                path,
+                time.time_ns() // 1_000_000,
             )
-            record_id, started_at = new_record_start()
-            rec = (CapturedRecord if self.config.capture_bodies else StreamRecord)(
-                id=record_id,
-                started_at=started_at,
-                upstream=f"{req.host}:{req.port}",
-                project=_header_text(
-                    headers.get("openai-project") or headers.get("anthropic-workspace")
-                ),
-                organization=_header_text(headers.get("openai-organization")),
-                api_key_id=fingerprint(key, self.config.key_secret) if key else None,
-            )
-            meter = StreamMeter(
-                endpoint,
-                start=t0,
-                stall_after=self.config.stall_after,
-                max_event_bytes=self.config.max_event_bytes,
-                record=rec,
-            )
-            state = FlowState(meter, rec, t0)
-            state.key = KeyMask.of(request_keys(headers, query))
+            state = FlowState(endpoint, t0, pending, self._begin)
             if self.config.keep_for_ui:
                 state.flow = flow
-            if "traceparent" in headers:  # forwarded untouched; read for the span only
-                state.trace = (headers["traceparent"], headers.get("tracestate"))
             self._flows[flow.id] = state
             self.health.in_flight += 1
-            if self._on_start is not None:
-                self._on_start(rec)  # after the meter, which sets endpoint and provider
             if self.config.strip_accept_encoding and "accept-encoding" in headers:
                 del req.headers["accept-encoding"]
+            delay = self.config.start_delay
+            if delay <= 0 or self._closed:
+                state.begin_now()
+                return
+            self._starting.append(state)
+            if self._start_timer is None:
+                try:
+                    loop = asyncio.get_running_loop()
+                except RuntimeError:  # no loop (a test calling hooks): made now
+                    self._begin_some()
+                    return
+                self._start_timer = loop.call_later(delay, self._begin_some)
         except Exception:
             self._internal_error("requestheaders")
+
+    # Records made per loop callback (``start_delay``): each slice is one short block.
+    START_SLICE = 16
+
+    def _begin_some(self) -> None:
+        """Make the records of the flows that started first; come back for the rest."""
+        self._start_timer = None
+        try:
+            batch = self._starting[: self.START_SLICE]
+            del self._starting[: self.START_SLICE]
+            for state in batch:
+                state.begin_now()  # unless something needed it sooner
+            if self._starting and not self._closed:
+                self._start_timer = asyncio.get_running_loop().call_later(0, self._begin_some)
+        except Exception:
+            self._internal_error("requestheaders")
+
+    def _begin(self, state: FlowState) -> None:
+        """Make the flow's record, meter and key mask from what the hooks noted. If
+        that fails the flow is not recorded (as when ``requestheaders`` fails): a
+        record without its key mask could store an echo of a key."""
+        try:
+            self._make_record(state)
+        except Exception:
+            self._internal_error("requestheaders")
+            if not state.made:
+                for fid, open_state in list(self._flows.items()):
+                    if open_state is state:
+                        del self._flows[fid]
+                self.health.in_flight -= 1
+                state.broken = True  # the tap forwards, and meters nothing
+
+    def _make_record(self, state: FlowState) -> None:
+        pending = state.pending
+        assert pending is not None
+        endpoint = state.endpoint
+        headers, query = pending.headers, pending.query
+        key = _header_text(
+            authenticating_key(
+                headers, query, endpoint=endpoint, host=pending.host, path=pending.path
+            )
+        )
+        record_id, started_at = new_record_start(pending.wall_ms)
+        rec = (CapturedRecord if self.config.capture_bodies else StreamRecord)(
+            id=record_id,
+            started_at=started_at,
+            upstream=f"{pending.host}:{pending.port}",
+            project=_header_text(
+                headers.get("openai-project") or headers.get("anthropic-workspace")
+            ),
+            organization=_header_text(headers.get("openai-organization")),
+            api_key_id=fingerprint(key, self.config.key_secret) if key else None,
+        )
+        meter = StreamMeter(
+            endpoint,
+            start=state.t0,
+            stall_after=self.config.stall_after,
+            max_event_bytes=self.config.max_event_bytes,
+            record=rec,
+        )
+        state.started(meter, rec, KeyMask.of(request_keys(headers, query)))
+        if "traceparent" in headers:  # forwarded untouched; read for the span only
+            state.trace = (headers["traceparent"], headers.get("tracestate"))
+        if self._on_start is not None:
+            try:
+                self._on_start(rec)  # after the meter, which sets endpoint and provider
+            except Exception:
+                self._internal_error("observer")
+        body = state.body
+        if body is not None:
+            state.body = None
+            try:
+                self._read_facts(state, body)
+            except Exception:
+                self._internal_error("request")
+        answer = state.answer
+        if answer is not None:
+            state.answer = None
+            self._answered(state, *answer)
 
     def request(self, flow: http.HTTPFlow) -> None:
         """Read the request's model, stream flag and limits (never its text)."""
@@ -252,27 +331,34 @@ class Recorder(Finishing):
             body = flow.request.get_content(strict=False) or b""
             if not body:
                 return
-            endpoint = state.meter.endpoint
             if len(body) > INLINE_PARSE_LIMIT:
                 # Read on a worker thread while the request goes on upstream: neither
                 # the event loop nor this request waits; the facts are collected when
                 # the record is finished.
-                state.reading = self._reader_pool().submit(_read_request, body, endpoint)
+                state.reading = self._reader_pool().submit(_read_request, body, state.endpoint)
                 return
-            facts = read_request(body)
-            found = counter_for(facts.model, endpoint)
-            if found is None:
-                _apply_facts(state, facts, count_request(body, endpoint))
-                return
-            # A tokenizer counts the prompt exactly, here too: toktok's one-pass count
-            # takes about 0.3 µs for a short prompt and some 30 µs for 16 KiB. (Its
-            # batch call took 25 µs whatever the text, so these counts went to a
-            # worker thread, whose every wake-up cost more CPU than the count.)
-            encoding, counter = found
-            counts = count_request(body, endpoint, counter=counter, encoding=encoding)
-            _apply_facts(state, facts, counts)
+            if state.begun:
+                self._read_facts(state, body)
+            else:
+                state.body = body  # read when the record is made
         except Exception:
             self._internal_error("request")
+
+    @staticmethod
+    def _read_facts(state: FlowState, body: bytes) -> None:
+        endpoint = state.endpoint
+        facts = read_request(body)
+        found = counter_for(facts.model, endpoint)
+        if found is None:
+            _apply_facts(state, facts, count_request(body, endpoint))
+            return
+        # A tokenizer counts the prompt exactly, here too: toktok's one-pass count
+        # takes about 0.3 µs for a short prompt and some 30 µs for 16 KiB. (Its
+        # batch call took 25 µs whatever the text, so these counts went to a
+        # worker thread, whose every wake-up cost more CPU than the count.)
+        encoding, counter = found
+        counts = count_request(body, endpoint, counter=counter, encoding=encoding)
+        _apply_facts(state, facts, counts)
 
     def _reader_pool(self) -> ThreadPoolExecutor:
         if self._readers is None:
@@ -287,13 +373,14 @@ class Recorder(Finishing):
                 return
             resp = flow.response
             now = self._clock()
-            state.meter.headers(now, resp.status_code)
-            rec = state.record
             headers = _pick_headers(resp.headers, _RESPONSE_HEADERS)
-            rec.request_id = _header_text(headers.get("x-request-id") or headers.get("request-id"))
-            ctype = headers.get("content-type", "").lower()
-            if "text/event-stream" not in ctype:
-                rec.streamed = False
+            request_id = _header_text(headers.get("x-request-id") or headers.get("request-id"))
+            sse = "text/event-stream" in headers.get("content-type", "").lower()
+            if state.begun:
+                self._answered(state, now, resp.status_code, request_id, sse)
+            else:
+                state.answer = (now, resp.status_code, request_id, sse)  # for _begin
+            if not sse:
                 return  # a JSON body: mitmproxy buffers it, `response` reads it
             state.streaming = True
             try:
@@ -307,7 +394,7 @@ class Recorder(Finishing):
                 log.warning(
                     "recorder: cannot decode %r; %s will be recorded without its events",
                     headers.get("content-encoding"),
-                    rec.id,
+                    state.record.id,
                 )
             if resp.stream:
                 # Another addon streams this response already; leave it be and
@@ -329,6 +416,17 @@ class Recorder(Finishing):
                 self._schedule_sweep()
         except Exception:
             self._internal_error("responseheaders")
+
+    @staticmethod
+    def _answered(
+        state: FlowState, now: float, status: int, request_id: str | None, sse: bool
+    ) -> None:
+        """The response's headers, on the record and its meter."""
+        state.meter.headers(now, status)
+        rec = state.record
+        rec.request_id = request_id
+        if not sse:
+            rec.streamed = False
 
     def _schedule_sweep(self) -> None:
         try:

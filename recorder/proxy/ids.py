@@ -72,7 +72,9 @@ def started_at_text(ms: int) -> str:
     return f"{text}.{milli:03d}Z"
 
 
-def new_record_start() -> tuple[str, str]:
-    """A new record's id and its ``started_at``, from one reading of the clock."""
-    ms = time.time_ns() // 1_000_000
+def new_record_start(ms: int | None = None) -> tuple[str, str]:
+    """A new record's id and its ``started_at``, from one reading of the clock: now,
+    or ``ms`` (Unix milliseconds) read before."""
+    if ms is None:
+        ms = time.time_ns() // 1_000_000
     return _uuid7(ms), started_at_text(ms)

@@ -47,6 +47,10 @@ DEFAULT_METRICS_PORT = 9464
 # path of the events of other streams (docs/performance.md). Both ways of running
 # the recorder (`recorder proxy`, `mitmdump -s`) use it.
 FINISH_DELAY_S = 0.25
+# Likewise a new flow's record, meter and key mask are made this long after its
+# request came (RecorderConfig.start_delay), with those of the others that came
+# meanwhile, unless something needs them sooner.
+START_DELAY_S = 0.25
 PREFIX = "recorder_"  # of the mitmproxy options
 
 
@@ -391,6 +395,7 @@ class AppConfig:
     web_port: int | None = None  # mitmweb's interface (`recorder proxy --web`)
     mitm_set: list[str] = field(default_factory=list)  # `--set NAME=VALUE`, as given
     finish_delay: float = FINISH_DELAY_S
+    start_delay: float = START_DELAY_S
     # where each value came from (flag, variable, mitmproxy option), for messages
     origin: dict[str, str] = field(default_factory=dict)
     # filled in once /metrics is served

@@ -340,7 +340,7 @@ async def test_hook_errors_are_caught_and_counted() -> None:
         await start(addon, flow, clock)
         flow.response = None
         flow.error = None
-        addon._flows[flow.id].meter = None  # type: ignore[assignment]
+        addon._flows[flow.id]._meter = None
         addon.error(flow)  # finishing with no meter raises inside; must be caught
     assert addon.health.internal_errors == 2  # finishing the record, completing its usage
     (rec,) = sink.records

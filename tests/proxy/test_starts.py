@@ -1,0 +1,215 @@
+"""Records made later (``start_delay``): a flow's record, meter and key mask are made
+from what the hooks noted, in a batch, or sooner when something needs them. Whenever
+they are made, the record is the one made at once; what requestheaders read is what
+is recorded, whatever changes the request afterwards; a record that cannot be made
+costs its flow's record and nothing else."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import orjson
+import pytest
+from mitmproxy import http
+from mitmproxy.test import taddons, tflow, tutils
+
+from recorder.core.keys import fingerprint
+from recorder.core.record import FIELDS, StreamRecord
+from recorder.proxy import addon as addon_module
+from recorder.proxy.addon import INLINE_PARSE_LIMIT, Recorder
+from recorder.proxy.observers import Observer
+from tests.kit.flows import (
+    CHAT_SSE,
+    MESSAGES_SSE,
+    SECRET,
+    Clock,
+    make,
+    make_flow,
+    pieces_of,
+    sse_response,
+    start,
+    stream_through,
+)
+
+# a gateway's key, of no provider's shape: only the request's key mask can find it
+KEY = "gw7STARTSECRET00000001abcdef"
+KEY_HEADERS = [
+    (b"authorization", f"Bearer {KEY}".encode()),
+    (b"openai-project", b"proj_1"),
+    (b"traceparent", b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+]
+
+Run = Callable[[Recorder, Clock, float], Awaitable[None]]
+
+
+async def _pause(wait: float) -> None:
+    if wait:
+        await asyncio.sleep(wait)  # the loop runs: a batch of starts may come now
+
+
+async def sse_chat(addon: Recorder, clock: Clock, wait: float) -> None:
+    flow = make_flow(headers=KEY_HEADERS)
+    await start(addon, flow, clock)
+    await _pause(wait)
+    flow.response = sse_response()
+    addon.responseheaders(flow)
+    stream_through(flow, pieces_of(CHAT_SSE, 97), clock)
+    addon.response(flow)
+
+
+async def sse_messages_cut(addon: Recorder, clock: Clock, wait: float) -> None:
+    body = {"model": "claude-sonnet-4-5", "stream": True, "max_tokens": 64, "messages": []}
+    flow = make_flow(
+        "/v1/messages", body=body, headers=[(b"x-api-key", b"sk-ant-api03-STARTSECRET0002")]
+    )
+    await start(addon, flow, clock)
+    flow.response = sse_response()
+    addon.responseheaders(flow)
+    await _pause(wait)
+    stream_through(flow, pieces_of(MESSAGES_SSE[:900], 50), clock)
+    clock.now += 1.0
+    flow.error = tflow.terr("Client disconnected.")
+    addon.error(flow)
+
+
+async def json_error_echoing_the_key(addon: Recorder, clock: Clock, wait: float) -> None:
+    flow = make_flow(headers=KEY_HEADERS)
+    await start(addon, flow, clock)
+    flow.response = tutils.tresp(
+        status_code=401,
+        headers=http.Headers([(b"content-type", b"application/json"), (b"request-id", b"r9")]),
+        content=orjson.dumps({"error": {"message": f"Incorrect API key provided: {KEY}."}}),
+    )
+    addon.responseheaders(flow)
+    await _pause(wait)
+    addon.response(flow)
+
+
+async def large_prompt(addon: Recorder, clock: Clock, wait: float) -> None:
+    text = "word " * (INLINE_PARSE_LIMIT // 4)  # read on a worker thread
+    body = {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": text}]}
+    flow = make_flow(body=body, headers=KEY_HEADERS)
+    await start(addon, flow, clock)
+    await _pause(wait)
+    flow.response = sse_response()
+    addon.responseheaders(flow)
+    stream_through(flow, pieces_of(CHAT_SSE, 500), clock)
+    addon.response(flow)
+
+
+RUNS = [sse_chat, sse_messages_cut, json_error_echoing_the_key, large_prompt]
+
+
+def _figures(rec: StreamRecord) -> dict[str, object]:
+    # the id and start stamp differ from run to run by nature
+    out = {name: getattr(rec, name) for name in FIELDS if name not in ("id", "started_at")}
+    out["gaps"] = rec.gaps
+    return out
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda r: r.__name__)
+async def test_a_record_made_later_is_the_record_made_at_once(run: Run) -> None:
+    records = []
+    # at once; later, made when the flow's end needs it; later, made by the batch
+    # between the request and the response (a 10 ms delay, and 50 ms of loop)
+    for delay, wait in ((0.0, 0.0), (60.0, 0.0), (0.01, 0.05)):
+        addon, sink, clock = make(start_delay=delay)
+        with taddons.context(addon):
+            await run(addon, clock, wait)
+            assert addon.open_flows == 0
+        addon.done()
+        (rec,) = sink.records
+        assert addon.health.internal_errors == 0 and addon.health.in_flight == 0
+        assert rec.id and rec.started_at and rec.recorder_error is None
+        records.append(rec)
+    assert _figures(records[1]) == _figures(records[0])
+    assert _figures(records[2]) == _figures(records[0])
+    for rec in records:  # the key, masked wherever the upstream echoed it
+        assert "STARTSECRET" not in orjson.dumps(rec.to_dict()).decode()
+
+
+async def test_records_wait_for_their_batch_and_are_made_in_order() -> None:
+    started: list[str] = []
+
+    class Starts(Observer):
+        def stream_started(self, rec: StreamRecord) -> None:
+            assert rec.id is not None
+            started.append(rec.id)
+
+    addon, sink, _clock = make(start_delay=0.05)
+    addon.add_observer(Starts())
+    flows = [make_flow(headers=KEY_HEADERS) for _ in range(3 * Recorder.START_SLICE + 1)]
+    with taddons.context(addon):
+        for flow in flows:
+            addon.requestheaders(flow)
+            addon.request(flow)
+        assert started == [] and addon.open_flows == len(flows)
+        assert addon.health.in_flight == len(flows)  # counted at once
+        await asyncio.sleep(0.3)  # the batch, in slices of START_SLICE
+        assert len(started) == len(flows)
+        states = [addon._flows[f.id] for f in flows]
+        assert [s.record.id for s in states] == started  # made in the order they came
+        for state in states:
+            assert state.record.model == "gpt-4o"  # the body's facts, read with it
+            assert state.record.api_key_id == fingerprint(KEY, SECRET)
+            assert state.record.project == "proj_1"
+        addon.done()
+    assert len(sink.records) == len(flows) == addon.cut_at_shutdown
+
+
+async def test_what_requestheaders_read_is_recorded_though_the_request_changes() -> None:
+    addon, sink, clock = make(start_delay=60.0)
+    with taddons.context(addon):
+        flow = make_flow(headers=KEY_HEADERS)
+        addon.requestheaders(flow)
+        assert "accept-encoding" not in flow.request.headers  # removed at once
+        # another addon rewrites the request before the record is made
+        flow.request.headers["authorization"] = "Bearer sk-proj-OTHERKEY0000000000001"
+        flow.request.headers["openai-project"] = "proj_other"
+        flow.request.host = "elsewhere.example.com"
+        addon.request(flow)
+        flow.response = sse_response()
+        addon.responseheaders(flow)
+        stream_through(flow, pieces_of(CHAT_SSE, 300), clock)
+        addon.response(flow)
+    (rec,) = sink.records
+    assert rec.api_key_id == fingerprint(KEY, SECRET)
+    assert rec.project == "proj_1" and rec.upstream == "api.example.com:443"
+
+
+async def test_a_record_that_cannot_be_made_costs_only_its_flow(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = addon_module.StreamMeter
+    made = 0
+
+    def meter(*args: object, **kwargs: object) -> object:
+        nonlocal made
+        made += 1
+        if made == 2:
+            raise RuntimeError("bug making the meter")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(addon_module, "StreamMeter", meter)
+    addon, sink, clock = make(start_delay=0.01)
+    flows = [make_flow(headers=KEY_HEADERS) for _ in range(3)]
+    with taddons.context(addon):
+        for flow in flows:
+            addon.requestheaders(flow)
+            addon.request(flow)
+        await asyncio.sleep(0.1)  # the batch: the second fails
+        assert addon.open_flows == 2
+        got = []
+        for flow in flows:
+            flow.response = sse_response()
+            addon.responseheaders(flow)
+            if flow is flows[1]:  # not tapped: mitmproxy forwards it as without the recorder
+                assert flow.response.stream is False
+                continue
+            got.append(stream_through(flow, pieces_of(CHAT_SSE, 200), clock))
+            addon.response(flow)
+    assert got == [CHAT_SSE] * 2  # the client got every byte
+    assert len(sink.records) == 2 and all(r.events for r in sink.records)
+    assert addon.health.internal_errors == 1
+    assert addon.health.in_flight == 0 and addon.open_flows == 0
