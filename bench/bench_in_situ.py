@@ -64,6 +64,7 @@ STEPS = (
     "tap (per piece)",
     "metering (per piece)",
     "sweep (per callback)",
+    "closing a record",
     "completing a record",
     "  usage and cost",
     "  unpriced check",
@@ -113,6 +114,11 @@ def child_timed_proxy() -> int:
         rec._sweep = timed("sweep (per callback)", rec._sweep)  # type: ignore[method-assign]
     if hasattr(rec, "_begin"):
         rec._begin = timed("making a record (per flow)", rec._begin)  # type: ignore[method-assign]
+    if hasattr(rec, "_close"):
+        rec._close = timed("closing a record", rec._close)  # type: ignore[method-assign]
+    slice_ = int(os.environ.get("BENCH_FINISH_SLICE", "0"))
+    if slice_:
+        rec.FINISH_SLICE = slice_
     if os.environ.get("BENCH_HOOKS_ONLY"):
         return _run_timed(totals)
     if hasattr(addon, "count_request"):

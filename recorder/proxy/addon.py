@@ -10,11 +10,13 @@ read on a worker thread while the request goes on (neither the loop nor the
 request waits for it; the record does).
 
 Per-flow state lives in ``self._flows`` from ``requestheaders`` until
-``response`` or ``error`` (which exclude each other), then, only if its request
-body is still being read, in ``self._deferred`` until it is, then, with
-``finish_delay``, in ``self._finishing`` for that long at most; ``done`` (and
-``close``) finishes whatever is left, so none of them can grow with the number of
-requests served.
+``response`` or ``error`` (which exclude each other); with ``start_delay`` it also
+waits in ``self._starting`` for its record to be made (``_begin``), that long at
+most. After its end, with ``finish_delay``, it waits in ``self._finishing`` for the
+batch that closes its record (that long at most), then, only if its request body
+is still being read, in ``self._deferred`` until it is, then in ``self._finishing``
+again to be completed; ``done`` (and ``close``) finishes whatever is left, so none
+of them can grow with the number of requests served.
 
 Accept-Encoding is removed from tapped requests: the upstream then sends plain
 SSE, which the tap reads without decompressing. An upstream that compresses
@@ -46,7 +48,7 @@ from recorder.core.estimate import Estimator
 from recorder.core.keys import KeyMask, authenticating_key, fingerprint, request_keys
 from recorder.core.meter import StreamMeter
 from recorder.core.record import StreamRecord, ending_outcome
-from recorder.core.request import read_error_body, read_request
+from recorder.core.request import read_request
 from recorder.metrics.health import Health
 from recorder.proxy.decoding import decoder_for
 from recorder.proxy.finishing import Finishing
@@ -126,7 +128,7 @@ class Recorder(Finishing):
         # no client waits on the database at shutdown.
         self.close_sink_on_done = True
         # with finish_delay: ended streams waiting to be completed, in order
-        self._finishing: list[tuple[FlowState, StreamRecord]] = []
+        self._finishing: list[tuple[FlowState, StreamRecord | None]] = []
         self._finish_timer: asyncio.TimerHandle | None = None
         # the sweep of waiting pieces (SWEEP_S): scheduled while flows are tapped
         self._sweep_timer: asyncio.Handle | None = None
@@ -269,9 +271,9 @@ class Recorder(Finishing):
             self._internal_error("requestheaders")
             if not state.made:
                 for fid, open_state in list(self._flows.items()):
-                    if open_state is state:
+                    if open_state is state:  # (if it ended, _end counted it out)
                         del self._flows[fid]
-                self.health.in_flight -= 1
+                        self.health.in_flight -= 1
                 state.broken = True  # the tap forwards, and meters nothing
 
     def _make_record(self, state: FlowState) -> None:
@@ -542,14 +544,12 @@ class Recorder(Finishing):
                 return
             now = self._clock()
             resp = flow.response
-            meter, rec = state.meter, state.record
             if not state.streaming and resp is not None:
+                # a JSON body, read (as it is now) when the record is closed
                 body = resp.get_content(strict=False) or b""
-                if 200 <= resp.status_code < 300:
-                    meter.read_body(body, now)
-                else:
-                    rec.error_type, rec.error_code, rec.error_message = read_error_body(body)
-            self._finish(state, self._close_meter(state, state.ended_at or now, "eof", None))
+                self._end(state, now, "eof", None, body, resp.status_code)
+                return
+            self._end(state, state.ended_at or now, "eof", None)
         except Exception:
             self._internal_error("response")
 
@@ -560,8 +560,7 @@ class Recorder(Finishing):
             if state is None:
                 return
             msg = flow.error.msg if flow.error is not None else "unknown error"
-            ending = _ending(flow, msg)
-            self._finish(state, self._close_meter(state, self._clock(), ending, msg))
+            self._end(state, self._clock(), _ending(flow, msg), msg)
         except Exception:
             self._internal_error("error")
 

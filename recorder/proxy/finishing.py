@@ -1,10 +1,13 @@
 """The finishing pipeline: from a stream's end to its record in the sink.
 
-A finished flow's record waits here for its request body if that is still being
-read on a worker thread (``_deferred``), then, with ``finish_delay``, in
-``_finishing`` until a timer completes it with the others that ended meanwhile,
-a few per loop callback (``FINISH_SLICE``): usage, cost, health, the observers
-(``recorder.proxy.observers``), then the sink. ``Recorder`` inherits it.
+A flow that ended (``_end``) is closed: its meter meters what is left and
+finishes the record (``_close``). With ``finish_delay`` that too waits, in
+``_finishing``, until a timer closes and completes it with the others that ended
+meanwhile, a few per loop callback (``FINISH_SLICE``), so that mitmproxy's
+``response`` hook only notes the end. A record whose request body is still being
+read on a worker thread waits for it (``_deferred``); then the record is completed:
+usage, cost, health, the observers (``recorder.proxy.observers``), then the sink.
+``Recorder`` inherits it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from recorder.core.captured import CapturedRecord
 from recorder.core.estimate import Estimator
 from recorder.core.keys import scrub_key
 from recorder.core.record import StreamRecord
+from recorder.core.request import read_error_body
 from recorder.metrics.health import Health
 from recorder.proxy.observers import Done
 from recorder.proxy.state import FlowState, RecorderConfig, _apply_facts
@@ -39,7 +43,9 @@ class Finishing:
     estimator: Estimator
     _closed: bool
     _deferred: dict[int, tuple[FlowState, StreamRecord]]
-    _finishing: list[tuple[FlowState, StreamRecord]]
+    # with finish_delay: (state, its closed record), or (state, None) for a flow
+    # that ``_end`` left to the batch to close (``state.end``)
+    _finishing: list[tuple[FlowState, StreamRecord | None]]
     _finish_timer: asyncio.TimerHandle | None
     _sweep_timer: asyncio.Handle | None
     _finished_observers: list[Callable[[Done], None]]
@@ -58,7 +64,76 @@ class Finishing:
     ) -> StreamRecord:
         raise NotImplementedError
 
+    def _end(
+        self,
+        state: FlowState,
+        at: float,
+        ending: str,
+        transport_error: str | None,
+        body: bytes | None = None,
+        status: int | None = None,
+    ) -> None:
+        """The flow ended (``response``, ``error``; it has left ``_flows``). With
+        ``finish_delay`` its record is closed later, in the batch that completes it:
+        the meter's last pieces and ``finish`` then run with the others'; ``body``
+        and ``status`` are a non-streamed response's, read when it is closed."""
+        self.health.in_flight -= 1
+        if self.config.finish_delay > 0 and not self._closed:
+            try:
+                loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None
+            if loop is not None:
+                state.end = (at, ending, transport_error, body, status)
+                self._finishing.append((state, None))
+                if self._finish_timer is None:
+                    self._finish_timer = loop.call_later(
+                        self.config.finish_delay, self._complete_some
+                    )
+                return
+        self._finish(state, self._close(state, at, ending, transport_error, body, status))
+
+    def _close(
+        self,
+        state: FlowState,
+        at: float,
+        ending: str,
+        transport_error: str | None,
+        body: bytes | None,
+        status: int | None,
+    ) -> StreamRecord:
+        """The record of a flow that ended, its meter closed (``_close_meter``)."""
+        if body is not None and status is not None:
+            try:
+                if 200 <= status < 300:
+                    state.meter.read_body(body, at)
+                else:
+                    rec = state.record
+                    rec.error_type, rec.error_code, rec.error_message = read_error_body(body)
+            except Exception:
+                self._internal_error("response")
+        return self._close_meter(state, at, ending, transport_error)
+
     def _finish(self, state: FlowState, rec: StreamRecord) -> None:
+        """A closed record: once settled, completed now, or with ``finish_delay``."""
+        if not self._settle(state, rec):
+            return
+        delay = self.config.finish_delay
+        if delay > 0 and not self._closed:
+            try:
+                running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is not None:
+                self._finishing.append((state, rec))
+                if self._finish_timer is None:
+                    self._finish_timer = running.call_later(delay, self._complete_some)
+                return
+        self._complete(state, rec)
+
+    def _settle(self, state: FlowState, rec: StreamRecord) -> bool:
+        """The request's facts on the record, and echoes of its keys masked; False if
+        its body is still being read (the record is finished once it is)."""
         reading = state.reading
         if reading is not None:
             if not reading.done():
@@ -66,14 +141,15 @@ class Finishing:
                     loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
                 except RuntimeError:
                     loop = None
-                if loop is not None:  # finish once the body is read, back on the loop
+                if loop is not None and not self._closed:
+                    # finish once the body is read, back on the loop
                     self._deferred[id(state)] = (state, rec)
                     reading.add_done_callback(
                         lambda _: loop.call_soon_threadsafe(self._finish_deferred, id(state))
                     )
-                    return
+                    return False
                 with contextlib.suppress(Exception):  # no loop (shutdown): wait a little
-                    reading.result(timeout=10)
+                    reading.result(timeout=DONE_READ_WAIT_S if self._closed else 10)
             state.reading = None
             if reading.done():
                 try:
@@ -88,17 +164,20 @@ class Finishing:
         rec.error_type = scrub_key(rec.error_type, mask)
         rec.error_code = scrub_key(rec.error_code, mask)
         state.key = None
-        self.health.in_flight -= 1
-        delay = self.config.finish_delay
-        if delay > 0 and not self._closed:
+        return True
+
+    def _complete_entry(self, state: FlowState, rec: StreamRecord | None) -> None:
+        """Close (if ``_end`` left that to the batch), settle, complete."""
+        if rec is None:
+            end = state.end
+            assert end is not None
+            state.end = None
             try:
-                running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-            except RuntimeError:
-                running = None
-            if running is not None:
-                self._finishing.append((state, rec))
-                if self._finish_timer is None:
-                    self._finish_timer = running.call_later(delay, self._complete_some)
+                rec = self._close(state, *end)
+            except Exception:  # its record could not be made: the others still are
+                self._internal_error("response")
+                return
+            if not self._settle(state, rec):
                 return
         self._complete(state, rec)
 
@@ -112,7 +191,7 @@ class Finishing:
         batch = self._finishing[: self.FINISH_SLICE]
         del self._finishing[: self.FINISH_SLICE]
         for state, rec in batch:
-            self._complete(state, rec)
+            self._complete_entry(state, rec)
         if self._finishing:
             try:
                 loop = asyncio.get_running_loop()
@@ -129,7 +208,7 @@ class Finishing:
             self._finish_timer = None
         while self._finishing:
             state, rec = self._finishing.pop(0)
-            self._complete(state, rec)
+            self._complete_entry(state, rec)
 
     def _complete(self, state: FlowState, rec: StreamRecord) -> None:
         """Usage, cost, health, metrics; then the record goes to the sink."""
@@ -176,8 +255,26 @@ class Finishing:
             self.cut_at_shutdown += len(self._flows)
             for flow_id in list(self._flows):
                 state = self._flows.pop(flow_id)
+                self.health.in_flight -= 1
                 rec = self._close_meter(state, now, "client_disconnect", "proxy shut down")
                 self._finish(state, rec)
+            # the ended flows the batch was to close: closed now (a body still being
+            # read joins the others waited for below)
+            waiting, self._finishing = self._finishing, []
+            for state, closed in waiting:
+                if closed is not None:
+                    self._finishing.append((state, closed))
+                    continue
+                end = state.end
+                assert end is not None
+                state.end = None
+                try:
+                    rec = self._close(state, *end)
+                except Exception:
+                    self._internal_error("done")
+                    continue
+                if self._settle(state, rec):
+                    self._finishing.append((state, rec))
             # shutting down: wait for their bodies, a bounded time for all of them
             # (the loop, and so every client, waits meanwhile)
             deadline = time.monotonic() + DONE_READ_WAIT_S

@@ -70,6 +70,7 @@ class FlowState:
         "buffered",
         "capture",
         "decoder",
+        "end",
         "ended_at",
         "endpoint",
         "flow",
@@ -108,6 +109,9 @@ class FlowState:
         self.decoder: Decoder | None = None
         self.broken = False  # the tap gave up on this stream (it still forwards)
         self.ended_at: float | None = None
+        # with finish_delay, how the flow ended, for the batch that closes its record:
+        # (at, ending, transport error, a non-streamed body, its status)
+        self.end: tuple[float, str, str | None, bytes | None, int | None] | None = None
         self.input_counts: InputCounts | None = None  # for estimating unreported input
         self.capture: CapturedBody | None = None  # with capture_bodies, a tapped SSE body
         self.unmetered: str | None = None  # why the stream's events could not be metered
