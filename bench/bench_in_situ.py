@@ -1,7 +1,8 @@
 """Where the recorder's time goes inside a running proxy, per flow and per piece.
 
-Run: ``.venv/bin/python bench/bench_in_situ.py`` (about two minutes; ``--quick`` for a
-smoke run; ``--profile FILE`` also writes a cProfile of one round's proxy).
+Run: ``.venv/bin/python bench/bench_in_situ.py`` (about a minute; ``--quick`` for a
+smoke run; ``--hooks-only`` to time the hooks and batches without the steps inside
+them; ``--profile FILE`` also writes a cProfile of one round's proxy).
 
 A step costs 2-5x more inside mitmproxy's process than in a microbenchmark: between
 two of the recorder's calls mitmproxy runs enough code to evict ours from the CPU's
@@ -9,21 +10,23 @@ caches. This bench measures the recorder's steps where they run. It starts
 ``recorder proxy`` as a user runs it today (SQLite with the kill -9 journal, metrics
 served, the live view with its once-a-second stall walk, the shipped prices, a
 tokenizer if one is installed; OTLP export off), pinned to CPU 0, through this
-script, which wraps the addon's hooks, the tap, the batch metering and the record
-completion in timers of the calling thread's CPU time (``thread_time_ns``: time
-spent waiting for the GIL or for a CPU the machine's other work holds is not
-counted, so the figures hold on a loaded machine, where wall-clock timers charge a
-step with every GIL switch that falls inside it), and the steps inside them too: in
-``requestheaders`` the header pick, the key, the record id, the record, the key
-fingerprint, the key mask, the meter and the in-flight gauges; in ``request`` the
-body's facts and its token count; the sweep of waiting pieces; in the completion
+script, which wraps the addon's hooks, the tap, the batch metering, the making,
+closing and completing of records (in their batches, under ``recorder proxy``) in
+timers of the calling thread's CPU time (``thread_time_ns``: time spent waiting for
+the GIL or for a CPU the machine's other work holds is not counted, so the figures
+hold on a loaded machine, where wall-clock timers charge a step with every GIL
+switch that falls inside it), and, unless ``--hooks-only``, the steps inside them
+too: the header pick (both header hooks); in making a record the key, the record
+id, the record, the key fingerprint, the key mask, the meter, the in-flight gauges,
+the body's facts and its token count; the sweep of waiting pieces; in the completion
 the usage and cost, the unpriced check, the metrics, the live view's line and the
 sink's submit. Then it sends the paced load of ``bench_overhead.py`` (100 streams,
 an event every 20 ms) from the simulator; ``--rounds`` rounds, a fresh proxy each.
 
 Reported: µs per call of each step (medians of rounds) and the proxy's CPU seconds
-per 10,000 events. A sub-step's figure includes its own timer (a system call, about
-0.3-0.5 µs per call), and so does the step around it.
+per 10,000 events. A sub-step's figure includes its own timer (a system call: about
+0.4 µs warm, but several µs with the caches cold), and so does the step around it:
+the hooks' own figures are ``--hooks-only``'s.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ PROXY_CPU, CLIENT_CPU = 0, 1
 STEPS = (
     "requestheaders",
     "  headers picked",
+    "making a record (per flow)",
     "  authenticating key",
     "  record id (+ start stamp)",
     "  record constructed",
@@ -55,10 +59,9 @@ STEPS = (
     "  request_keys + KeyMask.of",
     "  StreamMeter constructed",
     "  on_start (in-flight gauge)",
-    "making a record (per flow)",
-    "request",
     "  request facts and counts",
     "  prompt counted (exact tokens)",
+    "request",
     "responseheaders",
     "response",
     "tap (per piece)",
@@ -116,9 +119,6 @@ def child_timed_proxy() -> int:
         rec._begin = timed("making a record (per flow)", rec._begin)  # type: ignore[method-assign]
     if hasattr(rec, "_close"):
         rec._close = timed("closing a record", rec._close)  # type: ignore[method-assign]
-    slice_ = int(os.environ.get("BENCH_FINISH_SLICE", "0"))
-    if slice_:
-        rec.FINISH_SLICE = slice_
     if os.environ.get("BENCH_HOOKS_ONLY"):
         return _run_timed(totals)
     if hasattr(addon, "count_request"):

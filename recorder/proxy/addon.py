@@ -234,13 +234,13 @@ class Recorder(Finishing):
             if delay <= 0 or self._closed:
                 state.begin_now()
                 return
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no loop (a test calling hooks): made now
+                state.begin_now()
+                return
             self._starting.append(state)
             if self._start_timer is None:
-                try:
-                    loop = asyncio.get_running_loop()
-                except RuntimeError:  # no loop (a test calling hooks): made now
-                    self._begin_some()
-                    return
                 self._start_timer = loop.call_later(delay, self._begin_some)
         except Exception:
             self._internal_error("requestheaders")

@@ -48,6 +48,8 @@ class Finishing:
     _finishing: list[tuple[FlowState, StreamRecord | None]]
     _finish_timer: asyncio.TimerHandle | None
     _sweep_timer: asyncio.Handle | None
+    _start_timer: asyncio.TimerHandle | None
+    _starting: list[FlowState]
     _finished_observers: list[Callable[[Done], None]]
 
     _flows: dict[str, FlowState]
@@ -297,10 +299,13 @@ class Finishing:
         if self._closed:
             return
         self._closed = True
-        if self._sweep_timer is not None:
-            with contextlib.suppress(Exception):  # the loop may be gone already
-                self._sweep_timer.cancel()
-            self._sweep_timer = None
+        for timer in (self._sweep_timer, self._start_timer):
+            if timer is not None:
+                with contextlib.suppress(Exception):  # the loop may be gone already
+                    timer.cancel()
+        self._sweep_timer = self._start_timer = None
+        # flows whose records were still to be made: made when they end (done)
+        self._starting.clear()
         try:
             self._complete_all()
         except Exception:

@@ -230,3 +230,28 @@ async def test_a_record_that_cannot_be_made_costs_only_its_flow(
     assert len(sink.records) == 2 and all(r.events for r in sink.records)
     assert addon.health.internal_errors >= 1
     assert addon.health.in_flight == 0 and addon.open_flows == 0
+
+
+async def test_shutdown_makes_closes_and_completes_what_waits() -> None:
+    addon, sink, clock = make(start_delay=60.0, finish_delay=60.0)
+    with taddons.context(addon):
+        flows = [make_flow(headers=KEY_HEADERS) for _ in range(3)]
+        for flow in flows:
+            await start(addon, flow, clock)
+        flow = flows[0]  # ended: waits, unmade and unclosed, for its batches
+        flow.response = sse_response()
+        addon.responseheaders(flow)
+        stream_through(flow, pieces_of(CHAT_SSE, 300), clock)
+        addon.response(flow)
+        assert sink.records == [] and addon.health.in_flight == 2
+        addon.done()  # no waiting a minute, nothing lost
+    assert len(sink.records) == 3 and addon.cut_at_shutdown == 2
+    assert addon.health.in_flight == 0 and addon.health.internal_errors == 0
+    by_outcome = sorted(r.outcome for r in sink.records)
+    assert by_outcome == ["client_disconnect", "client_disconnect", "completed"]
+    # closed without done (the runner's last resort): the ended flow is still recorded
+    addon2, sink2, clock2 = make(start_delay=60.0, finish_delay=60.0)
+    with taddons.context(addon2):
+        await sse_chat(addon2, clock2, 0.0)
+    addon2.close()
+    assert len(sink2.records) == 1 and sink2.records[0].outcome == "completed"
