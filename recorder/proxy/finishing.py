@@ -258,7 +258,11 @@ class Finishing:
             for flow_id in list(self._flows):
                 state = self._flows.pop(flow_id)
                 self.health.in_flight -= 1
-                rec = self._close_meter(state, now, "client_disconnect", "proxy shut down")
+                try:
+                    rec = self._close_meter(state, now, "client_disconnect", "proxy shut down")
+                except Exception:  # its record could not be made: the others still are
+                    self._internal_error("done")
+                    continue
                 self._finish(state, rec)
             # the ended flows the batch was to close: closed now (a body still being
             # read joins the others waited for below)

@@ -189,7 +189,7 @@ async def test_what_requestheaders_read_is_recorded_though_the_request_changes()
     assert rec.project == "proj_1" and rec.upstream == "api.example.com:443"
 
 
-@pytest.mark.parametrize("in_batch_of", ["starts", "ends"])
+@pytest.mark.parametrize("in_batch_of", ["starts", "ends", "shutdown"])
 async def test_a_record_that_cannot_be_made_costs_only_its_flow(
     monkeypatch: pytest.MonkeyPatch, in_batch_of: str
 ) -> None:
@@ -213,6 +213,11 @@ async def test_a_record_that_cannot_be_made_costs_only_its_flow(
         for flow in flows:
             addon.requestheaders(flow)
             addon.request(flow)
+        if in_batch_of == "shutdown":  # made as done ends the open flows
+            addon.done()
+            assert len(sink.records) == 2 and addon.cut_at_shutdown == 3
+            assert addon.health.in_flight == 0 and addon.open_flows == 0
+            return
         await asyncio.sleep(0.1)
         assert addon.open_flows == (2 if starts else 3)
         got = []
