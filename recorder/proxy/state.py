@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
 
 from mitmproxy import http
 
@@ -181,7 +180,7 @@ class Pending:
     another addon changing the request afterwards changes nothing recorded)."""
 
     headers: dict[str, str]  # the wanted ones, lower-case names (addon._pick_headers)
-    query: Any  # the URL's query (a multidict), when the path has one
+    query: object  # the URL's query (a multidict), when the path has one
     host: str
     port: int
     path: str
