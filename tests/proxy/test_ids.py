@@ -54,6 +54,15 @@ def test_record_start_reads_one_clock_for_id_and_stamp() -> None:
     assert before.replace(microsecond=before.microsecond // 1000 * 1000) <= stamp <= after
 
 
+def test_a_record_start_read_earlier_carries_that_instant() -> None:
+    # requestheaders reads the clock; the record is made later from that reading
+    ms = 1_764_600_000_123  # 2025-12-01T14:40:00.123Z
+    rid, started_at = new_record_start(ms)
+    assert uuid.UUID(rid).int >> 80 == ms and uuid.UUID(rid).version == 7
+    assert started_at == "2025-12-01T14:40:00.123Z" == started_at_text(ms)
+    assert new_record_start(ms)[0] != rid  # the same instant, another id
+
+
 def test_a_forked_child_does_not_reuse_the_parents_random_bits() -> None:
     new_record_id()  # the parent holds a batch
     read, write = os.pipe()
