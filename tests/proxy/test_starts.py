@@ -48,14 +48,23 @@ async def _pause(wait: float) -> None:
         await asyncio.sleep(wait)  # the loop runs: a batch of starts may come now
 
 
-async def sse_chat(addon: Recorder, clock: Clock, wait: float) -> None:
-    flow = make_flow(headers=KEY_HEADERS)
+async def _chat(addon: Recorder, clock: Clock, wait: float, flow: http.HTTPFlow, size: int) -> None:
     await start(addon, flow, clock)
     await _pause(wait)
     flow.response = sse_response()
     addon.responseheaders(flow)
-    stream_through(flow, pieces_of(CHAT_SSE, 97), clock)
+    stream_through(flow, pieces_of(CHAT_SSE, size), clock)
     addon.response(flow)
+
+
+async def sse_chat(addon: Recorder, clock: Clock, wait: float) -> None:
+    await _chat(addon, clock, wait, make_flow(headers=KEY_HEADERS), 97)
+
+
+async def sse_chat_in_small_pieces(addon: Recorder, clock: Clock, wait: float) -> None:
+    # more pieces than a batch holds: the tap's full batch needs the meter mid-stream
+    assert len(CHAT_SSE) // 5 > addon_module.BATCH_PIECES
+    await _chat(addon, clock, wait, make_flow(headers=KEY_HEADERS), 5)
 
 
 async def sse_messages_cut(addon: Recorder, clock: Clock, wait: float) -> None:
@@ -89,16 +98,16 @@ async def json_error_echoing_the_key(addon: Recorder, clock: Clock, wait: float)
 async def large_prompt(addon: Recorder, clock: Clock, wait: float) -> None:
     text = "word " * (INLINE_PARSE_LIMIT // 4)  # read on a worker thread
     body = {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": text}]}
-    flow = make_flow(body=body, headers=KEY_HEADERS)
-    await start(addon, flow, clock)
-    await _pause(wait)
-    flow.response = sse_response()
-    addon.responseheaders(flow)
-    stream_through(flow, pieces_of(CHAT_SSE, 500), clock)
-    addon.response(flow)
+    await _chat(addon, clock, wait, make_flow(body=body, headers=KEY_HEADERS), 500)
 
 
-RUNS = [sse_chat, sse_messages_cut, json_error_echoing_the_key, large_prompt]
+RUNS = [
+    sse_chat,
+    sse_chat_in_small_pieces,
+    sse_messages_cut,
+    json_error_echoing_the_key,
+    large_prompt,
+]
 
 
 def _figures(rec: StreamRecord) -> dict[str, object]:
