@@ -112,7 +112,12 @@ def child_timed_proxy() -> int:
     rec._meter_pieces = staticmethod(  # type: ignore[method-assign]
         timed("metering (per piece)", rec._meter_pieces, lambda state: len(state.pieces))
     )
-    rec._complete = timed("completing a record", rec._complete)  # type: ignore[method-assign]
+    if hasattr(rec, "_complete_many"):  # records completed a batch at a time, stage by stage
+        rec._complete_many = timed(  # type: ignore[method-assign]
+            "completing a record", rec._complete_many, lambda self, entries: len(entries)
+        )
+    else:
+        rec._complete = timed("completing a record", rec._complete)  # type: ignore[method-assign]
     if hasattr(rec, "_sweep"):
         rec._sweep = timed("sweep (per callback)", rec._sweep)  # type: ignore[method-assign]
     if hasattr(rec, "_begin"):

@@ -6,7 +6,8 @@ finishes the record (``_close``). With ``finish_delay`` that too waits, in
 meanwhile, a few per loop callback (``FINISH_SLICE``), so that mitmproxy's
 ``response`` hook only notes the end. A record whose request body is still being
 read on a worker thread waits for it (``_deferred``); then the record is completed:
-usage, cost, health, the observers (``recorder.proxy.observers``), then the sink.
+usage, cost, health, the observers (``recorder.proxy.observers``), then the sink;
+a batch's records stage by stage (``_complete_many``).
 ``Recorder`` inherits it.
 """
 
@@ -170,6 +171,13 @@ class Finishing:
 
     def _complete_entry(self, state: FlowState, rec: StreamRecord | None) -> None:
         """Close (if ``_end`` left that to the batch), settle, complete."""
+        rec = self._ready(state, rec)
+        if rec is not None:
+            self._complete(state, rec)
+
+    def _ready(self, state: FlowState, rec: StreamRecord | None) -> StreamRecord | None:
+        """The closed and settled record of a waiting entry (closed here if ``_end``
+        left that to the batch); None if it cannot be made, or waits for its body."""
         if rec is None:
             end = state.end
             assert end is not None
@@ -178,10 +186,10 @@ class Finishing:
                 rec = self._close(state, *end)
             except Exception:  # its record could not be made: the others still are
                 self._internal_error("response")
-                return
+                return None
             if not self._settle(state, rec):
-                return
-        self._complete(state, rec)
+                return None
+        return rec
 
     # Records completed per loop callback: each slice is one short block, the loop
     # serves the connections between two slices.
@@ -192,8 +200,12 @@ class Finishing:
         self._finish_timer = None
         batch = self._finishing[: self.FINISH_SLICE]
         del self._finishing[: self.FINISH_SLICE]
+        ready = []
         for state, rec in batch:
-            self._complete_entry(state, rec)
+            closed = self._ready(state, rec)
+            if closed is not None:
+                ready.append((state, closed))
+        self._complete_many(ready)
         if self._finishing:
             try:
                 loop = asyncio.get_running_loop()
@@ -214,35 +226,48 @@ class Finishing:
 
     def _complete(self, state: FlowState, rec: StreamRecord) -> None:
         """Usage, cost, health, metrics; then the record goes to the sink."""
-        try:
-            complete_usage(
-                rec,
-                state.meter.interpreter.obs,
-                state.input_counts,
-                self.config.prices,
-                self.estimator,
-            )
-        except Exception:
-            self._internal_error("completing usage")
-        try:
-            UNPRICED.check(rec)  # one warning line per unpriced model per process
-        except Exception:
-            self._internal_error("unpriced warning")
-        self.health.records += 1
-        self.health.parse_issues += rec.parse_issues
-        if state.capture is not None and isinstance(rec, CapturedRecord):
-            rec.body = state.capture  # packed (compressed) by the sink, off the loop
+        self._complete_many([(state, rec)])
+
+    def _complete_many(self, entries: list[tuple[FlowState, StreamRecord]]) -> None:
+        """``_complete`` for each entry, in order, stage by stage: each stage's code
+        runs for every record of the batch before the next stage's (warm in the
+        CPU's caches after the first record, which between two of mitmproxy's
+        callbacks it is not). Each record sees the stages in the same order, and
+        each stage sees the records in the entries' order, as one by one."""
+        prices, estimator = self.config.prices, self.estimator
+        for state, rec in entries:
+            try:
+                complete_usage(
+                    rec, state.meter.interpreter.obs, state.input_counts, prices, estimator
+                )
+            except Exception:
+                self._internal_error("completing usage")
+        health = self.health
+        for state, rec in entries:
+            try:
+                UNPRICED.check(rec)  # one warning line per unpriced model per process
+            except Exception:
+                self._internal_error("unpriced warning")
+            health.records += 1
+            health.parse_issues += rec.parse_issues
+            if state.capture is not None and isinstance(rec, CapturedRecord):
+                rec.body = state.capture  # packed (compressed) by the sink, off the loop
         observers = self._finished_observers
         if observers:
-            trace = state.trace or (None, None)
-            done = Done(rec, state.meter, state.flow, state.capture, trace[0], trace[1])
-            state.flow = None  # before the sink: its writer may pack (and let go of) the body
+            dones = []
+            for state, rec in entries:
+                trace = state.trace or (None, None)
+                dones.append(Done(rec, state.meter, state.flow, state.capture, trace[0], trace[1]))
+                state.flow = None  # before the sink: its writer may pack (and let go of) the body
             for observe in observers:
-                try:
-                    observe(done)
-                except Exception:
-                    self._internal_error("observer")
-        self.sink.submit(rec)
+                for done in dones:
+                    try:
+                        observe(done)
+                    except Exception:
+                        self._internal_error("observer")
+        submit = self.sink.submit
+        for _, rec in entries:
+            submit(rec)  # (a sink takes every record: it spools what it cannot write)
 
     def _finish_deferred(self, key: int) -> None:
         entry = self._deferred.pop(key, None)

@@ -54,7 +54,8 @@ class Observer:
         """A metered request began (``rec`` has its endpoint and provider)."""
 
     def stream_finished(self, done: Done) -> None:
-        """A stream's record is complete; it goes to the sink right after."""
+        """A stream's record is complete; it goes to the sink after (with the others
+        completed in its batch, once every observer has seen them all)."""
 
 
 def starts(observer: Observer) -> bool:

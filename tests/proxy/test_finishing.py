@@ -1,0 +1,124 @@
+"""Records completed in batches (``finish_delay``), stage by stage: each record is the
+record completed alone, the sink and every observer see the records in the order
+their flows ended, and an observer that fails on one record misses only that one."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+from mitmproxy.test import taddons, tflow
+
+from recorder.core.record import FIELDS, StreamRecord
+from recorder.proxy.addon import Recorder
+from recorder.proxy.observers import Done, Observer
+from tests.kit.flows import (
+    CHAT_SSE,
+    MESSAGES_SSE,
+    Clock,
+    make,
+    make_flow,
+    pieces_of,
+    sse_response,
+    start,
+    stream_through,
+)
+
+# more flows than one slice completes, so that the batch comes back for the rest
+FLOWS = 2 * Recorder.FINISH_SLICE + 3
+
+
+class Seen(Observer):
+    """Notes the records it is shown and their request ids; fails on the ``fail_on``-th."""
+
+    def __init__(self, fail_on: int = 0) -> None:
+        self.ids: list[str] = []
+        self.flows: list[str] = []
+        self.fail_on = fail_on
+
+    def stream_finished(self, done: Done) -> None:
+        if len(self.ids) + 1 == self.fail_on:
+            self.fail_on = 0
+            raise RuntimeError("observer bug")
+        assert done.record.id is not None and done.record.request_id is not None
+        self.ids.append(done.record.id)
+        self.flows.append(done.record.request_id)
+
+
+async def _flows(addon: Recorder, clock: Clock) -> list[str]:
+    """FLOWS flows of three kinds (completed chats, cut Messages streams that are
+    estimated, a 401), begun together and ended one after the other; their request
+    ids (the upstream's, on each response) in the order they ended."""
+    flows = []
+    for i in range(FLOWS):
+        if i % 3 == 1:
+            body = {"model": "claude-sonnet-4-5", "stream": True, "max_tokens": 64}
+            flow = make_flow("/v1/messages", body=body)
+        else:
+            flow = make_flow()
+        await start(addon, flow, clock)
+        flows.append(flow)
+    for i, flow in enumerate(flows):
+        clock.now += 0.5
+        flow.response = sse_response()
+        flow.response.headers["x-request-id"] = f"req_{i}"
+        if i % 3 == 2:
+            flow.response.status_code = 401
+            flow.response.headers["content-type"] = "application/json"
+            flow.response.content = orjson.dumps({"error": {"message": "bad key"}})
+            addon.responseheaders(flow)
+            addon.response(flow)
+            continue
+        addon.responseheaders(flow)
+        if i % 3 == 1:
+            stream_through(flow, pieces_of(MESSAGES_SSE[: 300 + 40 * i], 50), clock)
+            flow.error = tflow.terr("Client disconnected.")
+            addon.error(flow)
+        else:
+            stream_through(flow, pieces_of(CHAT_SSE, 97), clock)
+            addon.response(flow)
+    return [f"req_{i}" for i in range(FLOWS)]
+
+
+def _figures(rec: StreamRecord) -> dict[str, object]:
+    out = {name: getattr(rec, name) for name in FIELDS if name not in ("id", "started_at")}
+    out["gaps"] = rec.gaps
+    return out
+
+
+async def _run(finish_delay: float, *observers: Observer) -> tuple[list[StreamRecord], Recorder]:
+    addon, sink, clock = make(finish_delay=finish_delay)
+    order = Seen()
+    for observer in (order, *observers):
+        addon.add_observer(observer)
+    with taddons.context(addon):
+        ended = await _flows(addon, clock)
+        if finish_delay:
+            assert sink.records == []  # they wait for the batch
+            await asyncio.sleep(finish_delay + 0.2)
+        assert len(sink.records) == FLOWS
+    addon.done()
+    # completed in the order the flows ended, and so submitted
+    assert order.flows == ended
+    assert order.ids == [r.id for r in sink.records]
+    return sink.records, addon
+
+
+async def test_a_batch_completes_each_record_as_alone_and_in_order() -> None:
+    alone, _ = await _run(0.0)
+    seen = [Seen(), Seen()]
+    batched, addon = await _run(0.05, *seen)
+    assert addon.health.internal_errors == 0
+    assert [_figures(r) for r in batched] == [_figures(r) for r in alone]
+    assert {r.output_source for r in batched} >= {"reported", "estimated"}
+    for observer in seen:  # every observer saw every record, in the sink's order
+        assert observer.ids == [r.id for r in batched]
+
+
+async def test_an_observer_that_fails_on_a_record_misses_only_that_one() -> None:
+    failing, other = Seen(fail_on=3), Seen()
+    records, addon = await _run(0.05, failing, other)
+    assert len(records) == FLOWS and addon.health.internal_errors == 1
+    ids = [r.id for r in records]
+    assert other.ids == ids
+    assert failing.ids == ids[:2] + ids[3:]
