@@ -7,6 +7,9 @@ Two proxies carry the same traffic from the simulator to this process's client:
 
 - (a) ``mitmdump -s bench/passthrough_addon.py``: mitmproxy with one addon whose
   stream callable returns its input (the anchor: what carrying a stream costs);
+  with ``--anchor master``, the same on mitmproxy's master as ``recorder proxy``
+  builds it, without mitmdump's Dumper addon (``bench/anchor_proxy.py``), which
+  ``recorder proxy`` does not run and the default anchor runs on every flow;
 - (b) ``recorder proxy``: the full recorder, as a user runs it (SQLite store, metrics
   served), fed the same requests.
 
@@ -190,6 +193,13 @@ def main() -> int:
         help="also run the paced load through (a) and (b) at the same time, --rounds"
         " rounds: both proxies share CPU 0 and whatever the machine does meanwhile",
     )
+    parser.add_argument(
+        "--anchor",
+        choices=("mitmdump", "master"),
+        default="mitmdump",
+        help="(a): mitmdump (default), or mitmproxy's master as `recorder proxy` builds it,"
+        " without mitmdump's Dumper (bench/anchor_proxy.py)",
+    )
     parser.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
     parser.add_argument(
         "--recorder-arg",
@@ -226,13 +236,16 @@ def main() -> int:
             if args.no_pin
             else f"proxies on CPU {PROXY_CPU}, simulator and client on CPU {CLIENT_CPU}"
         )
+        + (", anchor: mitmproxy's master without the Dumper" if args.anchor == "master" else "")
     )
     set_affinity(client_cpu)
     t_begin = time.monotonic()
     sim = SimChild.start(__file__, client_cpu)
     upstream = f"http://127.0.0.1:{sim.port}"
     proxies = {
-        "mitmproxy": Proxy.start("mitmproxy", upstream, proxy_cpu),
+        "mitmproxy": Proxy.start(
+            "mitmproxy" if args.anchor == "mitmdump" else "master", upstream, proxy_cpu
+        ),
         "recorder": Proxy.start("recorder", upstream, proxy_cpu, extra=args.recorder_arg),
     }
     otlp_sink = None

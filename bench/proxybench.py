@@ -41,6 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 PASSTHROUGH = Path(__file__).with_name("passthrough_addon.py")
+ANCHOR_MASTER = Path(__file__).with_name("anchor_proxy.py")
 
 
 # -- the simulator child ----------------------------------------------------------
@@ -190,16 +191,22 @@ class Proxy:
         extra: Sequence[str] = (),
         command: Sequence[str] | None = None,
     ) -> Proxy:
-        """``kind``: ``mitmproxy`` or ``recorder``; ``command`` replaces the
-        ``recorder`` executable (a wrapper that runs the same CLI)."""
+        """``kind``: ``mitmproxy`` (``mitmdump``), ``master`` (mitmproxy's master as
+        ``recorder proxy`` builds it, no Dumper: ``anchor_proxy.py``) or
+        ``recorder``; ``command`` replaces the ``recorder`` executable (a wrapper
+        that runs the same CLI)."""
         workdir = Path(tempfile.mkdtemp(prefix=f"bench-{kind}-"))
         port = free_port()
         env = {**os.environ, "HOME": str(workdir)}  # mitmproxy's CA in ~/.mitmproxy
         env.pop("RECORDER_DB", None)
         metrics_port = None
-        if kind == "mitmproxy":
+        if kind in ("mitmproxy", "master"):
             cmd = [
-                str(VENV_BIN / "mitmdump"),
+                *(
+                    [str(VENV_BIN / "mitmdump")]
+                    if kind == "mitmproxy"
+                    else [sys.executable, str(ANCHOR_MASTER)]
+                ),
                 "--mode",
                 f"reverse:{upstream}",
                 "--listen-host",
@@ -209,8 +216,7 @@ class Proxy:
                 "-s",
                 str(PASSTHROUGH),
                 # what `recorder proxy` sets: no per-flow console output, warnings only
-                "--set",
-                "flow_detail=0",
+                *(["--set", "flow_detail=0"] if kind == "mitmproxy" else []),  # (the Dumper's)
                 "--set",
                 "termlog_verbosity=warn",
             ]

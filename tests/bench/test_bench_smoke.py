@@ -23,6 +23,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
     "argv",
     [
         ["bench_overhead.py", "--quick", "--no-pin", "--otlp", "--paired"],
+        ["bench_overhead.py", "--quick", "--no-pin", "--short", "--anchor", "master"],
         ["bench_load.py", "--quick", "--no-pin"],
         ["bench_load.py", "--long", "--quick", "--no-pin"],
         ["bench_in_situ.py", "--quick"],
@@ -30,7 +31,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ["bench_live.py", "--quick"],
         ["bench_otel.py", "--quick"],
     ],
-    ids=["overhead", "load", "long", "in-situ", "masking", "live", "otel"],
+    ids=["overhead", "overhead-short-master", "load", "long", "in-situ", "masking", "live", "otel"],
 )
 def test_bench_runs_and_its_checks_hold(argv: list[str]) -> None:
     proc = subprocess.run(
