@@ -21,7 +21,8 @@ id, the record, the key fingerprint, the key mask, the meter, the in-flight gaug
 the body's facts and its token count; the sweep of waiting pieces; in the completion
 the usage and cost, the unpriced check, the metrics, the live view's line and the
 sink's submit. Then it sends the paced load of ``bench_overhead.py`` (100 streams,
-an event every 20 ms) from the simulator; ``--rounds`` rounds, a fresh proxy each.
+an event every 20 ms; ``--short``: its short-stream load, 1,000 streams of 5 deltas)
+from the simulator; ``--rounds`` rounds, a fresh proxy each.
 
 Reported: µs per call of each step (medians of rounds) and the proxy's CPU seconds
 per 10,000 events. A sub-step's figure includes its own timer (a system call: about
@@ -44,7 +45,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench_overhead import paced
+from bench_overhead import SHORT, paced
 from proxybench import Proxy, SimChild, child_sim, exit_status, set_affinity
 
 PROXY_CPU, CLIENT_CPU = 0, 1
@@ -197,6 +198,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--child-sim", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--short",
+        action="store_true",
+        help=f"bench_overhead's short-stream load: {SHORT[0]} streams x {SHORT[1]} deltas,"
+        f" starts spread over {SHORT[2]:.0f} s (where the per-flow work weighs most)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", metavar="FILE", help="cProfile the first round's proxy")
     parser.add_argument(
@@ -213,7 +220,9 @@ def main() -> int:
         return 0
     if args.hooks_only:
         os.environ["BENCH_HOOKS_ONLY"] = "1"
-    streams, deltas = (12, 20) if args.quick else (100, 200)
+    streams, deltas, spread = (12, 20, None) if args.quick else (100, 200, None)
+    if args.short:
+        streams, deltas, spread = (50, SHORT[1], 1.0) if args.quick else SHORT
     rounds = 1 if args.quick else args.rounds
     set_affinity(CLIENT_CPU)
     sim = SimChild.start(__file__, CLIENT_CPU)
@@ -237,7 +246,7 @@ def main() -> int:
             try:
                 asyncio.run(paced(proxy.port, f"warm{r}", 10, 20, 0.02))
                 c0 = proxy.cpu_seconds()
-                got = asyncio.run(paced(proxy.port, f"r{r}", streams, deltas, 0.02))
+                got = asyncio.run(paced(proxy.port, f"r{r}", streams, deltas, 0.02, spread))
                 events = sum(len(s.arrivals) for s in got)
                 if events:
                     cpu.append(1e4 * (proxy.cpu_seconds() - c0) / events)
@@ -255,7 +264,9 @@ def main() -> int:
     finally:
         sim.stop()
     print(
-        f"# bench_in_situ: paced, {streams} streams x {deltas} deltas, {rounds} rounds;"
+        f"# bench_in_situ: paced, {streams} streams x {deltas} deltas"
+        + (f", starts spread over {spread:.0f} s" if spread else "")
+        + f", {rounds} rounds;"
         f" load average {os.getloadavg()[0]:.1f} at the end"
     )
     print()

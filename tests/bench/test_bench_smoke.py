@@ -27,11 +27,22 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ["bench_load.py", "--quick", "--no-pin"],
         ["bench_load.py", "--long", "--quick", "--no-pin"],
         ["bench_in_situ.py", "--quick"],
+        ["bench_in_situ.py", "--quick", "--short", "--hooks-only"],
         ["bench_masking.py", "--quick"],
         ["bench_live.py", "--quick"],
         ["bench_otel.py", "--quick"],
     ],
-    ids=["overhead", "overhead-short-master", "load", "long", "in-situ", "masking", "live", "otel"],
+    ids=[
+        "overhead",
+        "overhead-short-master",
+        "load",
+        "long",
+        "in-situ",
+        "in-situ-short",
+        "masking",
+        "live",
+        "otel",
+    ],
 )
 def test_bench_runs_and_its_checks_hold(argv: list[str]) -> None:
     proc = subprocess.run(
