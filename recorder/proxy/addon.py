@@ -123,6 +123,7 @@ class Recorder(Finishing):
         self._deferred: dict[int, tuple[FlowState, StreamRecord]] = {}
         self._readers: ThreadPoolExecutor | None = None
         self._closed = False
+        self._read_deadline = 0.0  # set by close
         # Whether ``done`` also closes the sink (as under ``mitmdump -s``). The runner
         # sets it False: it closes the sink itself once connections are ended, so that
         # no client waits on the database at shutdown.

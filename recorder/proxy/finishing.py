@@ -43,6 +43,7 @@ class Finishing:
     sink: Sink
     estimator: Estimator
     _closed: bool
+    _read_deadline: float  # once closed: when waiting for request bodies ends
     _deferred: dict[int, tuple[FlowState, StreamRecord]]
     # with finish_delay: (state, its closed record), or (state, None) for a flow
     # that ``_end`` left to the batch to close (``state.end``)
@@ -151,8 +152,11 @@ class Finishing:
                         lambda _: loop.call_soon_threadsafe(self._finish_deferred, id(state))
                     )
                     return False
-                with contextlib.suppress(Exception):  # no loop (shutdown): wait a little
-                    reading.result(timeout=DONE_READ_WAIT_S if self._closed else 10)
+                # no loop, or shutting down: wait a little; once closed, what is left
+                # of one bound for all the records (``close``), not a bound each
+                wait = max(0.0, self._read_deadline - time.monotonic()) if self._closed else 10
+                with contextlib.suppress(Exception):
+                    reading.result(timeout=wait)
             state.reading = None
             if reading.done():
                 try:
@@ -267,7 +271,12 @@ class Finishing:
                         self._internal_error("observer")
         submit = self.sink.submit
         for _, rec in entries:
-            submit(rec)  # (a sink takes every record: it spools what it cannot write)
+            # a sink takes every record (it spools what it cannot write); one that
+            # raises loses that record only, not the rest of the batch
+            try:
+                submit(rec)
+            except Exception:
+                self._internal_error("sink")
 
     def _finish_deferred(self, key: int) -> None:
         entry = self._deferred.pop(key, None)
@@ -328,6 +337,7 @@ class Finishing:
         if self._closed:
             return
         self._closed = True
+        self._read_deadline = time.monotonic() + DONE_READ_WAIT_S
         for timer in (self._sweep_timer, self._start_timer):
             if timer is not None:
                 with contextlib.suppress(Exception):  # the loop may be gone already

@@ -1,15 +1,22 @@
 """Records completed in batches (``finish_delay``), stage by stage: each record is the
 record completed alone, the sink and every observer see the records in the order
-their flows ended, and an observer that fails on one record misses only that one."""
+their flows ended, an observer or a sink that fails on one record misses only that
+one, and closing waits for hung request-body reads once for all records."""
 
 from __future__ import annotations
 
 import asyncio
+import time
+from concurrent.futures import Future
 
 import orjson
+import pytest
 from mitmproxy.test import taddons, tflow
 
+from recorder.core.counts import InputCounts
 from recorder.core.record import FIELDS, StreamRecord
+from recorder.core.request import RequestFacts
+from recorder.proxy import finishing
 from recorder.proxy.addon import Recorder
 from recorder.proxy.observers import Done, Observer
 from tests.kit.flows import (
@@ -122,3 +129,62 @@ async def test_an_observer_that_fails_on_a_record_misses_only_that_one() -> None
     ids = [r.id for r in records]
     assert other.ids == ids
     assert failing.ids == ids[:2] + ids[3:]
+
+
+async def test_a_sink_that_fails_on_a_record_loses_only_that_one() -> None:
+    addon, sink, clock = make(finish_delay=0.05)
+    order = Seen()
+    addon.add_observer(order)
+    submit, calls = sink.submit, []
+
+    def failing_once(rec: StreamRecord) -> None:
+        calls.append(rec.id)
+        if len(calls) == 2:
+            raise RuntimeError("sink bug")
+        submit(rec)
+
+    sink.submit = failing_once  # type: ignore[method-assign]
+    with taddons.context(addon):
+        await _flows(addon, clock)
+        await asyncio.sleep(0.25)
+    addon.done()
+    assert addon.health.internal_errors == 1
+    assert len(calls) == FLOWS  # the batch went on past the failure
+    assert [r.id for r in sink.records] == calls[:1] + calls[2:] == order.ids[:1] + order.ids[2:]
+
+
+class Hung(Future[tuple[RequestFacts, InputCounts | None]]):
+    """A request body read that never ends: waits out the timeout it is given."""
+
+    def __init__(self, waits: list[float | None]) -> None:
+        super().__init__()
+        self.waits = waits
+
+    def result(self, timeout: float | None = None) -> tuple[RequestFacts, InputCounts | None]:
+        self.waits.append(timeout)
+        time.sleep(timeout or 0.0)
+        raise TimeoutError
+
+
+async def test_closing_waits_for_hung_body_reads_once_for_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(finishing, "DONE_READ_WAIT_S", 0.2)
+    addon, sink, clock = make(finish_delay=60.0)
+    prompt = [{"role": "user", "content": "x" * 100_000}]  # read on a worker thread
+    body = {"model": "gpt-4o", "stream": True, "messages": prompt}
+    waits: list[float | None] = []
+    with taddons.context(addon):
+        for _ in range(3):
+            flow = make_flow(body=body)
+            addon.requestheaders(flow)
+            addon.request(flow)
+            addon._flows[flow.id].reading = Hung(waits)
+            flow.response = sse_response()
+            addon.responseheaders(flow)
+            stream_through(flow, [CHAT_SSE], clock)
+            addon.response(flow)  # waits for the batch (a minute away)
+        assert sink.records == []
+        addon.close()  # shutting down: three records whose bodies never finish reading
+    assert len(sink.records) == 3  # finished without the request's facts, not lost
+    assert len(waits) == 3 and sum(w or 0.0 for w in waits) <= 0.2 + 0.05
