@@ -191,18 +191,25 @@ class IntervalHistogram(Collector):
     def observe_many(self, labels: tuple[str, ...], values: Iterable[float]) -> None:
         """Add every value in ``values`` (seconds) to the series of ``labels``."""
         # Sorted once (in C), then one bisection per bucket bound: a long stream's
-        # thousands of intervals cost no Python loop per value.
+        # thousands of intervals cost no Python loop per value. A short stream's
+        # few intervals (fewer than the bounds) are bucketed one by one instead.
         ordered = sorted(values)
         if not ordered:
             return
-        find = bisect.bisect_right  # bucket `le` holds values <= its bound
-        counts: list[int] = []
-        below = 0
-        for bound in self.bounds:
-            upto = find(ordered, bound)
-            counts.append(upto - below)
-            below = upto
-        counts.append(len(ordered) - below)
+        bounds = self.bounds
+        counts = [0] * (len(bounds) + 1)
+        if len(ordered) < len(bounds):
+            find_le = bisect.bisect_left  # the first bound >= the value: its `le` bucket
+            for value in ordered:
+                counts[find_le(bounds, value)] += 1
+        else:
+            find = bisect.bisect_right  # bucket `le` holds values <= its bound
+            below = 0
+            for i, bound in enumerate(bounds):
+                upto = find(ordered, bound)
+                counts[i] = upto - below
+                below = upto
+            counts[-1] = len(ordered) - below
         total = sum(ordered)
         with self._lock:
             series = self._series.get(labels)

@@ -18,6 +18,10 @@ importing this module registers nothing, starts nothing.
   addon's :class:`~recorder.metrics.health.Health`) are called at scrape time, by a
   custom collector, so a scrape always sees live values and the writer thread
   needs no reference to this module.
+- The per-record counters and histograms (streams, durations, tokens, cost...)
+  are :mod:`recorder.metrics.record_series` families: plain numbers that
+  :meth:`Metrics.observe` updates under one lock per record, exposed as
+  prometheus_client's own ``Counter`` and ``Histogram`` would be.
 - The two per-interval histograms (gaps between output chunks, gaps between
   keepalives) may receive up to 100,000 values from one stream; they are
   bucketed in one pass under one lock (:class:`IntervalHistogram`) instead of
@@ -35,11 +39,12 @@ Bucket boundaries are chosen for LLM streams; docs/metrics.md explains them.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from recorder.core.pricing import unpriced_kind
 from recorder.core.protocols import PROVIDERS
@@ -57,6 +62,7 @@ from recorder.metrics.collectors import (
     ModelLabels,
     _label,
 )
+from recorder.metrics.record_series import CounterFamily, HistogramFamily
 
 if TYPE_CHECKING:
     from recorder.core.meter import StreamMeter
@@ -80,19 +86,23 @@ class Metrics:
         self.registry = registry
         self.models = ModelLabels(max_model_labels)
         labels = STREAM_LABELS
-        self.duration = Histogram(
+        # the series a finished record moves, all under this one lock (record_series)
+        self._lock = lock = threading.Lock()
+        self.duration = HistogramFamily(
             "gen_ai_client_operation_duration_seconds",
             "Request start to end of stream, per finished request.",
             (*labels, "outcome"),
-            registry=registry,
-            buckets=DURATION_BUCKETS,
+            DURATION_BUCKETS,
+            lock,
+            registry,
         )
-        self.ttft = Histogram(
+        self.ttft = HistogramFamily(
             "gen_ai_client_operation_time_to_first_chunk_seconds",
             "Request start to the first output chunk, per streamed request that had output.",
             labels,
-            registry=registry,
-            buckets=TTFT_BUCKETS,
+            TTFT_BUCKETS,
+            lock,
+            registry,
         )
         self.chunk_gap = IntervalHistogram(
             "gen_ai_client_operation_time_per_output_chunk_seconds",
@@ -101,18 +111,20 @@ class Metrics:
             CHUNK_GAP_BUCKETS,
             registry,
         )
-        self.token_usage = Histogram(
+        self.token_usage = HistogramFamily(
             "gen_ai_client_token_usage",
             "Tokens per request (reported or estimated), by token type.",
             (*labels, "token_type"),
-            registry=registry,
-            buckets=TOKEN_BUCKETS,
+            TOKEN_BUCKETS,
+            lock,
+            registry,
         )
-        self.streams = Counter(
+        self.streams = CounterFamily(
             "llm_streams",
             "Finished requests, streamed or not, by outcome.",
             (*labels, "outcome"),
-            registry=registry,
+            lock,
+            registry,
         )
         self.in_flight = Gauge(
             "llm_streams_in_flight",
@@ -120,23 +132,26 @@ class Metrics:
             ("endpoint", "provider"),
             registry=registry,
         )
-        self.tokens = Counter(
+        self.tokens = CounterFamily(
             "llm_tokens",
             "Tokens by type and by source (reported by the provider or estimated).",
             (*labels, "token_type", "source"),
-            registry=registry,
+            lock,
+            registry,
         )
-        self.cost = Counter(
+        self.cost = CounterFamily(
             "llm_cost_usd",
             "Cost in US dollars from the price table, by source of the usage it prices.",
             (*labels, "source"),
-            registry=registry,
+            lock,
+            registry,
         )
-        self.keepalives = Counter(
+        self.keepalives = CounterFamily(
             "llm_stream_keepalives",
             "SSE keepalive comments received.",
             labels,
-            registry=registry,
+            lock,
+            registry,
         )
         self.keepalive_gap = IntervalHistogram(
             "llm_stream_keepalive_gap_seconds",
@@ -145,18 +160,20 @@ class Metrics:
             KEEPALIVE_GAP_BUCKETS,
             registry,
         )
-        self.stalls = Counter(
+        self.stalls = CounterFamily(
             "llm_stream_stalls",
             "Output silences of at least the stall threshold (--stall-after).",
             labels,
-            registry=registry,
+            lock,
+            registry,
         )
-        self.max_output_gap = Histogram(
+        self.max_output_gap = HistogramFamily(
             "llm_stream_max_output_gap_seconds",
             "Longest output silence of each stream.",
             labels,
-            registry=registry,
-            buckets=MAX_OUTPUT_GAP_BUCKETS,
+            MAX_OUTPUT_GAP_BUCKETS,
+            lock,
+            registry,
         )
         # the model label only (under the same cap) and the kind of gap: "model"
         # (no price for it) or "tier" (none for its service tier)
@@ -191,7 +208,8 @@ class Metrics:
         # checks its arguments on every call, a dozen times per record otherwise.
         # Bounded: models fold into 'other' past max_model_labels.
         self._children: dict[object, dict[tuple[str, ...], Any]] = {}
-        # the same for `observe`, by (endpoint, provider, model), then a short key
+        # a record's series for `observe`, by (endpoint, provider, model), then a
+        # short key: one dict lookup per update, under the families' lock
         self._base_kids: dict[tuple[str, str, str], dict[object, Any]] = {}
         # (endpoint, provider) pairs the live gauges have a series for
         self._live_pairs: set[tuple[str, str]] = set(PROVIDERS.items())
@@ -200,7 +218,7 @@ class Metrics:
             self.streams_stalled.labels(endpoint, provider).set(0)
             self.oldest_silence.labels(endpoint, provider).set(0)
 
-    def _child(self, metric: Counter | Gauge | Histogram, *values: str) -> Any:
+    def _child(self, metric: Counter | Gauge, *values: str) -> Any:
         """``metric.labels(*values)``, remembered."""
         kids = self._children.get(metric)
         if kids is None:
@@ -227,62 +245,61 @@ class Metrics:
             self.model_overflow.inc()
         base = (_label(record.endpoint), _label(record.provider), model)
         outcome = _label(record.outcome)
-        # this record's labelled children, by a short key, once per label values: a
-        # record makes a dozen updates, and a lookup through `_child` per update
-        # (packing its arguments, two dicts) cost as much as the updates themselves
-        kids = self._base_kids.get(base)
-        if kids is None:
-            kids = self._base_kids[base] = {}
-        get, kid = kids.get, self._kid
-
-        (
-            get(("streams", outcome))
-            or kid(kids, ("streams", outcome), self.streams, *base, outcome)
-        ).inc()
-        if record.duration_ms is not None:
+        cost = _decimal(record.cost_usd)  # (may log: not under the lock)
+        with self._lock:
+            kids = self._base_kids.get(base)
+            if kids is None:
+                kids = self._base_kids[base] = {}
+            get, kid = kids.get, self._kid
             (
-                get(("duration", outcome))
-                or kid(kids, ("duration", outcome), self.duration, *base, outcome)
-            ).observe(record.duration_ms / 1000.0)
-        if record.streamed and record.ttft_ms is not None:
-            (get("ttft") or kid(kids, "ttft", self.ttft, *base)).observe(record.ttft_ms / 1000.0)
-        if record.max_output_gap_ms is not None:
-            (get("max_gap") or kid(kids, "max_gap", self.max_output_gap, *base)).observe(
-                record.max_output_gap_ms / 1000.0
-            )
-        # the series exists from the first record on, even while its count is 0
-        stalls = get("stalls") or kid(kids, "stalls", self.stalls, *base)
-        if record.stalls:
-            stalls.inc(record.stalls)
-        keepalives = get("keepalives") or kid(kids, "keepalives", self.keepalives, *base)
-        if record.keepalives:
-            keepalives.inc(record.keepalives)
-        if meter is not None:
+                get(("streams", outcome))
+                or kid(kids, ("streams", outcome), self.streams, *base, outcome)
+            ).inc(1)
+            if record.duration_ms is not None:
+                (
+                    get(("duration", outcome))
+                    or kid(kids, ("duration", outcome), self.duration, *base, outcome)
+                ).observe(record.duration_ms / 1000.0)
+            if record.streamed and record.ttft_ms is not None:
+                ttft = get("ttft") or kid(kids, "ttft", self.ttft, *base)
+                ttft.observe(record.ttft_ms / 1000.0)
+            if record.max_output_gap_ms is not None:
+                gap = get("max_gap") or kid(kids, "max_gap", self.max_output_gap, *base)
+                gap.observe(record.max_output_gap_ms / 1000.0)
+            # the series exists from the first record on, even while its count is 0
+            stalls = get("stalls") or kid(kids, "stalls", self.stalls, *base)
+            if record.stalls:
+                stalls.inc(record.stalls)
+            keepalives = get("keepalives") or kid(kids, "keepalives", self.keepalives, *base)
+            if record.keepalives:
+                keepalives.inc(record.keepalives)
+            self._tokens(record, base, kids)
+            if cost is not None:
+                source = "reported" if record.usage_source == "reported" else "estimated"
+                key = ("cost", source)
+                (get(key) or kid(kids, key, self.cost, *base, source)).inc(float(cost))
+        if meter is not None:  # (their own lock: one pass each)
             if meter.output_intervals:
                 self.chunk_gap.observe_many(base, meter.output_intervals)
             if meter.keepalive_intervals:
                 self.keepalive_gap.observe_many(base, meter.keepalive_intervals)
-
-        self._tokens(record, base, kids)
         kind = unpriced_kind(record.unpriced_reason)
         if kind is not None:
             self._child(self.unpriced, model, kind).inc()
-        cost = _decimal(record.cost_usd)
-        if cost is not None:
-            source = "reported" if record.usage_source == "reported" else "estimated"
-            (get(("cost", source)) or kid(kids, ("cost", source), self.cost, *base, source)).inc(
-                float(cost)
-            )
 
     @staticmethod
-    def _kid(kids: dict[object, Any], key: object, metric: Any, *values: str) -> Any:
-        """``metric.labels(*values)``, kept in ``kids`` under ``key``."""
-        child = kids[key] = metric.labels(*values)
+    def _kid(
+        kids: dict[object, Any], key: object, family: CounterFamily | HistogramFamily, *values: str
+    ) -> Any:
+        """``family.child(*values)``, kept in ``kids`` under ``key``."""
+        child = kids[key] = family.child(*values)
         return child
 
     def _tokens(
         self, record: StreamRecord, base: tuple[str, str, str], kids: dict[object, Any]
     ) -> None:
+        """The record's token counters and per-request token histograms (the
+        caller holds the lock)."""
         get, kid = kids.get, self._kid
         input_source = record.input_source
         output_source = record.output_source
