@@ -52,17 +52,22 @@ def complete_usage(
     uses the built-in ratios. With ``learn``, a record whose usage was reported
     teaches the estimator (it must then be fed from one thread).
     """
-    absorb(record, obs, request)
+    output = absorb(record, obs, request)
     est = estimator if estimator is not None else Estimator()
-    fill_usage(record, est)
+    # the counts the breakdowns were just made of, not made again from them
+    fill_usage(record, est, output=output, request=request)
     if prices is not None:
         apply_prices(record, prices)
     if learn and estimator is not None:
-        estimator.observe(record)
+        estimator.observe(record, output=output, request=request)
 
 
-def absorb(record: StreamRecord, obs: Observations | None, request: InputCounts | None) -> None:
-    """Copy onto the record what billing needs of the stream and of the request."""
+def absorb(
+    record: StreamRecord, obs: Observations | None, request: InputCounts | None
+) -> OutputCounts | None:
+    """Copy onto the record what billing needs of the stream and of the request;
+    the output's counts (None without ``obs``: then the record's breakdown stands)."""
+    output = None
     if obs is not None:
         # the response's word on the tier, unless it said nothing decisive ("auto"
         # echoes the request until the final event): then what the request asked
@@ -78,9 +83,11 @@ def absorb(record: StreamRecord, obs: Observations | None, request: InputCounts 
             record.cache_write_5m_tokens = usage.cache_write_5m_tokens
             record.cache_write_1h_tokens = usage.cache_write_1h_tokens
         record.server_tool_requests = dict(obs.server_tools) if obs.server_tools else None
-        record.output_breakdown = OutputCounts.from_observations(obs).to_breakdown()
+        output = OutputCounts.from_observations(obs)
+        record.output_breakdown = output.to_breakdown()
     if request is not None:
         record.input_breakdown = request.to_breakdown()
+    return output
 
 
 def _provisional_output(record: StreamRecord) -> int:
@@ -92,8 +99,18 @@ def _provisional_output(record: StreamRecord) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def fill_usage(record: StreamRecord, estimator: Estimator) -> None:
-    """Set the three sources and estimate every figure that was not reported."""
+def fill_usage(
+    record: StreamRecord,
+    estimator: Estimator,
+    *,
+    output: OutputCounts | None = None,
+    request: InputCounts | None = None,
+) -> None:
+    """Set the three sources and estimate every figure that was not reported.
+
+    ``output`` and ``request`` are the counts the record's breakdowns were made
+    of (:func:`absorb`), if at hand; else they are read back from the breakdowns.
+    """
     never_answered = record.http_status is None and not record.events and not record.output_chars
     if (record.outcome == "http_error" or never_answered) and record.input_tokens is None:
         # Nothing was generated, and a failed request is not billed. A request
@@ -107,7 +124,9 @@ def fill_usage(record: StreamRecord, estimator: Estimator) -> None:
     if record.input_tokens is not None:
         record.input_source = "reported"
     elif record.input_breakdown is not None:
-        counts = InputCounts.from_breakdown(record.input_breakdown)
+        counts = (
+            request if request is not None else InputCounts.from_breakdown(record.input_breakdown)
+        )
         estimate = estimator.input(model, record.endpoint, counts)
         record.input_tokens = estimate.tokens
         record.input_source = "estimated"
@@ -121,7 +140,9 @@ def fill_usage(record: StreamRecord, estimator: Estimator) -> None:
         # sent, so there is nothing to estimate from (unknown, never a zero estimate)
         record.output_source = "none"
     else:
-        if record.output_breakdown is not None:
+        if output is not None:
+            out = output
+        elif record.output_breakdown is not None:
             out = OutputCounts.from_breakdown(record.output_breakdown, record.tool_calls)
         else:  # a record from before breakdowns were kept: all of it as ASCII text
             out = OutputCounts(latin=record.output_chars, tool_calls=record.tool_calls)

@@ -330,8 +330,19 @@ class Estimator:
 
     # -- learning ---------------------------------------------------------------
 
-    def observe(self, record: StreamRecord) -> None:
-        """Learn from a finished record whose usage was reported (others are ignored)."""
+    def observe(
+        self,
+        record: StreamRecord,
+        *,
+        output: OutputCounts | None = None,
+        request: InputCounts | None = None,
+    ) -> None:
+        """Learn from a finished record whose usage was reported (others are ignored).
+
+        ``output`` and ``request`` are the counts its breakdowns were made of, if at
+        hand (``recorder.core.billing.complete_usage``); else they are read back
+        from the breakdowns.
+        """
         model = record.response_model or record.model
         if not model:
             return
@@ -345,7 +356,11 @@ class Estimator:
             and record.output_tokens >= 20
             and out
         ):
-            counts = OutputCounts.from_breakdown(out, record.tool_calls)
+            counts = (
+                output
+                if output is not None
+                else OutputCounts.from_breakdown(out, record.tool_calls)
+            )
             hidden = (record.reasoning_tokens or 0) > 0 and not counts.reasoning
             if not hidden:
                 overhead = counts.tool_calls * profile.call_tokens
@@ -375,7 +390,7 @@ class Estimator:
             and record.input_tokens >= 50
             and inp
         ):
-            counts_in = InputCounts.from_breakdown(inp)
+            counts_in = request if request is not None else InputCounts.from_breakdown(inp)
             if not counts_in.images and not counts_in.files:
                 framing = counts_in.messages * profile.message_tokens + profile.request_tokens
                 if counts_in.tools:

@@ -11,7 +11,7 @@ import pytest
 
 from recorder.core import StreamMeter, StreamRecord
 from recorder.core.billing import apply_prices, complete_usage
-from recorder.core.counts import InputCounts, count_request
+from recorder.core.counts import InputCounts, OutputCounts, count_request
 from recorder.core.estimate import Calibration, Estimator
 from recorder.core.model_families import PROFILES
 from recorder.core.price_files import load_prices
@@ -440,3 +440,36 @@ def test_a_newer_claude_counts_its_own_tokens() -> None:
     run("messages", sse([start, *done], named=True), estimator=estimator)
     assert estimator.calibration.ratio("anthropic-new", "output", "latin") == 2.5
     assert estimator.calibration.samples("anthropic", "output", "latin") == 0
+
+
+def test_the_counts_at_hand_give_what_the_breakdowns_give() -> None:
+    """``complete_usage`` estimates and learns from the request's and the stream's
+    counts as made, not as read back from the record's breakdowns: the same tokens
+    and the same lessons, and the input's tokenizer is named (a breakdown keeps its
+    count, not its name)."""
+    body = sse([chat_chunk({"content": t}) for t in ("Hello", ",", " world")], named=False)
+    request = json.dumps({"messages": [{"role": "user", "content": "調和 " * 300}]}).encode()
+    counts = count_request(
+        request, "chat.completions", counter=lambda s: len(s) // 2, encoding="o200k_base"
+    )
+    assert counts is not None
+    live, again = Estimator(Calibration(min_samples=1)), Estimator(Calibration(min_samples=1))
+    meter = StreamMeter("chat.completions", record=StreamRecord(model="gpt-4o"))
+    meter.headers(None, 200)
+    meter.feed(body)
+    rec = meter.finish(ending="eof")
+    complete_usage(rec, meter.interpreter.obs, counts, PRICES, live)
+    assert rec.estimate_method == "e2;input:tokenizer/o200k_base;output:deltas"
+    # the stored row estimated again: the same figures from its breakdowns
+    stored = StreamRecord(**{name: getattr(rec, name) for name in FIELDS})
+    stored.input_tokens = stored.output_tokens = stored.reasoning_tokens = None
+    complete_usage(stored, None, None, PRICES, None)
+    assert (stored.input_tokens, stored.output_tokens) == (rec.input_tokens, rec.output_tokens)
+    assert stored.estimate_method == "e2;input:tokenizer/unknown;output:deltas"
+    # a record with reported usage teaches the same from its counts as from its breakdowns
+    for taught in (rec, stored):
+        taught.input_tokens, taught.output_tokens = 700, 40
+        taught.input_source = taught.output_source = "reported"
+    live.observe(rec, output=OutputCounts.from_observations(meter.interpreter.obs), request=counts)
+    again.observe(stored)
+    assert live.calibration.to_dict() == again.calibration.to_dict() != {}
