@@ -93,6 +93,9 @@ def _claude_family(name: str) -> str:
     return "anthropic-new" if version >= NEW_CLAUDE_TOKENIZER else "anthropic"
 
 
+# a pure function of two short strings, asked once or twice per record: remembered
+# (a Claude name's regex search costs more than the rest of the lookup)
+@functools.lru_cache(maxsize=1024)
 def family_for(model: str | None, endpoint: str | None = None) -> str:
     """The :data:`PROFILES` key for a model (by name, else by the endpoint's provider)."""
     if model:
