@@ -156,6 +156,20 @@ def fill_usage(
     record.estimate_method = ";".join((ESTIMATOR_VERSION, *methods)) if methods else None
 
 
+def input_tokenizer(estimate_method: str | None) -> str | None:
+    """The vocabulary named by an ``estimate_method``'s ``input:tokenizer/<name>``
+    (None when the input was not counted by a named tokenizer).
+
+    A breakdown keeps a tokenizer's count, not its name: a stored record estimated
+    again from its breakdown names the tokenizer its method already named.
+    """
+    for part in (estimate_method or "").split(";"):
+        if part.startswith("input:tokenizer/"):
+            name = part[len("input:tokenizer/") :].split("+", 1)[0]
+            return name if name and name != "unknown" else None
+    return None
+
+
 def apply_prices(record: StreamRecord, prices: PriceTable) -> None:
     """Set ``cost_usd`` and ``price_version`` (both null when unpriced), and
     ``unpriced_reason`` when there is usage but no price for it."""

@@ -46,7 +46,7 @@ from typing import Any
 
 import orjson
 
-from recorder.core.billing import complete_usage
+from recorder.core.billing import complete_usage, input_tokenizer
 from recorder.core.counts import InputCounts
 from recorder.core.errors import RecorderError
 from recorder.core.keys import KeyMask
@@ -382,10 +382,10 @@ def remeter(
     if pos != len(body):
         raise BodyFormatError(f"the timeline covers {pos} bytes, the body holds {len(body)}")
     out = meter.finish(tl.end_us / 1e6, ending=tl.ending, transport_error=stored.transport_error)
-    counts = (
-        InputCounts.from_breakdown(stored.input_breakdown)
-        if stored.input_breakdown is not None
-        else None
-    )
+    counts = None
+    if stored.input_breakdown is not None:
+        counts = InputCounts.from_breakdown(stored.input_breakdown)
+        if counts.text_tokens is not None:  # the count's tokenizer, as the proxy named it
+            counts.encoding = input_tokenizer(stored.estimate_method)
     complete_usage(out, meter.interpreter.obs, counts, prices, None, learn=False)
     return out

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from recorder.core import StreamMeter, StreamRecord
-from recorder.core.billing import apply_prices, complete_usage
+from recorder.core.billing import apply_prices, complete_usage, input_tokenizer
 from recorder.core.counts import InputCounts, OutputCounts, count_request
 from recorder.core.estimate import Calibration, Estimator
 from recorder.core.model_families import PROFILES
@@ -473,3 +473,22 @@ def test_the_counts_at_hand_give_what_the_breakdowns_give() -> None:
     live.observe(rec, output=OutputCounts.from_observations(meter.interpreter.obs), request=counts)
     again.observe(stored)
     assert live.calibration.to_dict() == again.calibration.to_dict() != {}
+
+
+@pytest.mark.parametrize(
+    ("method", "name"),
+    [
+        ("e2;input:tokenizer/o200k_base;output:deltas", "o200k_base"),
+        ("e2;input:tokenizer/cl100k_base+files-uncounted", "cl100k_base"),
+        ("e2;input:tokenizer/unknown;output:deltas", None),
+        ("e2;input:chars/default;output:tokenizer/o200k_base", None),
+        ("e2;output:deltas", None),
+        (None, None),
+    ],
+)
+def test_the_input_tokenizer_is_read_back_from_the_method(
+    method: str | None, name: str | None
+) -> None:
+    """A breakdown keeps a tokenizer's count, not its name; re-metering a stored
+    body names the tokenizer that the stored method named for the input."""
+    assert input_tokenizer(method) == name
