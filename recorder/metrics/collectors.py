@@ -9,9 +9,11 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
@@ -182,6 +184,7 @@ class IntervalHistogram(Collector):
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
         self.bounds = tuple(float(b) for b in buckets)
+        self._bounds = np.array(self.bounds, dtype=np.float64)
         self._les = [_go_float(b) for b in self.bounds] + ["+Inf"]
         self._series: dict[tuple[str, ...], tuple[list[int], list[float]]] = {}
         self._lock = threading.Lock()
@@ -190,27 +193,32 @@ class IntervalHistogram(Collector):
 
     def observe_many(self, labels: tuple[str, ...], values: Iterable[float]) -> None:
         """Add every value in ``values`` (seconds) to the series of ``labels``."""
-        # Sorted once (in C), then one bisection per bucket bound: a long stream's
-        # thousands of intervals cost no Python loop per value. A short stream's
-        # few intervals (fewer than the bounds) are bucketed one by one instead.
-        ordered = sorted(values)
-        if not ordered:
-            return
+        if not isinstance(values, array | list | tuple):
+            values = array("d", values)
         bounds = self.bounds
-        counts = [0] * (len(bounds) + 1)
-        if len(ordered) < len(bounds):
+        if len(values) < len(bounds):
+            # a short stream's few intervals one by one: a numpy call costs more
+            if not values:
+                return
+            counts: list[int] = [0] * (len(bounds) + 1)
             find_le = bisect.bisect_left  # the first bound >= the value: its `le` bucket
-            for value in ordered:
-                counts[find_le(bounds, value)] += 1
+            total = 0.0
+            for value in values:
+                total += value
+                if value == value:  # a NaN goes to no bucket, only into the sum (as the library)
+                    counts[find_le(bounds, value)] += 1
         else:
-            find = bisect.bisect_right  # bucket `le` holds values <= its bound
-            below = 0
-            for i, bound in enumerate(bounds):
-                upto = find(ordered, bound)
-                counts[i] = upto - below
-                below = upto
-            counts[-1] = len(ordered) - below
-        total = sum(ordered)
+            # many: in numpy, a view of the meter's array of doubles, one search of
+            # the bounds and one count per bucket in C (bench/bench_metrics.py: 200
+            # intervals 2.2x, 100,000 intervals 7x cheaper than sorted and bisected)
+            batch = np.asarray(values, dtype=np.float64)
+            total = float(np.add.reduce(batch))
+            if total != total:
+                batch = batch[~np.isnan(batch)]
+            # the first bound >= the value is its `le` bucket; past the last, +Inf's
+            counts = np.bincount(
+                self._bounds.searchsorted(batch), minlength=len(bounds) + 1
+            ).tolist()
         with self._lock:
             series = self._series.get(labels)
             if series is None:

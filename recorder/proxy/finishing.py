@@ -276,6 +276,8 @@ class Finishing:
             try:
                 submit(rec)
             except Exception:
+                # not handed over after all: records_submitted counts what the sink took
+                self.health.records -= 1
                 self._internal_error("sink")
 
     def _finish_deferred(self, key: int) -> None:

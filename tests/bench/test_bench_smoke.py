@@ -31,6 +31,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ["bench_masking.py", "--quick"],
         ["bench_live.py", "--quick"],
         ["bench_otel.py", "--quick"],
+        ["bench_metrics.py", "--quick"],
     ],
     ids=[
         "overhead",
@@ -42,6 +43,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         "masking",
         "live",
         "otel",
+        "metrics",
     ],
 )
 def test_bench_runs_and_its_checks_hold(argv: list[str]) -> None:

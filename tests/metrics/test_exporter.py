@@ -4,10 +4,12 @@ the /metrics server, and counters that agree with the records written."""
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import urllib.error
 import urllib.request
+from array import array
 from collections import defaultdict
 from decimal import Decimal
 
@@ -283,9 +285,10 @@ def test_interval_histogram_matches_the_library_histogram() -> None:
     # a short stream's few intervals (bucketed one by one), and a long stream's
     # (more than the bounds: sorted, then bisected per bound); values on the bounds
     long = [*values, *CHUNK_GAP_BUCKETS, *(b * 1.01 for b in CHUNK_GAP_BUCKETS)]
-    ours.observe_many(("x",), values[:5])
+    # as the meter hands them (an array of doubles), as a list, and one by one
+    ours.observe_many(("x",), array("d", values[:5]))
     ours.observe_many(("x",), values[5:])
-    ours.observe_many(("x",), long)
+    ours.observe_many(("x",), (v for v in long))
     values = [*values, *long]
     for v in values:
         lib.labels("x").observe(v)
@@ -300,6 +303,22 @@ def test_interval_histogram_matches_the_library_histogram() -> None:
 
     assert samples(ours_registry) == pytest.approx(samples(lib_registry))  # (sums: order)
     assert ours.value(("x",)) == (len(values), pytest.approx(sum(values)))
+
+
+@pytest.mark.parametrize("many", [False, True], ids=["few", "many"])
+def test_interval_histogram_puts_a_nan_in_no_bucket_as_the_library_does(many: bool) -> None:
+    """A few intervals are bucketed one by one, many in numpy: a NaN (which no
+    meter makes) counts in neither, and makes the sum NaN, as the library's."""
+    registry = CollectorRegistry()
+    ours = IntervalHistogram("h_seconds", "h", ["a"], CHUNK_GAP_BUCKETS, registry)
+    ours.observe_many(("x",), array("d", [0.5, math.nan, 2000.0] * (20 if many else 1)))
+    ours.observe_many(("x",), [])  # nothing: no change, no error
+    get = registry.get_sample_value
+    n = 20 if many else 1
+    assert get("h_seconds_count", {"a": "x"}) == 2 * n
+    assert get("h_seconds_bucket", {"a": "x", "le": "0.5"}) == n
+    assert get("h_seconds_bucket", {"a": "x", "le": "+Inf"}) == 2 * n
+    assert math.isnan(get("h_seconds_sum", {"a": "x"}))  # type: ignore[arg-type]
 
 
 def test_health_is_read_at_scrape_time() -> None:
