@@ -188,6 +188,8 @@ class IntervalHistogram(Collector):
         self._les = [_go_float(b) for b in self.bounds] + ["+Inf"]
         self._series: dict[tuple[str, ...], tuple[list[int], list[float]]] = {}
         self._lock = threading.Lock()
+        # called first by collect and value (as record_series' families)
+        self.before_collect: Callable[[], None] | None = None
         if registry is not None:
             registry.register(self)
 
@@ -232,6 +234,8 @@ class IntervalHistogram(Collector):
 
     def value(self, labels: tuple[str, ...]) -> tuple[int, float]:
         """``(count, sum)`` of one series (for tests)."""
+        if self.before_collect is not None:
+            self.before_collect()
         with self._lock:
             series = self._series.get(labels)
             return (0, 0.0) if series is None else (sum(series[0]), series[1][0])
@@ -240,6 +244,8 @@ class IntervalHistogram(Collector):
         return [HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)]
 
     def collect(self) -> Iterable[Metric]:
+        if self.before_collect is not None:
+            self.before_collect()
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
         with self._lock:
             snapshot = [(k, list(c), s[0]) for k, (c, s) in self._series.items()]

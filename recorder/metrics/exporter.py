@@ -5,11 +5,14 @@ Theory of operation
 Everything is built on a registry handed in by the caller (docs/ARCHITECTURE.md, "House rules"):
 importing this module registers nothing, starts nothing.
 
-- Whole-stream observations are made once, when a record is finished:
-  :meth:`Metrics.observe` is called by the addon's metrics observer, so it runs on
-  the event loop after the record has been metered (and costed). The counters
-  then agree with the rows the writer receives: one ``llm_streams_total`` per
-  record, and token and cost counters that add up the records' own figures.
+- Whole-stream observations are made once per finished record: the addon's
+  metrics observer hands the record (metered and costed) to
+  :meth:`Metrics.observe_later` on the event loop, and the next scrape counts
+  every record that waits (:meth:`Metrics.fold`, then :meth:`Metrics.observe`
+  for each) before it reads a series; with no scrape, the loop counts them once
+  ``FOLD_RECORDS`` wait. The counters then agree with the rows the writer
+  receives: one ``llm_streams_total`` per record, and token and cost counters that
+  add up the records' own figures.
 - The in-flight gauge moves with :meth:`Metrics.stream_started` and
   :meth:`Metrics.stream_ended`, called by the addon when a tapped request
   arrives and when its record is finished.
@@ -70,6 +73,10 @@ if TYPE_CHECKING:
     from recorder.metrics.health import Health
 
 log = logging.getLogger("recorder.metrics")
+
+# Finished records that wait for a scrape before the event loop counts them itself:
+# a bound on what is held, and on the loop's one block (some 12 µs a record, warm).
+FOLD_RECORDS = 32
 
 
 __all__ = ["CHUNK_GAP_BUCKETS", "IntervalHistogram", "Metrics", "ModelLabels"]
@@ -177,12 +184,13 @@ class Metrics:
         )
         # the model label only (under the same cap) and the kind of gap: "model"
         # (no price for it) or "tier" (none for its service tier)
-        self.unpriced = Counter(
+        self.unpriced = CounterFamily(
             "llm_recorder_unpriced_streams",
             "Records with known usage but no cost: no price for the model, or none for "
             "its service tier (the record's unpriced_reason says which).",
             ("model", "reason"),
-            registry=registry,
+            lock,
+            registry,
         )
         # Set once a second by the live view's walk over the open streams
         # (recorder.proxy.live): a stall is seen while it lasts, not at its end.
@@ -198,11 +206,15 @@ class Metrics:
             ("endpoint", "provider"),
             registry=registry,
         )
-        self.model_overflow = Counter(
+        self.model_overflow = CounterFamily(
             "llm_recorder_model_label_overflow",
             "Records whose model was reported as 'other' (past --max-model-labels).",
-            registry=registry,
+            (),
+            lock,
+            registry,
         )
+        with lock:
+            self._overflow = self.model_overflow.child()  # exposed from the start, as 0
         self.health = HealthCollector(registry)
         # labelled children by metric and label values: `labels()` takes a lock and
         # checks its arguments on every call, a dozen times per record otherwise.
@@ -211,6 +223,27 @@ class Metrics:
         # a record's series for `observe`, by (endpoint, provider, model), then a
         # short key: one dict lookup per update, under the families' lock
         self._base_kids: dict[tuple[str, str, str], dict[object, Any]] = {}
+        # Finished records not counted yet (``observe_later``), and the lock that
+        # lets one thread at a time count them (``fold``). Every family a record
+        # moves counts them first when it is collected, so no scrape misses one.
+        self._pending: list[tuple[StreamRecord, StreamMeter | None]] = []
+        self._fold_lock = threading.Lock()
+        for family in (
+            self.duration,
+            self.ttft,
+            self.chunk_gap,
+            self.token_usage,
+            self.streams,
+            self.tokens,
+            self.cost,
+            self.keepalives,
+            self.keepalive_gap,
+            self.stalls,
+            self.max_output_gap,
+            self.unpriced,
+            self.model_overflow,
+        ):
+            family.before_collect = self.fold
         # (endpoint, provider) pairs the live gauges have a series for
         self._live_pairs: set[tuple[str, str]] = set(PROVIDERS.items())
         for endpoint, provider in PROVIDERS.items():
@@ -238,15 +271,49 @@ class Metrics:
         """A tapped request's record was finished."""
         self._child(self.in_flight, _label(endpoint), _label(provider)).dec()
 
+    def observe_later(self, record: StreamRecord, meter: StreamMeter | None = None) -> None:
+        """Count one finished record before the next scrape (the recorder's metrics
+        observer, on the event loop).
+
+        The record only joins a list: the scrape counts what waits (``fold``), off
+        the loop and in one pass, where its code stays in the CPU's caches (a record
+        counted alone between two of mitmproxy's callbacks costs four times as much,
+        bench/bench_in_situ.py). With no scrape, the loop counts them itself once
+        ``FOLD_RECORDS`` wait, which bounds what is held (records and their meters).
+        """
+        pending = self._pending
+        pending.append((record, meter))
+        if len(pending) >= FOLD_RECORDS:
+            self.fold(wait=False)  # a scrape counting them already: it takes these too
+
+    def fold(self, *, wait: bool = True) -> None:
+        """Count the records that ``observe_later`` left waiting, in their order.
+        Every collect of a family they move calls it first."""
+        if not self._fold_lock.acquire(blocking=wait):
+            return
+        try:
+            while self._pending:
+                batch, self._pending = self._pending, []
+                for record, meter in batch:
+                    try:
+                        self.observe(record, meter)
+                    except Exception:  # a bug: that record's series only, said once each time
+                        log.exception("recorder: cannot count record %s in the metrics", record.id)
+        finally:
+            self._fold_lock.release()
+
     def observe(self, record: StreamRecord, meter: StreamMeter | None = None) -> None:
-        """Count one finished record (the recorder's metrics observer)."""
+        """Count one finished record now."""
         model, folded = self.models(record.model or record.response_model)
-        if folded:
-            self.model_overflow.inc()
         base = (_label(record.endpoint), _label(record.provider), model)
         outcome = _label(record.outcome)
         cost = _cost(record.cost_usd)  # (may log: not under the lock)
+        kind = unpriced_kind(record.unpriced_reason)
         with self._lock:
+            if folded:
+                self._overflow.inc(1)
+            if kind is not None:
+                self.unpriced.child(model, kind).inc(1)
             kids = self._base_kids.get(base)
             if kids is None:
                 kids = self._base_kids[base] = {}
@@ -283,9 +350,6 @@ class Metrics:
                 self.chunk_gap.observe_many(base, meter.output_intervals)
             if meter.keepalive_intervals:
                 self.keepalive_gap.observe_many(base, meter.keepalive_intervals)
-        kind = unpriced_kind(record.unpriced_reason)
-        if kind is not None:
-            self._child(self.unpriced, model, kind).inc()
 
     @staticmethod
     def _kid(

@@ -18,7 +18,7 @@ import bisect
 import math
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
@@ -91,8 +91,15 @@ class _Family(Collector):
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
         self.lock = lock
+        # called first by every collect (not under the lock): the owner's updates
+        # still waiting are made then (``Metrics.fold``), so a scrape sees them
+        self.before_collect: Callable[[], None] | None = None
         if registry is not None:
             registry.register(self)
+
+    def _ready(self) -> None:
+        if self.before_collect is not None:
+            self.before_collect()
 
 
 class CounterFamily(_Family):
@@ -122,6 +129,7 @@ class CounterFamily(_Family):
         return [CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)]
 
     def collect(self) -> Iterable[Metric]:
+        self._ready()
         family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
         with self.lock:
             snapshot = [(k, s.value, s.created) for k, s in self.series.items()]
@@ -164,6 +172,7 @@ class HistogramFamily(_Family):
         return [HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)]
 
     def collect(self) -> Iterable[Metric]:
+        self._ready()
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
         with self.lock:
             snapshot = [(k, list(s.counts), s.total, s.created) for k, s in self.series.items()]

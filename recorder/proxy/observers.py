@@ -77,7 +77,7 @@ class MetricsObserver(Observer):
     def stream_finished(self, done: Done) -> None:
         rec = done.record
         self.metrics.stream_ended(rec.endpoint, rec.provider)
-        self.metrics.observe(rec, done.meter)
+        self.metrics.observe_later(rec, done.meter)  # counted before the next scrape
 
 
 class SpanObserver(Observer):

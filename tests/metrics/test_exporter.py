@@ -4,9 +4,11 @@ the /metrics server, and counters that agree with the records written."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from array import array
@@ -17,7 +19,9 @@ import pytest
 from mitmproxy.test import taddons
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import RestrictedRegistry
 
+from recorder.core.record import StreamRecord
 from recorder.metrics import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -26,7 +30,7 @@ from recorder.metrics import (
     ModelLabels,
     serve_metrics,
 )
-from recorder.metrics.exporter import CHUNK_GAP_BUCKETS, IntervalHistogram
+from recorder.metrics.exporter import CHUNK_GAP_BUCKETS, FOLD_RECORDS, IntervalHistogram
 from recorder.metrics.health import Health
 from recorder.store.sinks import MemorySink
 from tests.kit.records import metric_record as record
@@ -508,3 +512,118 @@ def test_unpriced_streams_are_counted_by_model_under_the_cap() -> None:
     assert get(name, {"model": "other", "reason": "model"}) == 2  # past the cap, as elsewhere
     assert get(name, {"model": "a", "reason": "tier"}) == 1
     assert get(name, {"model": "a", "reason": "model"}) is None
+
+
+# -- records counted at the scrape (observe_later) --------------------------------
+
+PER_RECORD = (
+    "llm_streams_total",
+    "gen_ai_client_operation_duration_seconds_count",
+    "gen_ai_client_operation_time_per_output_chunk_seconds_count",
+    "llm_stream_keepalive_gap_seconds_count",
+    "llm_tokens_total",
+    "llm_recorder_unpriced_streams_total",
+    "llm_recorder_model_label_overflow_total",
+)
+
+
+def _later(metrics: Metrics, n: int, start: int = 0) -> None:
+    for i in range(start, start + n):
+        metrics.observe_later(
+            record(
+                id=f"r{i}",
+                model=f"m{i % 3}",  # past a cap of 2: 'other', counted as overflow
+                input_tokens=10,
+                input_source="reported",
+                unpriced_reason="no price for model m",
+            ),
+            FakeMeter([0.01, 0.02], [5.0]),  # type: ignore[arg-type]
+        )
+
+
+def _totals(registry: CollectorRegistry | RestrictedRegistry) -> dict[str, float]:
+    out = dict.fromkeys(PER_RECORD, 0.0)
+    for family in registry.collect():
+        for s in family.samples:
+            if s.name in out:
+                out[s.name] += s.value
+    return out
+
+
+EXPECTED_OF_5 = {
+    "llm_streams_total": 5,
+    "gen_ai_client_operation_duration_seconds_count": 5,
+    "gen_ai_client_operation_time_per_output_chunk_seconds_count": 10,
+    "llm_stream_keepalive_gap_seconds_count": 5,
+    "llm_tokens_total": 50,
+    "llm_recorder_unpriced_streams_total": 5,
+    "llm_recorder_model_label_overflow_total": 1,  # m2, the third model past a cap of 2
+}
+
+
+@pytest.mark.parametrize("name", PER_RECORD)
+def test_a_record_left_for_later_is_in_the_next_scrape_even_of_one_family(name: str) -> None:
+    """Records not counted yet are in the next scrape, also when it asks for one
+    family only (Prometheus' ``name[]``): that family counts them first."""
+    registry = CollectorRegistry()
+    metrics = Metrics(registry, max_model_labels=2)
+    _later(metrics, 5)
+    restricted = registry.restricted_registry([name])
+    assert _totals(restricted)[name] == EXPECTED_OF_5[name]  # type: ignore[arg-type]
+    assert _totals(registry) == EXPECTED_OF_5  # and once only
+    _later(metrics, 5, start=5)
+    assert _totals(registry)["llm_streams_total"] == 10
+
+
+def test_with_no_scrape_the_records_held_are_bounded() -> None:
+    metrics = Metrics(CollectorRegistry())
+    _later(metrics, 3 * FOLD_RECORDS + 1)
+    assert len(metrics._pending) < FOLD_RECORDS
+    assert metrics.streams.series  # counted by the loop itself
+
+
+def test_records_counted_while_a_scrape_runs_are_counted_once() -> None:
+    """A scraping thread and the loop counting at the same time: every scrape's
+    counts only grow, and the last one holds every record once."""
+    registry = CollectorRegistry()
+    metrics = Metrics(registry, max_model_labels=2)
+    seen: list[dict[str, float]] = []
+    stop = threading.Event()
+
+    def scrape() -> None:
+        while not stop.is_set():
+            seen.append(_totals(registry))
+
+    scraper = threading.Thread(target=scrape)
+    scraper.start()
+    try:
+        for k in range(40):
+            _later(metrics, 25, start=25 * k)
+    finally:
+        stop.set()
+        scraper.join(10)
+    assert len(seen) > 1
+    for earlier, later in itertools.pairwise(seen):
+        assert all(later[name] >= earlier[name] for name in PER_RECORD)
+    final = _totals(registry)
+    assert final["llm_streams_total"] == 1000
+    assert final["llm_tokens_total"] == 10_000
+    assert final["gen_ai_client_operation_time_per_output_chunk_seconds_count"] == 2000
+
+
+def test_a_record_that_cannot_be_counted_costs_only_itself(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    count = metrics.observe
+
+    def observe(rec: StreamRecord, meter: object = None) -> None:
+        if rec.id == "r1":
+            raise RuntimeError("a bug")
+        count(rec, meter)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(metrics, "observe", observe)
+    _later(metrics, 3)
+    assert _totals(registry)["llm_streams_total"] == 2
+    assert "cannot count record r1" in caplog.text
