@@ -163,7 +163,10 @@ def child_timed_proxy() -> int:
     from recorder.store.writer import SqlSink
 
     Metrics.stream_started = timed("  on_start (in-flight gauge)", Metrics.stream_started)  # type: ignore[method-assign]
-    Metrics.observe = timed("  on_record (metrics)", Metrics.observe)  # type: ignore[method-assign]
+    if hasattr(Metrics, "_count"):  # counted in a batch, before the scrape (fold)
+        Metrics._count = timed("  on_record (metrics)", Metrics._count)  # type: ignore[method-assign]
+    else:
+        Metrics.observe = timed("  on_record (metrics)", Metrics.observe)  # type: ignore[method-assign]
     Live.finished_record = timed("  live view line", Live.finished_record)  # type: ignore[method-assign]
     SqlSink.submit = timed("  sink submit", SqlSink.submit)  # type: ignore[method-assign]
     return _run_timed(totals)

@@ -18,6 +18,7 @@ happens in mitmproxy's ``done`` hooks, in the order of :attr:`App.addons`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from collections.abc import Callable
@@ -177,6 +178,8 @@ def build(
         observers=[MetricsObserver(metrics)] if config.metrics_port else [],
     )
     metrics.watch_health(recorder.health)
+    # a record the metrics cannot count is an internal error like an observer's
+    metrics.on_error = functools.partial(recorder._internal_error, "metrics")
     if store is not None:
         from recorder.proxy import tokenizers
         from recorder.store.calibration import warm_from

@@ -44,7 +44,8 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -76,8 +77,11 @@ log = logging.getLogger("recorder.metrics")
 
 # Finished records that wait for a scrape before the event loop counts them itself:
 # a bound on what is held, and on the loop's one block (some 20 µs a record in the
-# running proxy: about 0.6 ms, as long as a batch of four records completed).
+# running proxy: about 0.6 ms, as long as a batch of four records completed) ...
 FOLD_RECORDS = 32
+# ... and on their intervals (bucketed in numpy at about 23 ns each: 0.5 ms). A
+# stream with more is counted at once, in its own callback, as before.
+FOLD_INTERVALS = 20_000
 
 
 __all__ = ["CHUNK_GAP_BUCKETS", "IntervalHistogram", "Metrics", "ModelLabels"]
@@ -227,8 +231,14 @@ class Metrics:
         # Finished records not counted yet (``observe_later``), and the lock that
         # lets one thread at a time count them (``fold``). Every family a record
         # moves counts them first when it is collected, so no scrape misses one.
-        self._pending: list[tuple[StreamRecord, StreamMeter | None]] = []
+        self._pending: deque[
+            tuple[StreamRecord, Sequence[float] | None, Sequence[float] | None]
+        ] = deque()
+        self._pending_intervals = 0  # (a bound, not a count: a race only folds sooner)
         self._fold_lock = threading.Lock()
+        # called (inside the except) for a record that could not be counted; the
+        # composition root wires the recorder's internal-error count to it
+        self.on_error: Callable[[], None] | None = None
         for family in (
             self.duration,
             self.ttft,
@@ -276,16 +286,22 @@ class Metrics:
         """Count one finished record before the next scrape (the recorder's metrics
         observer, on the event loop).
 
-        The record only joins a list: the scrape counts what waits (``fold``), off
+        The record only joins a queue: the scrape counts what waits (``fold``), off
         the loop and in one pass, where its code stays in the CPU's caches (in the
         running proxy a record counted alone, between two of mitmproxy's callbacks,
         took 45 µs of the loop; counted 32 at a time, 19 µs: bench/bench_in_situ.py).
-        With no scrape, the loop counts them itself once ``FOLD_RECORDS`` wait, which
-        bounds what is held (records and their meters).
+        With no scrape, the loop counts them itself once ``FOLD_RECORDS`` records or
+        ``FOLD_INTERVALS`` intervals wait, which bounds both what is held (the
+        records and their interval arrays, not their meters) and the loop's block.
         """
+        if meter is None:
+            out = keep = None
+        else:
+            out, keep = meter.output_intervals, meter.keepalive_intervals
+            self._pending_intervals += len(out) + len(keep)
         pending = self._pending
-        pending.append((record, meter))
-        if len(pending) >= FOLD_RECORDS:
+        pending.append((record, out, keep))  # (a deque: appended and drained thread-safely)
+        if len(pending) >= FOLD_RECORDS or self._pending_intervals >= FOLD_INTERVALS:
             self.fold(wait=False)  # a scrape counting them already: it takes these too
 
     def fold(self, *, wait: bool = True) -> None:
@@ -294,18 +310,41 @@ class Metrics:
         if not self._fold_lock.acquire(blocking=wait):
             return
         try:
-            while self._pending:
-                batch, self._pending = self._pending, []
-                for record, meter in batch:
-                    try:
-                        self.observe(record, meter)
-                    except Exception:  # a bug: that record's series only, said once each time
-                        log.exception("recorder: cannot count record %s in the metrics", record.id)
+            self._pending_intervals = 0
+            pending, count = self._pending, self._count
+            while pending:
+                record, out, keep = pending.popleft()
+                try:
+                    count(record, out, keep)
+                except Exception:  # a bug: that record's series only
+                    self._failed(record)
         finally:
             self._fold_lock.release()
 
+    def _failed(self, record: StreamRecord) -> None:
+        """A record that could not be counted: the recorder's internal error (its
+        count and its rate-limited log line) when one is wired, else a log line."""
+        try:
+            if self.on_error is not None:
+                self.on_error()
+                return
+        except Exception:
+            pass
+        log.exception("recorder: cannot count record %s in the metrics", record.id)
+
     def observe(self, record: StreamRecord, meter: StreamMeter | None = None) -> None:
         """Count one finished record now."""
+        if meter is None:
+            self._count(record, None, None)
+        else:
+            self._count(record, meter.output_intervals, meter.keepalive_intervals)
+
+    def _count(
+        self,
+        record: StreamRecord,
+        output_intervals: Sequence[float] | None,
+        keepalive_intervals: Sequence[float] | None,
+    ) -> None:
         model, folded = self.models(record.model or record.response_model)
         base = (_label(record.endpoint), _label(record.provider), model)
         outcome = _label(record.outcome)
@@ -347,11 +386,11 @@ class Metrics:
                 source = "reported" if record.usage_source == "reported" else "estimated"
                 key = ("cost", source)
                 (get(key) or kid(kids, key, self.cost, *base, source)).inc(cost)
-        if meter is not None:  # (their own lock: one pass each)
-            if meter.output_intervals:
-                self.chunk_gap.observe_many(base, meter.output_intervals)
-            if meter.keepalive_intervals:
-                self.keepalive_gap.observe_many(base, meter.keepalive_intervals)
+        # (their own lock: one pass each)
+        if output_intervals:
+            self.chunk_gap.observe_many(base, output_intervals)
+        if keepalive_intervals:
+            self.keepalive_gap.observe_many(base, keepalive_intervals)
 
     @staticmethod
     def _kid(

@@ -30,7 +30,12 @@ from recorder.metrics import (
     ModelLabels,
     serve_metrics,
 )
-from recorder.metrics.exporter import CHUNK_GAP_BUCKETS, FOLD_RECORDS, IntervalHistogram
+from recorder.metrics.exporter import (
+    CHUNK_GAP_BUCKETS,
+    FOLD_INTERVALS,
+    FOLD_RECORDS,
+    IntervalHistogram,
+)
 from recorder.metrics.health import Health
 from recorder.store.sinks import MemorySink
 from tests.kit.records import metric_record as record
@@ -611,19 +616,37 @@ def test_records_counted_while_a_scrape_runs_are_counted_once() -> None:
     assert final["gen_ai_client_operation_time_per_output_chunk_seconds_count"] == 2000
 
 
+def test_a_stream_with_many_intervals_is_counted_at_once() -> None:
+    """What waits is bounded by intervals too: a long stream's are not held."""
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    _later(metrics, 2)
+    metrics.observe_later(record(id="long"), FakeMeter([0.01] * FOLD_INTERVALS, []))  # type: ignore[arg-type]
+    assert not metrics._pending  # counted, with the two before it
+    assert metrics.chunk_gap.value(("chat.completions", "openai", "gpt-4o")) == (
+        FOLD_INTERVALS,
+        pytest.approx(0.01 * FOLD_INTERVALS),
+    )
+
+
+@pytest.mark.parametrize("wired", [False, True], ids=["logged", "internal-error"])
 def test_a_record_that_cannot_be_counted_costs_only_itself(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    wired: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     registry = CollectorRegistry()
     metrics = Metrics(registry)
-    count = metrics.observe
+    errors: list[int] = []
+    if wired:
+        metrics.on_error = lambda: errors.append(1)
+    count = metrics._count
 
-    def observe(rec: StreamRecord, meter: object = None) -> None:
+    def failing(rec: StreamRecord, *intervals: object) -> None:
         if rec.id == "r1":
             raise RuntimeError("a bug")
-        count(rec, meter)  # type: ignore[arg-type]
+        count(rec, *intervals)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(metrics, "observe", observe)
+    monkeypatch.setattr(metrics, "_count", failing)
     _later(metrics, 3)
     assert _totals(registry)["llm_streams_total"] == 2
-    assert "cannot count record r1" in caplog.text
+    assert errors == ([1] if wired else [])
+    assert ("cannot count record r1" in caplog.text) is not wired
