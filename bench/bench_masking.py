@@ -20,17 +20,16 @@ spread (min-max). It exits non-zero only if masking missed or changed a byte.
 from __future__ import annotations
 
 import argparse
-import gc
 import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_core import build_chat, build_messages
 from mitmproxy import http
+from timing import fmt as _fmt
+from timing import rounds
 
 from recorder.core.captured import compress
 from recorder.core.keys import KeyMask, authenticating_key, request_keys
@@ -55,25 +54,6 @@ def bodies(n_deltas: int) -> dict[str, bytes]:
         "chat, \\uXXXX": _ascii_escaped(chat),
         "hostile: \\u002d every 40 B": hostile,
     }
-
-
-def rounds(contenders: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
-    for fn in contenders.values():
-        fn()  # warm-up
-    names = list(contenders)
-    samples: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(repeats):
-        k = r % len(names)
-        for name in names[k:] + names[:k]:
-            gc.collect()
-            t0 = time.perf_counter()
-            contenders[name]()
-            samples[name].append(time.perf_counter() - t0)
-    return samples
-
-
-def _fmt(s: list[float], unit: float) -> str:
-    return f"{statistics.median(s) / unit:9.2f} ({min(s) / unit:.2f}-{max(s) / unit:.2f})"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,40 +24,25 @@ non-zero if the recorder's exposition differs from the library's for the same va
 from __future__ import annotations
 
 import argparse
-import gc
 import random
 import statistics
 import sys
 import threading
-import time
 from array import array
-from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from timing import fmt as _fmt
+from timing import rounds
 
 from recorder.metrics.collectors import CHUNK_GAP_BUCKETS, DURATION_BUCKETS, IntervalHistogram
 from recorder.metrics.record_series import CounterFamily, HistogramFamily
 
 LABELS = ("chat.completions", "openai", "gpt-4o")
-
-
-def rounds(contenders: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
-    for fn in contenders.values():
-        fn()  # warm-up
-    names = list(contenders)
-    samples: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(repeats):
-        k = r % len(names)
-        for name in names[k:] + names[:k]:
-            gc.collect()
-            t0 = time.perf_counter()
-            contenders[name]()
-            samples[name].append(time.perf_counter() - t0)
-    return samples
-
-
-def _fmt(s: list[float], unit: float) -> str:
-    return f"{statistics.median(s) / unit:.2f} ({min(s) / unit:.2f}-{max(s) / unit:.2f})"
 
 
 def _ratio(anchor: list[float], ours: list[float]) -> str:
@@ -111,76 +96,51 @@ def intervals(n: int, reps: int, repeats: int) -> tuple[str, bool]:
     return _row(f"{n:,}", s, per), same
 
 
+COUNTERS = (
+    ("streams", ("outcome",)),
+    ("stalls", ()),
+    ("keepalives", ()),
+    ("tokens", ("t", "s")),
+    ("cost", ("s",)),
+)
+HISTOGRAMS = (("duration", ("outcome",)), ("ttft", ()), ("max_gap", ()), ("usage", ("t",)))
+# a record's series: (key, family, label values past endpoint, provider and model)
+UPDATED = (
+    ("streams", "streams", ("completed",)),
+    ("stalls", "stalls", ()),
+    ("keepalives", "keepalives", ()),
+    ("tok_in", "tokens", ("input", "reported")),
+    ("tok_out", "tokens", ("output", "reported")),
+    ("tok_reason", "tokens", ("reasoning", "reported")),
+    ("tok_cache", "tokens", ("cache_read", "reported")),
+    ("cost", "cost", ("reported",)),
+    ("duration", "duration", ("completed",)),
+    ("ttft", "ttft", ()),
+    ("max_gap", "max_gap", ()),
+    ("use_in", "usage", ("input",)),
+    ("use_out", "usage", ("output",)),
+)
+
+
 def series(reps: int, repeats: int) -> tuple[str, bool]:
     """The updates of one completed chat record: streams, duration, TTFT, max gap,
     stalls, keepalives, four token counters and three token histograms, cost."""
     lib_reg, our_reg = CollectorRegistry(), CollectorRegistry()
     lock = threading.Lock()
-    out = ("outcome",)
-    lib_c = {
-        name: Counter(name, name, [*("e", "p", "m"), *extra], registry=lib_reg)
-        for name, extra in (
-            ("streams", out),
-            ("stalls", ()),
-            ("keepalives", ()),
-            ("tokens", ("t", "s")),
-            ("cost", ("s",)),
-        )
-    }
-    lib_h = {
-        name: Histogram(
-            name, name, [*("e", "p", "m"), *extra], registry=lib_reg, buckets=DURATION_BUCKETS
-        )
-        for name, extra in (("duration", out), ("ttft", ()), ("max_gap", ()), ("usage", ("t",)))
-    }
-    our_c = {
-        name: CounterFamily(name, name, [*("e", "p", "m"), *extra], lock, our_reg)
-        for name, extra in (
-            ("streams", out),
-            ("stalls", ()),
-            ("keepalives", ()),
-            ("tokens", ("t", "s")),
-            ("cost", ("s",)),
-        )
-    }
-    our_h = {
-        name: HistogramFamily(
-            name, name, [*("e", "p", "m"), *extra], DURATION_BUCKETS, lock, our_reg
-        )
-        for name, extra in (("duration", out), ("ttft", ()), ("max_gap", ()), ("usage", ("t",)))
-    }
+    base = ("e", "p", "m")
+    lib: dict[str, Any] = {}
+    ours: dict[str, Any] = {}
+    for name, extra in COUNTERS:
+        lib[name] = Counter(name, name, [*base, *extra], registry=lib_reg)
+        ours[name] = CounterFamily(name, name, [*base, *extra], lock, our_reg)
+    for name, extra in HISTOGRAMS:
+        labels = [*base, *extra]
+        lib[name] = Histogram(name, name, labels, registry=lib_reg, buckets=DURATION_BUCKETS)
+        ours[name] = HistogramFamily(name, name, labels, DURATION_BUCKETS, lock, our_reg)
     # children looked up once, as both the recorder and a careful exporter do
-    lib_kids = {
-        "streams": lib_c["streams"].labels(*LABELS, "completed"),
-        "stalls": lib_c["stalls"].labels(*LABELS),
-        "keepalives": lib_c["keepalives"].labels(*LABELS),
-        "tok_in": lib_c["tokens"].labels(*LABELS, "input", "reported"),
-        "tok_out": lib_c["tokens"].labels(*LABELS, "output", "reported"),
-        "tok_reason": lib_c["tokens"].labels(*LABELS, "reasoning", "reported"),
-        "tok_cache": lib_c["tokens"].labels(*LABELS, "cache_read", "reported"),
-        "cost": lib_c["cost"].labels(*LABELS, "reported"),
-        "duration": lib_h["duration"].labels(*LABELS, "completed"),
-        "ttft": lib_h["ttft"].labels(*LABELS),
-        "max_gap": lib_h["max_gap"].labels(*LABELS),
-        "use_in": lib_h["usage"].labels(*LABELS, "input"),
-        "use_out": lib_h["usage"].labels(*LABELS, "output"),
-    }
+    lib_kids = {key: lib[name].labels(*LABELS, *values) for key, name, values in UPDATED}
     with lock:
-        our_kids = {
-            "streams": our_c["streams"].child(*LABELS, "completed"),
-            "stalls": our_c["stalls"].child(*LABELS),
-            "keepalives": our_c["keepalives"].child(*LABELS),
-            "tok_in": our_c["tokens"].child(*LABELS, "input", "reported"),
-            "tok_out": our_c["tokens"].child(*LABELS, "output", "reported"),
-            "tok_reason": our_c["tokens"].child(*LABELS, "reasoning", "reported"),
-            "tok_cache": our_c["tokens"].child(*LABELS, "cache_read", "reported"),
-            "cost": our_c["cost"].child(*LABELS, "reported"),
-            "duration": our_h["duration"].child(*LABELS, "completed"),
-            "ttft": our_h["ttft"].child(*LABELS),
-            "max_gap": our_h["max_gap"].child(*LABELS),
-            "use_in": our_h["usage"].child(*LABELS, "input"),
-            "use_out": our_h["usage"].child(*LABELS, "output"),
-        }
+        our_kids = {key: ours[name].child(*LABELS, *values) for key, name, values in UPDATED}
 
     def record(k: dict[str, object]) -> None:  # a record's updates, the same for both
         k["streams"].inc(1)  # type: ignore[attr-defined]

@@ -250,13 +250,19 @@ class IntervalHistogram(Collector):
         with self._lock:
             snapshot = [(k, list(c), s[0]) for k, (c, s) in self._series.items()]
         for labels, counts, total in snapshot:
-            cumulative = 0
-            buckets: list[tuple[str, float]] = []
-            for le, n in zip(self._les, counts, strict=True):
-                cumulative += n
-                buckets.append((le, cumulative))
-            family.add_metric(list(labels), buckets, total)
+            family.add_metric(list(labels), cumulative_buckets(self._les, counts), total)
         return [family]
+
+
+def cumulative_buckets(les: Sequence[str], counts: Sequence[int]) -> list[tuple[str, float]]:
+    """Per-bucket counts (the last one +Inf's) as the exposition's ``(le, count of
+    values <= le)`` pairs."""
+    cumulative = 0.0
+    buckets: list[tuple[str, float]] = []
+    for le, n in zip(les, counts, strict=True):
+        cumulative += n
+        buckets.append((le, cumulative))
+    return buckets
 
 
 class HealthCollector(Collector):

@@ -27,7 +27,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
-from recorder.metrics.collectors import _go_float
+from recorder.metrics.collectors import _go_float, cumulative_buckets
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -101,6 +101,10 @@ class _Family(Collector):
         if self.before_collect is not None:
             self.before_collect()
 
+    def _check(self, values: tuple[str, ...]) -> None:
+        if len(values) != len(self.labelnames):
+            raise ValueError(f"{self.name}: {len(self.labelnames)} label values expected")
+
 
 class CounterFamily(_Family):
     """A labelled counter whose series are :class:`CounterSeries`."""
@@ -120,8 +124,7 @@ class CounterFamily(_Family):
         """The series of ``values``, made on first use (the caller holds the lock)."""
         series = self.series.get(values)
         if series is None:
-            if len(values) != len(self.labelnames):
-                raise ValueError(f"{self.name}: {len(self.labelnames)} label values expected")
+            self._check(values)
             series = self.series[values] = CounterSeries()
         return series
 
@@ -163,8 +166,7 @@ class HistogramFamily(_Family):
         """The series of ``values``, made on first use (the caller holds the lock)."""
         series = self.series.get(values)
         if series is None:
-            if len(values) != len(self.labelnames):
-                raise ValueError(f"{self.name}: {len(self.labelnames)} label values expected")
+            self._check(values)
             series = self.series[values] = HistogramSeries(self.bounds)
         return series
 
@@ -178,12 +180,7 @@ class HistogramFamily(_Family):
             snapshot = [(k, list(s.counts), s.total, s.created) for k, s in self.series.items()]
         created = _created_on()
         for labels, counts, total, made in snapshot:
-            cumulative = 0.0
-            buckets: list[tuple[str, float]] = []
-            for le, n in zip(self._les, counts, strict=True):
-                cumulative += n
-                buckets.append((le, cumulative))
-            family.add_metric(labels, buckets, total)
+            family.add_metric(labels, cumulative_buckets(self._les, counts), total)
             if created:
                 named = dict(zip(self.labelnames, labels, strict=True))
                 family.samples.append(Sample(f"{self.name}_created", named, made))
