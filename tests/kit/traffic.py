@@ -83,7 +83,7 @@ class WiredRecorder(Recorder):
         def on_record(rec: StreamRecord, meter: StreamMeter) -> None:
             fake_billing(rec)
             metrics.stream_ended(rec.endpoint, rec.provider)
-            metrics.observe(rec, meter)
+            metrics.observe_later(rec, meter)  # as MetricsObserver: counted by the scrape
 
         super().__init__(
             sink,

@@ -12,13 +12,15 @@ from concurrent.futures import Future
 import orjson
 import pytest
 from mitmproxy.test import taddons, tflow
+from prometheus_client import CollectorRegistry
 
 from recorder.core.counts import InputCounts
 from recorder.core.record import FIELDS, StreamRecord
 from recorder.core.request import RequestFacts
+from recorder.metrics.exporter import Metrics
 from recorder.proxy import finishing
-from recorder.proxy.addon import Recorder
-from recorder.proxy.observers import Done, Observer
+from recorder.proxy.addon import BATCH_PIECES, Recorder
+from recorder.proxy.observers import Done, MetricsObserver, Observer, RecordCallback
 from tests.kit.flows import (
     CHAT_SSE,
     MESSAGES_SSE,
@@ -189,3 +191,46 @@ async def test_closing_waits_for_hung_body_reads_once_for_all(
         addon.close()  # shutting down: three records whose bodies never finish reading
     assert len(sink.records) == 3  # finished without the request's facts, not lost
     assert len(waits) == 3 and sum(w or 0.0 for w in waits) <= 0.2 + 0.05
+
+
+async def test_pieces_after_the_end_change_nothing_counted() -> None:
+    """Shutdown closes a stream still flowing; what it sends after that (more than a
+    batch of pieces) meters nothing (a finished meter takes no more): the metrics,
+    which hold the record's interval arrays until the next scrape, count exactly
+    those it had when it was completed."""
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    addon, _sink, clock = make()
+    addon.add_observer(MetricsObserver(metrics))
+    at_completion: list[int] = []
+    meters: list[object] = []
+
+    def note(rec: StreamRecord, meter: object) -> None:
+        at_completion.append(len(meter.output_intervals))  # type: ignore[attr-defined]
+        meters.append(meter)
+
+    addon.add_observer(RecordCallback(note))
+    chunk = (
+        b'data: {"id":"c","object":"chat.completion.chunk","model":"gpt-4o",'
+        b'"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
+    )
+    with taddons.context(addon):
+        flow = make_flow()
+        await start(addon, flow, clock)
+        flow.response = sse_response()
+        addon.responseheaders(flow)
+        assert flow.response.stream is not None and callable(flow.response.stream)
+        for _ in range(5):
+            clock.now += 0.02
+            flow.response.stream(chunk)
+        addon.done()  # shutdown: the open stream is closed and its record completed
+        for _ in range(3 * BATCH_PIECES):  # the upstream goes on
+            clock.now += 0.02
+            assert flow.response.stream(chunk) == chunk  # the client still gets every byte
+    assert at_completion == [4]
+    assert len(meters[0].output_intervals) == 4  # type: ignore[attr-defined]
+    count = registry.get_sample_value(
+        "gen_ai_client_operation_time_per_output_chunk_seconds_count",
+        {"endpoint": "chat.completions", "provider": "openai", "model": "gpt-4o"},
+    )
+    assert count == 4
