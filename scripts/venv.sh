@@ -44,7 +44,9 @@ ensure_venv() {
         echo "recorder: creating $VENV with $py" >&2
         "$py" -m venv "$VENV"
     fi
-    want="$(cat "$ROOT/pyproject.toml" "$VENV/pyvenv.cfg" | sha256sum | cut -d' ' -f1)-${1:-run}"
+    # (the C sources too: the install compiles them, so an edited one must reinstall)
+    want="$(cat "$ROOT/pyproject.toml" "$VENV/pyvenv.cfg" "$ROOT"/recorder/core/protocols/*.c |
+        sha256sum | cut -d' ' -f1)-${1:-run}"
     have="$(cat "$VENV/.recorder-stamp-${1:-run}" 2>/dev/null || true)"
     if [ "$want" != "$have" ]; then
         echo "recorder: installing dependencies into $VENV (log: $VENV/install.log)" >&2

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from recorder.core.protocols.template import runner
 from recorder.core.sse import Comment, Event, FramingIssue
 
 if TYPE_CHECKING:
@@ -112,8 +113,9 @@ def _feed_events(
     self: StreamMeter, data: bytes, now: float, read: Callable[[bytes], int] | None
 ) -> None:
     """``feed(data, now)`` for a piece of several events, timed, with no CR: each
-    event that begins where nothing is pending and that ``read`` reads whole is
-    read so, the rest goes through the framer, in order, as stretches that end
+    run of events that begins where nothing is pending and that ``read`` reads
+    whole is read so (by its ``runner``: in C, one call for the run), the rest
+    goes through the framer, an event at a time, in order, as stretches that end
     with a blank line (any chunking frames alike), then the interpreter."""
     last = self._last_byte  # _bytes_at
     if last is not None and now - last > self._max_silence:
@@ -126,6 +128,7 @@ def _feed_events(
     interpreter = self.interpreter
     handle = interpreter.handle
     template = interpreter.template
+    run = None if read is None else runner(read)
     limit = framer.max_event_bytes + 2
     events = outputs = 0
     pos = 0
@@ -135,17 +138,16 @@ def _feed_events(
     settled = False
     try:
         while pos < size:
+            if run is not None and (settled or settle()):
+                settled = True
+                pos, read_events, read_outputs = run(data, pos, limit)
+                events += read_events
+                outputs += read_outputs
+                if pos >= size:
+                    break
+            # an event the run did not read (or none could): through the framer
             stop = data.find(b"\n\n", pos)
             stop = size if stop < 0 else stop + 2
-            if read is not None and stop - pos <= limit and (settled or settle()):
-                settled = True
-                n = read(data[pos:stop])
-                if n >= 0:
-                    pos = stop
-                    events += 1
-                    if n:
-                        outputs += 1
-                    continue
             settled = False
             items = feed(data[pos:stop])
             pos = stop
@@ -156,7 +158,7 @@ def _feed_events(
                     if handle(item):  # type: ignore[arg-type]
                         outputs += 1
                     if interpreter.template is not template:
-                        read = None  # learned another: the caller makes its reader
+                        run = None  # learned another: the caller makes its reader
                 elif kind is Comment:
                     self.keepalives += 1
                     self._keepalive(now)

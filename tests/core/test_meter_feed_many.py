@@ -22,6 +22,8 @@ from recorder.core.protocols.base import Observations
 from recorder.core.sse import SSEFramer
 from tests.kit import framing
 
+# every test twice: the template reader in C, then in Python (tests/core/conftest.py)
+pytestmark = pytest.mark.usefixtures("both_readers")
 FILES = framing.fixture_files()
 BODIES = [(framing.endpoint_for(p), framing.load_body(p)) for p in FILES]
 SETTINGS = settings(

@@ -36,11 +36,21 @@ from typing import Any
 
 from recorder.core.protocols.base import TEXT, JSONDecodeError, Observations, loads
 
+try:  # the same reader in C (_reader.c), built at install when a C compiler is there
+    from recorder.core.protocols import _reader as native
+except ImportError:  # pragma: no cover - an install without a compiler
+    native = None  # type: ignore[assignment]
+
 _TEXT, STRING, INT = 0, 1, 2  # hole kinds: the output text, an ignored string, an ignored integer
 MAX_LEARNED = 32  # templates learned per stream at most: a stream that never repeats a
 # shape (an id rotated on every event) would otherwise learn on every delta
 
 Path = tuple[str | int, ...]
+# a reader: an event's data -> the output characters it carried, or -1 (not read);
+# a run: (a piece, where to start, the events' size cap) -> (where it stopped,
+# events read, events that carried output); see Template.reader and runner
+EventReader = Callable[[bytes], int]
+EventRun = Callable[[bytes, int, int], tuple[int, int, int]]
 
 _MAX_DIGITS = 18  # orjson reads an integer past 64 bits as a float; 18 digits never are
 # A byte that a string's inside cannot hold as itself (a control character, the
@@ -126,16 +136,25 @@ class Template:
             return None
         return Template(lead + self.head, self.left, self.right, self.tail + b"\n\n")
 
-    def reader(self, obs: Observations, kind: int) -> Callable[[bytes], int]:
+    def reader(self, obs: Observations, kind: int, *, in_c: bool = True) -> EventReader:
         """A function of an event's data that, if the event matches the template
         and its text is a valid string, counts the text into ``obs`` as
         ``obs.add(kind, text)`` would, adds its length to ``output_chars`` and
         returns it; else it returns -1 and has counted nothing.
 
-        One call per event: :meth:`match` unrolled for the usual layouts (at most
-        one hole before the text and two after it), then the tests of
-        :func:`string_at` in the order that costs least, and the counting.
+        The C reader (``_reader.Reader``) when the extension is built and
+        ``in_c``, else the Python one below, which is its reference: both read
+        the same bytes alike (tests/core/protocols/test_native_reader.py).
         """
+        if in_c and native is not None:
+            return native.Reader(obs, kind, self.head, self.left, self.right, self.tail)
+        return self.python_reader(obs, kind)
+
+    def python_reader(self, obs: Observations, kind: int) -> EventReader:
+        """:meth:`reader` in Python. One call per event: :meth:`match` unrolled
+        for the usual layouts (at most one hole before the text and two after
+        it), then the tests of :func:`string_at` in the order that costs least,
+        and the counting."""
         match = self.match if len(self.left) > 1 or len(self.right) > 2 else None
         head, tail = self.head, self.tail
         head_n, tail_n = len(head), len(tail)
@@ -239,6 +258,35 @@ class Template:
             return n
 
         return read
+
+
+def runner(read: EventReader) -> EventRun:
+    """``run(data, pos, limit)`` for a reader of framed events (see
+    :meth:`Template.framed`): read the whole events of ``data`` from ``pos`` on
+    while each is at most ``limit`` bytes (its blank line included) and ``read``
+    reads it; return where it stopped, the events read and how many carried
+    output. The C reader's own ``run`` when ``read`` is one (no Python call per
+    event), else the same loop in Python."""
+    if native is not None and type(read) is native.Reader:
+        return read.run
+
+    def run(data: bytes, pos: int, limit: int) -> tuple[int, int, int]:
+        events = outputs = 0
+        size = len(data)
+        while pos < size:
+            stop = data.find(b"\n\n", pos)
+            if stop < 0 or stop + 2 - pos > limit:
+                break
+            n = read(data[pos : stop + 2])
+            if n < 0:
+                break
+            events += 1
+            if n:
+                outputs += 1
+            pos = stop + 2
+        return pos, events, outputs
+
+    return run
 
 
 def string_at(data: bytes, start: int, end: int) -> str | None:

@@ -34,6 +34,8 @@ from recorder.core.protocols.base import (
 from recorder.core.protocols.template import INT, STRING, Template, learn, string_at
 from tests.kit.framing import endpoint_for, fixture_files, load_body
 
+# every test twice: the template reader in C, then in Python (tests/core/conftest.py)
+pytestmark = pytest.mark.usefixtures("both_readers")
 MODULES = {"chat.completions": chat, "messages": messages, "responses": responses}
 Parse = Callable[[Interpreter, bytes], object]
 FILES = fixture_files()
