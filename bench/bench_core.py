@@ -14,7 +14,9 @@ What is timed (each contender consumes every event of the body):
   pairs with ``feed_many`` in the proxy's batches (up to 32 pieces or 64 KiB, as
   ``recorder.proxy.addon`` meters them), then ``finish(now)``: framing, one JSON
   parse per event, interpretation, timing. A context row feeds the same pairs one
-  at a time with ``feed`` (what a capture's replay does).
+  at a time with ``feed`` (what a capture's replay does); another meters as the
+  proxy does with the template reader in Python instead of C (what an install
+  without a C compiler runs, and the code before the reader moved to C).
 - context rows, to read the meter's figure: the SDK decoder plus ``json.loads``
   (what the openai client itself does per event, ``sse.json()``), ``orjson.loads``
   alone on every event's data, and the endpoint's interpreter alone on events
@@ -97,7 +99,7 @@ except ImportError:  # httpx_sse/__init__ imports httpx, which httpx-sse does no
     HTTPX_NOTE = f"httpx-sse {version('httpx-sse')} (its decoders only: httpx is not installed)"
 
 from recorder.core.meter import StreamMeter  # noqa: E402
-from recorder.core.protocols import interpreter_for  # noqa: E402
+from recorder.core.protocols import interpreter_for, template  # noqa: E402
 from recorder.core.sse import Event, SSEFramer  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -397,6 +399,17 @@ def run_meter_feed(sc: Scenario) -> int:
     return record.events or 0
 
 
+def run_meter_python_reader(sc: Scenario) -> int:
+    # the same as run_meter with the template reader in Python: what an install
+    # without a C compiler runs, and the code before the reader moved to C
+    saved = template.native
+    template.native = None
+    try:
+        return run_meter(sc)
+    finally:
+        template.native = saved
+
+
 def run_parse_only(sc: Scenario) -> int:
     loads = orjson.loads
     for data in sc.datas:
@@ -422,6 +435,7 @@ CONTENDERS: list[tuple[str, Callable[[Scenario], int]]] = [
     (FRAMER, run_framer),
     (METER, run_meter),
     ("  context: meter fed piece by piece (feed)", run_meter_feed),
+    ("  context: meter, template reader in Python", run_meter_python_reader),
     ("  context: SDK decoder + json.loads", run_sdk_json),
     ("  context: orjson.loads alone, per event", run_parse_only),
     ("  context: interpreter alone (incl. parse)", run_interpreter_only),

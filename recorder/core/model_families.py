@@ -67,16 +67,30 @@ _REGION = re.compile(r"^(?:[a-z]{2,4}\.)?(?:anthropic|openai)\.")  # Bedrock "us
 _SNAPSHOT = re.compile(r"(?:-(?:\d{4}-\d{2}-\d{2}|\d{8}|latest))?(?:-v\d+(?::\d+)?)?$")
 
 
-@functools.lru_cache(maxsize=1024)  # three regex passes, several times per record
+# Names up to this long are remembered (below); no real model's is longer, and a
+# request may name any string: a cache of 1024 huge names would hold them all.
+CACHED_NAME = 256
+
+
 def model_base(model: str) -> str:
     """A model name without provider prefix, snapshot date or ``-latest``.
 
     ``gpt-4o-2024-08-06`` -> ``gpt-4o``; ``claude-sonnet-4-5-20250929`` ->
     ``claude-sonnet-4-5``; ``openai/gpt-4.1`` -> ``gpt-4.1``.
     """
+    if len(model) > CACHED_NAME:
+        return _model_base(model)
+    return _remembered_base(model)
+
+
+def _model_base(model: str) -> str:
     name = _PREFIX.sub("", model.strip().lower())
     name = _REGION.sub("", name)
     return _SNAPSHOT.sub("", name) or name
+
+
+# three regex passes, several times per record
+_remembered_base = functools.lru_cache(maxsize=1024)(_model_base)
 
 
 # "claude-opus-4-7" -> (4, 7); "claude-3-5-sonnet" -> (3, 5); "claude-sonnet-5" -> (5, 0)
@@ -93,11 +107,14 @@ def _claude_family(name: str) -> str:
     return "anthropic-new" if version >= NEW_CLAUDE_TOKENIZER else "anthropic"
 
 
-# a pure function of two short strings, asked once or twice per record: remembered
-# (a Claude name's regex search costs more than the rest of the lookup)
-@functools.lru_cache(maxsize=1024)
 def family_for(model: str | None, endpoint: str | None = None) -> str:
     """The :data:`PROFILES` key for a model (by name, else by the endpoint's provider)."""
+    if model is not None and len(model) > CACHED_NAME:
+        return _family_for(model, endpoint)
+    return _remembered_family(model, endpoint)
+
+
+def _family_for(model: str | None, endpoint: str | None) -> str:
     if model:
         name = model_base(model)
         if "claude" in name:
@@ -111,6 +128,11 @@ def family_for(model: str | None, endpoint: str | None = None) -> str:
     if endpoint == "messages":
         return "anthropic"
     return "default"
+
+
+# a pure function of two short strings, asked once or twice per record: remembered
+# (a Claude name's regex search costs more than the rest of the lookup)
+_remembered_family = functools.lru_cache(maxsize=1024)(_family_for)
 
 
 def hides_reasoning(model: str | None, endpoint: str | None) -> bool:

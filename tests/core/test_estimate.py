@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from recorder.core import StreamMeter
 from recorder.core.counts import InputCounts, OutputCounts, count_request
 from recorder.core.estimate import Calibration, Estimator
+from recorder.core import model_families
 from recorder.core.model_families import PROFILES, family_for, hides_reasoning, model_base
 from recorder.core.protocols.base import Observations
 from recorder.core.record import StreamRecord
@@ -216,6 +218,29 @@ def test_model_base(name: str, base: str) -> None:
 )
 def test_family_for(model: str | None, endpoint: str, family: str) -> None:
     assert family_for(model, endpoint) == family
+
+
+def test_a_huge_model_name_is_read_but_not_remembered() -> None:
+    """A request may name any string as its model: a name no real model has (over
+    CACHED_NAME characters) is read like any other, and the lookups' caches, which
+    live as long as the proxy, keep none of them."""
+    kept = (model_families._remembered_base.cache_info(), _family_cache())
+    for i in range(50):
+        name = "claude-opus-4-7-" + "x" * 100_000 + str(i)
+        assert model_base(name) == name
+        assert family_for(name, "chat.completions") == "anthropic-new"
+        assert family_for("gpt-4o-" + "y" * 100_000, "responses") == "openai-o200k"
+    after = (model_families._remembered_base.cache_info(), _family_cache())
+    assert [c.currsize for c in after] == [c.currsize for c in kept]
+    name = uuid.uuid4().hex.ljust(model_families.CACHED_NAME, "x")  # the longest remembered
+    assert family_for(name, "messages") == "anthropic"
+    assert _family_cache().misses == after[1].misses + 1
+    assert family_for(name, "messages") == "anthropic"
+    assert _family_cache().hits == after[1].hits + 1
+
+
+def _family_cache():  # type: ignore[no-untyped-def]
+    return model_families._remembered_family.cache_info()
 
 
 def test_hidden_reasoning_is_openai_reasoning_models_only() -> None:

@@ -328,6 +328,10 @@ flush(Reader *r, const Counts *c)
     if (c->chars == 0) {
         return 0;
     }
+    if (obs == NULL) { /* cleared by the garbage collector, and called after */
+        PyErr_SetString(PyExc_RuntimeError, "this reader's Observations are gone");
+        return -1;
+    }
     if (bump(obs, s_output_chars, c->chars) < 0) {
         return -1;
     }
