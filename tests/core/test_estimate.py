@@ -10,10 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recorder.core import StreamMeter
+from recorder.core import StreamMeter, model_families
 from recorder.core.counts import InputCounts, OutputCounts, count_request
 from recorder.core.estimate import Calibration, Estimator
-from recorder.core import model_families
 from recorder.core.model_families import PROFILES, family_for, hides_reasoning, model_base
 from recorder.core.protocols.base import Observations
 from recorder.core.record import StreamRecord
