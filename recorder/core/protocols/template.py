@@ -160,8 +160,9 @@ class Template:
         head_n, tail_n = len(head), len(tail)
         # b"": no such hole; else the literal after the hole before the text, the
         # literal before the hole next to the text, the one before the last hole
+        # (with more holes than that, ``match`` reads the event and these go unused)
         kind0, lit0 = self.left[0] if self.left else (INT, b"")
-        (lit2, kind2), (lit1, kind1) = ((b"", INT),) * (2 - len(self.right)) + self.right
+        (lit2, kind2), (lit1, kind1) = (((b"", INT),) * 2 + self.right)[-2:]
         n0, n1, n2 = len(lit0), len(lit1), len(lit2)
 
         def read(data: bytes) -> int:

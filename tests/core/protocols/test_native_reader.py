@@ -71,6 +71,14 @@ def two_after(text: bytes, seq: bytes, obf: bytes) -> bytes:
     )
 
 
+def three_after(text: bytes, seq: bytes, obf: bytes) -> bytes:
+    """Three ignored holes after the text: read by ``Template.match``, not unrolled."""
+    return (
+        b'{"type":"x","delta":"' + text + b'","obfuscation":"' + obf + b'",'
+        b'"sequence_number":' + seq + b',"n":' + seq[::-1] + b"}"
+    )
+
+
 def learned() -> list[tuple[str, Template, object]]:
     """(name, template, a function making an event of its shape) for each shape."""
     made: list[tuple[str, Template, object]] = []
@@ -87,6 +95,10 @@ def learned() -> list[tuple[str, Template, object]]:
     t = learn(data, template.loads(data), ("delta",), (*ignored, ("n", INT)))
     assert t is not None and len(t.left) == 1 and len(t.right) == 2
     made.append(("two after", t, two_after))
+    data = three_after(b"Hello", b"12", b"pq")
+    t = learn(data, template.loads(data), ("delta",), (*ignored, ("n", INT)))
+    assert t is not None and not t.left and len(t.right) == 3
+    made.append(("three after", t, three_after))
     return made
 
 
