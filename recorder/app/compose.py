@@ -179,7 +179,7 @@ def build(
     )
     metrics.watch_health(recorder.health)
     # a record the metrics cannot count is an internal error like an observer's
-    metrics.on_error = functools.partial(recorder._internal_error, "metrics")
+    metrics.on_error = functools.partial(recorder.internal_error, "metrics")
     if store is not None:
         from recorder.proxy import tokenizers
         from recorder.store.calibration import warm_from

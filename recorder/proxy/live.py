@@ -3,16 +3,16 @@ and the open and recent streams for ``GET /streams`` (`recorder top`).
 
 A mitmproxy addon beside :class:`~recorder.proxy.addon.Recorder`, fed by it:
 
-- the registry of open streams is the recorder's own (``Recorder._flows``),
-  read, never copied; nothing here runs per event;
-- once a second a timer on the event loop walks the open flows and reads each
-  meter's last output time (:attr:`StreamMeter.last_output_at`): a stream whose
-  output has been silent for ``stall_after`` seconds (the meter's own stall
-  threshold, ``--stall-after``) is reported now, and again when output resumes
-  or the stream ends; the same walk sets the stall gauges. Pieces the tap keeps
-  to meter in a batch (``BATCH_PIECES``) are metered by the walk once the
-  oldest has waited a second, so a silence is never an artefact of batching
-  (each piece keeps its own arrival time: no figure of the record changes);
+- the open streams are read through the recorder's read-only view of them
+  (``recorder.proxy.open_streams``); nothing here runs per event;
+- the recorder's once-a-second walk (``recorder.proxy.walk``) meters what waits
+  in every open stream, then shows them to the live view, which reads each
+  one's last output time: a stream whose output has been silent for
+  ``stall_after`` seconds (the meter's own stall threshold, ``--stall-after``)
+  is reported now, and again when output resumes or the stream ends; the same
+  walk sets the stall gauges. Pieces waiting for their batch are metered first,
+  so a silence is never an artefact of batching (each piece keeps its own
+  arrival time: no figure of the record changes);
 - a finished record (the recorder's observers, called when the record is
   completed, off the stream's path) prints its line and joins the last
   ``FINISHED_KEPT``;
@@ -32,11 +32,11 @@ text, nor a query string (where some gateways carry keys).
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import concurrent.futures
 import contextlib
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,16 +61,15 @@ from recorder.proxy.live_lines import (
     summary,
 )
 from recorder.proxy.observers import Done, Observer
+from recorder.proxy.open_streams import StreamView
+from recorder.proxy.scheduling import Sliced
 
 if TYPE_CHECKING:
     from mitmproxy import http
 
-    from recorder.proxy.addon import FlowState, Recorder
+    from recorder.proxy.addon import Recorder
 
-TICK_S = 1.0
 FINISHED_KEPT = 100
-# Pieces waiting to be metered in a batch longer than this are metered by the tick.
-BATCH_WAIT_S = 1.0
 WINDOW_S = 60  # the header figures of `recorder top`: the last minute
 SNAPSHOT_SLICE = 50  # open streams read per event-loop callback for GET /streams
 
@@ -129,7 +128,7 @@ class Live(Observer):
         self.verbose = verbose
         self.colour = colour
         self.on_tick = on_tick
-        self._clock = clock or recorder._clock
+        self._clock = clock or recorder.clock
         self._wall = wall
         self._stalls: dict[str, _Stall] = {}
         # per open stream: (last output, keepalives) as the previous tick saw them
@@ -137,9 +136,11 @@ class Live(Observer):
         self.finished: collections.deque[dict[str, Any]] = collections.deque(maxlen=FINISHED_KEPT)
         # the last minute by second: second -> [streams, tokens, cost]
         self._window: dict[int, list[float]] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        # while the proxy runs: how another thread asks the loop for a snapshot
+        self._post: Callable[[Callable[[], None]], None] | None = None
+        self._loop_thread: int | None = None
         recorder.add_observer(self)
+        recorder.watch(self.walked)
 
     @property
     def stall_after(self) -> float:
@@ -183,29 +184,13 @@ class Live(Observer):
     # -- mitmproxy hooks ------------------------------------------------------
 
     def running(self) -> None:
-        """The proxy runs: start the once-a-second walk over the open streams."""
-        try:
-            self._loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        self._schedule()
-
-    def _schedule(self) -> None:
-        if self._loop is not None and not self._loop.is_closed():
-            self._timer = self._loop.call_later(TICK_S, self._on_timer)
-
-    def _on_timer(self) -> None:
-        try:
-            self.tick()
-        except Exception:
-            self.recorder._internal_error("live tick")
-        self._schedule()
+        """The proxy runs: ``GET /streams`` may ask the loop for snapshots now."""
+        self._post = self.recorder.scheduler.poster()
+        self._loop_thread = threading.get_ident()
 
     def done(self) -> None:
-        """Shutdown: stop the timer; let the console catch up (2 s at most)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        """Shutdown: no more snapshots; let the console catch up (2 s at most)."""
+        self._post = None
         if self.flush_on_done:
             self.flush()
 
@@ -238,7 +223,7 @@ class Live(Observer):
             text = f"{self._clock_text()} unmetered {req.method} {req.pretty_host}{path} {what}"
             self._emit("unmetered", _paint(text, "dim", self._use_colour()), fields)
         except Exception:
-            self.recorder._internal_error("live unmetered line")
+            self.recorder.internal_error("live unmetered line")
 
     # -- records --------------------------------------------------------------
 
@@ -299,41 +284,34 @@ class Live(Observer):
 
     # -- the walk -------------------------------------------------------------
 
-    def _silence_since(self, state: FlowState, now: float) -> float | None:
+    @staticmethod
+    def _silence_since(view: StreamView) -> float | None:
         """Since when the stream's output is silent; None if it cannot stall (an HTTP
         error, a JSON body: the meter counts no stall there either)."""
-        rec = state.record
-        status = rec.http_status
-        if not rec.streamed or (status is not None and not 200 <= status < 300):
+        status = view.http_status
+        if not view.streamed or (status is not None and not 200 <= status < 300):
             return None
-        if state.pieces and now - state.stamps[0] >= BATCH_WAIT_S:
-            try:  # pieces waiting for their batch: meter them, at their own times
-                self.recorder._meter_pieces(state)
-            except Exception as e:
-                self.recorder._tap_failed(state, e)
-        last = state.meter.last_output_at
-        return state.t0 if last is None else last
+        last = view.last_output_at
+        return view.t0 if last is None else last
 
-    def tick(self) -> None:
-        """Walk the open streams once: stalls that began or ended, and the gauges."""
-        now = self._clock()
+    def walked(self, views: list[StreamView], now: float) -> None:
+        """The recorder's walk over the open streams (once a second, what waited
+        metered): stalls that began or ended, and the gauges."""
         after = self.stall_after
         stalled: dict[LabelKey, int] = {}
         oldest: dict[LabelKey, float] = {}
         seen: dict[str, tuple[float | None, int]] = {}
-        for state in list(self.recorder._flows.values()):
-            rec = state.record
-            since = self._silence_since(state, now)
-            if since is None or rec.id is None:
+        for view in views:
+            since = self._silence_since(view)
+            rid = view.id
+            if since is None or rid is None:
                 continue
-            meter = state.meter
-            rid = rec.id
-            last = meter.last_output_at
+            last = view.last_output_at
             before = self._seen.get(rid)
-            # the keepalive count when this silence began, as near as a tick can see it
-            kas = meter.keepalives if before is None or before[0] != last else before[1]
+            # the keepalive count when this silence began, as near as a walk can see it
+            kas = view.keepalives if before is None or before[0] != last else before[1]
             seen[rid] = (last, kas)
-            label = (rec.endpoint or "unknown", rec.provider or "unknown")
+            label = (view.endpoint or "unknown", view.provider or "unknown")
             silence = now - since
             if silence > oldest.get(label, 0.0):
                 oldest[label] = silence
@@ -345,12 +323,16 @@ class Live(Observer):
             if silence >= after:
                 stalled[label] = stalled.get(label, 0) + 1
                 if stall is None:
-                    stall = _Stall(since, state.t0, kas, rec.endpoint, rec.model)
+                    stall = _Stall(since, view.t0, kas, view.endpoint, view.model)
                     self._stalls[rid] = stall
-                    self._stall_began(rid, stall, silence, meter.keepalives - kas)
+                    self._stall_began(rid, stall, silence, view.keepalives - kas)
         self._seen = seen
         if self.on_tick is not None:
             self.on_tick(stalled, oldest)
+
+    def tick(self) -> None:
+        """One walk's worth now (tests, tools): what waits is metered, then seen."""
+        self.walked(self.recorder.streams.views(catch_up=True), self._clock())
 
     def _stall_began(self, rid: str, stall: _Stall, silence: float, kas: int) -> None:
         text = (
@@ -386,7 +368,8 @@ class Live(Observer):
         """The open streams' live state and the recently finished ones (on the loop)."""
         now = self._clock()
         after = self.stall_after
-        rows = [self._open_row(state, now, after) for state in list(self.recorder._flows.values())]
+        views = self.recorder.streams.views(catch_up=True)
+        rows = [self._open_row(view, now, after) for view in views]
         return self._document(rows)
 
     def _document(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -411,11 +394,10 @@ class Live(Observer):
             },
         }
 
-    def _open_row(self, state: FlowState, now: float, after: float) -> dict[str, Any]:
-        rec, meter = state.record, state.meter
-        since = self._silence_since(state, now)
-        obs = meter.interpreter.obs
-        first = meter.first_output_at
+    def _open_row(self, view: StreamView, now: float, after: float) -> dict[str, Any]:
+        since = self._silence_since(view)
+        obs = view.observations
+        first = view.first_output_at
         tokens: int | None = None
         estimated = False
         usage = obs.usage
@@ -423,20 +405,20 @@ class Live(Observer):
             tokens = usage.output_tokens
         elif obs.output_chars:
             counts = OutputCounts.from_observations(obs)
-            tokens = self.recorder.estimator.output(rec.model, rec.endpoint, counts).tokens
+            tokens = self.recorder.estimator.output(view.model, view.endpoint, counts).tokens
             estimated = True
         silence = None if since is None else now - since
         return {
-            "id": rec.id,
-            "endpoint": rec.endpoint,
-            "provider": rec.provider,
-            "model": rec.model,
-            "key_last4": key_last4(rec.api_key_id),
-            "http_status": rec.http_status,
-            "age_s": round(now - state.t0, 3),
-            "ttft_s": None if first is None else round(first - state.t0, 3),
-            "events": meter.events,
-            "keepalives": meter.keepalives,
+            "id": view.id,
+            "endpoint": view.endpoint,
+            "provider": view.provider,
+            "model": view.model,
+            "key_last4": key_last4(view.api_key_id),
+            "http_status": view.http_status,
+            "age_s": round(now - view.t0, 3),
+            "ttft_s": None if first is None else round(first - view.t0, 3),
+            "events": view.events,
+            "keepalives": view.keepalives,
             "output_chars": obs.output_chars,
             "output_tokens": tokens,
             "output_tokens_estimated": estimated,
@@ -445,35 +427,42 @@ class Live(Observer):
         }
 
     def snapshot_json(self, timeout: float = 2.0) -> bytes:
-        """:meth:`snapshot` as JSON, from any thread: taken on the event loop."""
-        loop = self._loop
-        if loop is None or loop.is_closed() or not loop.is_running():
-            try:
-                asyncio.get_running_loop()  # asked on an event loop: the flows' own
-                return orjson.dumps(self.snapshot(), default=str)
-            except RuntimeError:
-                # from another thread, with no loop to take it on (before `running`,
-                # after the end): the open streams' meters belong to the loop, so
-                # only the finished ones are told
-                return orjson.dumps(self._document([]), default=str)
+        """:meth:`snapshot` as JSON, from any thread: taken on the event loop, a
+        slice of streams per loop callback (the loop serves its connections between
+        two slices)."""
+        post = self._post
+        if post is None:
+            # the proxy does not run (before `running`, after `done`): the open
+            # streams' meters belong to the loop, so only the finished ones are told
+            return orjson.dumps(self._document([]), default=str)
+        if threading.get_ident() == self._loop_thread:  # asked on the loop itself
+            return orjson.dumps(self.snapshot(), default=str)
         done: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
         rows: list[dict[str, Any]] = []
 
-        def take(states: list[FlowState] | None, start: int) -> None:
-            # SNAPSHOT_SLICE streams per callback: the loop serves the connections
-            # between two slices (a row costs some 10 µs, most of it the estimate)
+        def take_slice(views: list[StreamView]) -> None:
             try:
-                if states is None:
-                    states = list(self.recorder._flows.values())
                 now, after = self._clock(), self.stall_after
-                for state in states[start : start + SNAPSHOT_SLICE]:
-                    rows.append(self._open_row(state, now, after))
-                if start + SNAPSHOT_SLICE < len(states):
-                    loop.call_soon(take, states, start + SNAPSHOT_SLICE)
-                else:
-                    done.set_result(self._document(rows))
+                rows.extend(self._open_row(view.catch_up(), now, after) for view in views)
+            except Exception as e:
+                if not done.done():
+                    done.set_exception(e)
+
+        def finish() -> None:
+            if not done.done():
+                done.set_result(self._document(rows))
+
+        def start() -> None:
+            try:
+                views = self.recorder.streams.views()
+                if not views:
+                    finish()
+                    return
+                sliced = Sliced(self.recorder.scheduler, 0, SNAPSHOT_SLICE, take_slice, finish)
+                for view in views:
+                    sliced.add(view)
             except Exception as e:
                 done.set_exception(e)
 
-        loop.call_soon_threadsafe(take, None, 0)
+        post(start)
         return orjson.dumps(done.result(timeout), default=str)
