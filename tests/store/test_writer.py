@@ -17,6 +17,7 @@ from sqlalchemy import Engine
 
 from recorder.store.engine import make_engine
 from recorder.store.identity import StoreIdentity, store_key
+from recorder.store.models import BulkRows
 from recorder.store.spool import REJECTED_FILE, header_line, record_line
 from recorder.store.writer import SqlSink
 from tests.kit.databases import (
@@ -566,16 +567,16 @@ def test_an_unexpected_error_spools_the_batch(
 ) -> None:
     spool = tmp_path / "spool"
     sink = SqlSink(db_url, spool, retry_min=0.1, start=False)
-    real = sink._rows_for.stream
+    real = BulkRows.stream
     calls = {"n": 0}
 
-    def buggy(rec: object, now: object) -> object:
+    def buggy(rows: BulkRows, rec: object, now: object) -> object:
         calls["n"] += 1
         if calls["n"] == 1:
             raise RuntimeError("a bug")
-        return real(rec, now)  # type: ignore[arg-type]
+        return real(rows, rec, now)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(sink._rows_for, "stream", buggy)
+    monkeypatch.setattr(BulkRows, "stream", buggy)  # the writer's rows, built on its thread
     sink.start()
     records = [simple_record(i) for i in range(10)]
     for r in records:
