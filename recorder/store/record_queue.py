@@ -161,6 +161,8 @@ class RecordQueue:
         with self._handoff:
             if not self._abandoned:
                 spill(items)
+                if self._inflight is items:  # spooled: not close's to spool again
+                    self._inflight = []
 
     def stranded(self) -> list[Item]:
         """The batch in flight, taken back after an error in the writer."""
