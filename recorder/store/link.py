@@ -16,9 +16,10 @@ away until ``retry_at``. Only the writer thread uses it. Invariants:
   before the first write and never again once that succeeded; a check that
   fails is an outage.
 - ``resumed`` counts the times writing resumed after the database was away
-  (an outage ended). Another process may have died meanwhile, leaving spooled
-  records: the replayer looks for them when the count moves
-  (``recorder.store.spool_replay``).
+  (an outage ended) or held by someone else (a transaction that waited
+  ``LOCK_WAIT_S`` or more, as on a lock another process held). Another process
+  may have died meanwhile, leaving spooled records: the replayer looks for them
+  when the count moves (``recorder.store.spool_replay``).
 - The clock is injectable (``clock``), so the backoff can be tested without
   waiting for it.
 """
@@ -42,6 +43,10 @@ from recorder.store.migrate import is_current
 from recorder.store.migrate import upgrade as migrate_to_head
 
 log = logging.getLogger("recorder.store")
+
+# A transaction this long waited for the database (a lock held by another
+# connection, most likely): whoever held it may have died meanwhile.
+LOCK_WAIT_S = 1.0
 
 
 class Unavailable(Exception):
@@ -89,7 +94,7 @@ class DatabaseLink:
         self._retry_at = 0.0
         self._backoff = retry_min
         self._last_error: str | None = None
-        self.resumed = 0
+        self._resumed = 0
 
     @property
     def available(self) -> bool:
@@ -100,6 +105,11 @@ class DatabaseLink:
     def last_error(self) -> str | None:
         """The last outage's error, in a few words."""
         return self._last_error
+
+    @property
+    def resumed(self) -> int:
+        """Times writing resumed after an outage or a wait on a lock."""
+        return self._resumed
 
     @property
     def retry_at(self) -> float:
@@ -142,11 +152,15 @@ class DatabaseLink:
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
-        """A connection in a transaction, committed when the block ends."""
+        """A connection in a transaction, committed when the block ends. A
+        transaction that waited ``LOCK_WAIT_S`` or more counts as ``resumed``."""
+        start = self._clock()
         with self.engine.connect() as conn:
             c = conn.execution_options(**self._begin) if self._begin else conn
             with c.begin():
                 yield c
+        if self._clock() - start >= LOCK_WAIT_S:
+            self._resumed += 1
 
     def outage(self, e: BaseException) -> None:
         """A write (or the schema check) failed because of the database: back off."""
@@ -170,7 +184,7 @@ class DatabaseLink:
         if not self._available:
             log.warning("recorder: database %s is back; replaying the spool", self.url)
             self._available = True
-            self.resumed += 1
+            self._resumed += 1
 
     def dispose(self) -> None:
         """Close the engine's connections, if this link made the engine."""

@@ -16,8 +16,13 @@ store's id has been read. Invariants:
   comes first).
 - Orphaned files (no live process holds them) of this store are claimed at the
   first scan, every ``scan_interval`` seconds after that, and at the next step
-  after an outage ended (``DatabaseLink.resumed``). A scan costs one directory
-  listing and one ``open`` + ``flock`` per file not this process's.
+  after writing resumed (``DatabaseLink.resumed``: an outage ended, or a
+  transaction waited on a lock). A process that died while the database was
+  away or locked left records no one else writes; the others find them as
+  soon as they can write again, not a scan interval later. A scan costs one
+  directory listing and one ``open`` + ``flock`` per file not this process's,
+  at most once a second from locks (a transaction that waited a second), once
+  per outage, and once per ``scan_interval``.
 - Other stores' files are never touched (beyond the lock of a look at their
   header); what waits for them is said once, in one line.
 - The store id is read from the database once, before the first scan (files
@@ -52,7 +57,7 @@ class ReplayConfig:
     batch_size: int = 500
     spool_first: bool = False  # retire own files as they age (``segment_seconds``)
     segment_seconds: float = 2.0
-    scan_interval: float = 60.0
+    scan_interval: float = 10.0
 
 
 class SpoolReplayer:

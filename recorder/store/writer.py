@@ -103,7 +103,7 @@ DEFAULT_BODY_QUEUE_BYTES = 256 * 1024 * 1024
 CLOSE_TIMEOUT_S = 5.0
 # How often the writer looks for spool files left by dead processes of its store,
 # besides right after writing resumed (docs/storage.md, "The spool directory").
-ORPHAN_SCAN_INTERVAL_S = 60.0
+ORPHAN_SCAN_INTERVAL_S = 10.0
 
 
 class SqlSink:

@@ -11,7 +11,7 @@ from sqlalchemy import Engine, event
 from sqlalchemy.exc import OperationalError
 
 from recorder.store.engine import make_engine
-from recorder.store.link import DatabaseLink, Unavailable
+from recorder.store.link import LOCK_WAIT_S, DatabaseLink, Unavailable
 from recorder.store.migrate import is_current
 from tests.kit.databases import kind_of, unreachable_url
 
@@ -154,3 +154,19 @@ def test_a_link_disposes_of_its_own_engine_only(db_url: str) -> None:
     assert engine.pool.checkedin() == 1  # the caller's engine, left as it was
     assert own.engine.pool.checkedin() == 0  # its own, closed
     engine.dispose()
+
+
+def test_a_transaction_that_waited_on_a_lock_counts_as_resumed(
+    link: DatabaseLink, clock: Clock
+) -> None:
+    """Whoever held the database may have died with records in its spool: a long
+    wait is the others' cue to look (the replayer scans when ``resumed`` moves)."""
+    before = link.resumed
+    with link.transaction() as conn:
+        conn.exec_driver_sql("SELECT 1")
+        clock.t += LOCK_WAIT_S / 2
+    assert link.resumed == before  # an ordinary transaction
+    with link.transaction() as conn:
+        conn.exec_driver_sql("SELECT 1")
+        clock.t += LOCK_WAIT_S
+    assert link.resumed == before + 1
