@@ -146,11 +146,6 @@ class Handover:
             records, self._counters.writer, why="database unavailable and spool unwritable"
         )
 
-    def late(self, items: Sequence[Item]) -> None:
-        """Records the writer took after ``close`` gave up on it: spooled by the
-        writer, as close spooled the rest."""
-        self.writer_spill(items)
-
     def rescue(self, items: Sequence[Item]) -> None:
         """``close``'s: the writer is stuck in the database (or never ran); spool
         what it held and what was queued, then let go of the spool."""

@@ -68,7 +68,8 @@ class RecordQueue:
             self._q.put_nowait((seq, record, size))
         except queue.Full:
             return False
-        self._bytes_in += size
+        if size:
+            self._bytes_in += size
         return True
 
     def wake(self) -> None:

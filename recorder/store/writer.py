@@ -278,7 +278,7 @@ class SqlSink:
             self.batch_size, self.flush_interval, wait=not stopping and not replaying
         )
         if late:  # taken after close() gave up on the writer: spooled by the writer
-            self._handover.late(late)
+            self._handover.writer_spill(late)
             self.queue.done(late)
         if batch:
             self._write(batch)
