@@ -29,6 +29,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from recorder.core.errors import RecorderError
+from recorder.core.sink import Sink
 from recorder.metrics import Metrics
 from recorder.metrics.serving import MetricsServing
 from recorder.otel import SpanExport
@@ -38,7 +39,7 @@ from recorder.proxy.observers import MetricsObserver, SpanObserver
 from recorder.proxy.options import AppConfig
 from recorder.proxy.webview import WebView
 from recorder.store import SqlSink, StoreError, StoreUnavailable, key_secret, upgrade
-from recorder.store.sinks import FanoutSink, JsonlSink, Sink
+from recorder.store.sinks import FanoutSink, JsonlSink
 
 
 class StartError(RecorderError):

@@ -24,11 +24,12 @@ import openai
 from recorder.app import build
 from recorder.core.price_files import shipped_prices
 from recorder.core.record import StreamRecord
+from recorder.core.sink import Sink
 from recorder.proxy.addon import Recorder
 from recorder.proxy.options import AppConfig
 from recorder.proxy.runner import ProxySettings, run_in_thread
 from recorder.simulate import run_in_thread as simulator_in_thread
-from recorder.store.sinks import FanoutSink, MemorySink, Sink
+from recorder.store.sinks import FanoutSink, MemorySink
 
 DEMO_STALL_AFTER = 1.0
 DEMO_KEY = "sk-demo-0000000000000000"

@@ -30,5 +30,5 @@ def read_frame(
         where.append(STREAMS.c.project == project)
     stmt = select(*(STREAMS.c[name] for name in COLUMNS)).where(*where)
     with engine.connect() as conn:
-        rows = [row._mapping for row in conn.execute(stmt)]
+        rows = list(conn.execute(stmt).mappings())
     return frame(rows)

@@ -1,14 +1,20 @@
 """The writer's SQL: a batch of records into the database in one transaction.
 
-Every insert is ``ON CONFLICT (id) DO NOTHING`` (``recorder.store.models.BulkRows``),
-so a record written twice is stored once. A batch the database refuses as data is
-searched for the record that causes it, which is rejected alone (kept in
-``recorder-rejected.jsonl``): one bad record never holds back the ones after it.
-An outage raises ``Unavailable`` and starts the backoff of the database link
-(``outage``); the next write that succeeds ends it (``recovered``).
+``BatchInsert`` owns the dialect's INSERT statements and rows
+(``recorder.store.models.BulkRows``) and the place refused records are kept. It
+runs on the writer thread, through the ``DatabaseLink``, and counts on the
+writer's ``Tally``. Invariants:
 
-These are the writer thread's steps, taking the ``SqlSink`` whose state they
-keep (``recorder.store.writer`` holds the theory of operation).
+- Every insert is ``ON CONFLICT DO NOTHING`` (on the record id, and on
+  ``(stream_id, seq)`` for gaps): a record committed twice is stored once.
+- ``commit`` returns how many records of the batch are stored; each other
+  record is either refused (kept in ``recorder-rejected.jsonl`` and counted as
+  ``failed``, or counted as ``dropped`` if even that fails), or the whole batch
+  is left to the caller by ``Unavailable`` (the database is away: nothing of it
+  is counted). A batch the database refuses as data is split until the record
+  that causes it is alone: one bad record never holds back the ones after it.
+- A captured body is inserted in the same transaction as its record; one that
+  cannot be packed is counted (``bodies_failed``) and its record stored without it.
 """
 
 from __future__ import annotations
@@ -17,9 +23,9 @@ import logging
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
-from sqlalchemy import Connection
 from sqlalchemy.exc import (
     DataError,
     DisconnectionError,
@@ -32,11 +38,10 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from recorder.core.captured import CapturedRecord, PackedBody, body_of
 from recorder.core.record import StreamRecord
-from recorder.store import handover, migrate
-from recorder.store.spool import append_rejected
-
-if TYPE_CHECKING:
-    from recorder.store.writer import SqlSink
+from recorder.store.counters import Counters
+from recorder.store.link import DatabaseLink, Unavailable
+from recorder.store.models import BulkRows
+from recorder.store.spool_format import REJECTED_FILE, append_rejected
 
 log = logging.getLogger("recorder.store")
 
@@ -48,177 +53,126 @@ DATA_ERRORS = (IntegrityError, DataError)
 # rejected alone: one bad record must never hold back the ones after it.
 OUTAGE_ERRORS = (OperationalError, InterfaceError, DisconnectionError, PoolTimeout)
 RECORD_ERRORS = (SQLAlchemyError, ValueError, TypeError, OverflowError, UnicodeError)
-# Building rows is pure Python, holding the GIL the event loop needs; handing it
-# over every few dozen records (about 0.5 ms of work) keeps the loop's wait far
-# below the interpreter's 5 ms switch interval.
+# Building rows is pure Python, holding the GIL the event loop needs: hand it
+# over every few dozen records (docs/storage.md, "The GIL").
 YIELD_EVERY = 32
 
-
-class Unavailable(Exception):
-    """The database could not take a batch (unreachable, locked, not migrated...)."""
+Rows = list[tuple[Any, ...]]
 
 
-def commit(sink: SqlSink, records: Sequence[StreamRecord]) -> int:
-    """Insert a batch in one transaction; return how many records were stored.
-    Records that cannot be stored are rejected one by one. Raises Unavailable
-    when the database is the problem."""
-    rows, gaps, bodies, good = build_rows(sink, records)
-    if not rows:
-        return 0
-    try:
-        ensure_schema(sink)
-        with sink._engine.connect() as conn:
-            insert(sink, conn, rows, gaps, bodies)
-    except DATA_ERRORS as e:
-        return split_batch(sink, good, e)
-    except OUTAGE_ERRORS as e:
-        outage(sink, e)
-        raise Unavailable(str(e)) from e
-    except Unavailable:
-        raise
-    except RECORD_ERRORS as e:
-        return split_batch(sink, good, e)
-    sink._bodies_written += len(bodies)
-    recovered(sink)
-    return len(good)
+class BatchInsert:
+    """Commits batches of records through ``link``; refused records go to
+    ``spool_dir``/recorder-rejected.jsonl."""
 
+    def __init__(self, link: DatabaseLink, counters: Counters, spool_dir: Path) -> None:
+        self._link = link
+        self._counters = counters
+        self._spool_dir = spool_dir
+        self._rows = BulkRows(link.dialect)
 
-def split_batch(sink: SqlSink, good: list[StreamRecord], error: Exception) -> int:
-    """A batch the database refused: commit its records one by one, rejecting
-    whichever it refuses alone (each is kept in the rejected file)."""
-    if len(good) == 1:
-        reject(sink, good[0], error)
-        return 0
-    return sum(commit(sink, [rec]) for rec in good)
-
-
-def build_rows(
-    sink: SqlSink, records: Sequence[StreamRecord]
-) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]], list[StreamRecord]]:
-    now = datetime.now(UTC)
-    enc = sink._rows_for
-    rows: list[tuple[Any, ...]] = []
-    gaps: list[tuple[Any, ...]] = []
-    bodies: list[tuple[Any, ...]] = []
-    good: list[StreamRecord] = []
-    for n, rec in enumerate(records, 1):
-        if not n % YIELD_EVERY:
-            time.sleep(0)  # let the event loop have the GIL (see YIELD_EVERY)
+    def commit(self, records: Sequence[StreamRecord]) -> int:
+        """Insert a batch in one transaction; return how many records were stored.
+        Records that cannot be stored are rejected one by one. Raises Unavailable
+        when the database is the problem."""
+        rows, gaps, bodies, good = self._build_rows(records)
+        if not rows:
+            return 0
+        link = self._link
         try:
-            row = enc.stream(rec, now)
-            rec_gaps = enc.gaps(rec)
-        except (TypeError, ValueError, AttributeError) as e:
-            reject(sink, rec, e)
-            continue
-        rows.append(row)
-        gaps.extend(rec_gaps)
-        good.append(rec)
+            link.ensure_schema()
+            self._insert(rows, gaps, bodies)
+        except DATA_ERRORS as e:
+            return self._split(good, e)
+        except OUTAGE_ERRORS as e:
+            link.outage(e)
+            raise Unavailable(str(e)) from e
+        except Unavailable:
+            raise
+        except RECORD_ERRORS as e:
+            return self._split(good, e)
+        self._counters.writer.bodies_written += len(bodies)
+        link.succeeded()
+        return len(good)
+
+    def _split(self, good: list[StreamRecord], error: Exception) -> int:
+        """A batch the database refused: commit its records one by one, rejecting
+        whichever it refuses alone (each is kept in the rejected file)."""
+        if len(good) == 1:
+            self._reject(good[0], error)
+            return 0
+        return sum(self.commit([rec]) for rec in good)
+
+    def _build_rows(
+        self, records: Sequence[StreamRecord]
+    ) -> tuple[Rows, Rows, Rows, list[StreamRecord]]:
+        now = datetime.now(UTC)
+        enc = self._rows
+        rows: Rows = []
+        gaps: Rows = []
+        bodies: Rows = []
+        good: list[StreamRecord] = []
+        for n, rec in enumerate(records, 1):
+            if not n % YIELD_EVERY:
+                time.sleep(0)  # let the event loop have the GIL (see YIELD_EVERY)
+            try:
+                row = enc.stream(rec, now)
+                rec_gaps = enc.gaps(rec)
+            except (TypeError, ValueError, AttributeError) as e:
+                self._reject(rec, e)
+                continue
+            rows.append(row)
+            gaps.extend(rec_gaps)
+            good.append(rec)
+            if body_of(rec) is not None:
+                packed = self._pack_body(rec)
+                if packed is not None:
+                    bodies.append(enc.body(rec, packed))
+                time.sleep(0)  # a body is a lot of work for one record: hand the GIL over
+        return rows, gaps, bodies, good
+
+    def _pack_body(self, rec: StreamRecord) -> PackedBody | None:
+        """A record's body packed (compressed) here, off the event loop; None, logged
+        and counted, if that fails (the record is stored without it)."""
         body = body_of(rec)
-        if body is not None:
-            packed = pack_body(sink, rec)
-            if packed is not None:
-                bodies.append(enc.body(rec, packed))
-            time.sleep(0)  # a body is a lot of work for one record: hand the GIL over
-    return rows, gaps, bodies, good
+        if body is None:
+            return None
+        try:
+            return body.pack()
+        except Exception as e:
+            self._counters.writer.bodies_failed += 1
+            log.error(
+                "recorder: cannot pack the body of record %s (%s: %s); stored without it",
+                rec.id,
+                type(e).__name__,
+                e,
+            )
+            if isinstance(rec, CapturedRecord):
+                rec.body = None  # spooled or retried, it goes without the body too
+            return None
 
+    def _insert(self, rows: Rows, gaps: Rows, bodies: Rows) -> None:
+        enc = self._rows
+        with self._link.transaction() as conn:
+            conn.exec_driver_sql(enc.streams_sql, rows)
+            if gaps:
+                conn.exec_driver_sql(enc.gaps_sql, gaps)
+            if bodies:
+                conn.exec_driver_sql(enc.bodies_sql, bodies)
 
-def pack_body(sink: SqlSink, rec: StreamRecord) -> PackedBody | None:
-    """A record's body packed (compressed) here, off the event loop; None, logged
-    and counted, if that fails (the record is stored without it)."""
-    body = body_of(rec)
-    if body is None:
-        return None
-    try:
-        return body.pack()
-    except Exception as e:
-        sink._bodies_failed += 1
-        log.error(
-            "recorder: cannot pack the body of record %s (%s: %s); stored without it",
-            rec.id,
-            type(e).__name__,
-            e,
-        )
-        if isinstance(rec, CapturedRecord):
-            rec.body = None  # spooled or retried, it goes without the body too
-        return None
-
-
-def insert(
-    sink: SqlSink,
-    conn: Connection,
-    rows: list[tuple[Any, ...]],
-    gaps: list[tuple[Any, ...]],
-    bodies: list[tuple[Any, ...]],
-) -> None:
-    conn = conn.execution_options(**sink._begin) if sink._begin else conn
-    enc = sink._rows_for
-    with conn.begin():
-        conn.exec_driver_sql(enc.streams_sql, rows)
-        if gaps:
-            conn.exec_driver_sql(enc.gaps_sql, gaps)
-        if bodies:
-            conn.exec_driver_sql(enc.bodies_sql, bodies)
-
-
-def reject(sink: SqlSink, rec: StreamRecord, e: BaseException) -> None:
-    reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-    if append_rejected(sink.spool_dir, rec, reason):
-        sink._failed += 1
-        log.error(
-            "recorder: the database refused record %s (%s); kept in %s",
-            rec.id,
-            reason,
-            sink.spool_dir / "recorder-rejected.jsonl",
-        )
-    else:
-        sink._dropped += 1
-        handover.log_drop(sink, 1, f"refused by the database ({reason}), and unkeepable", rec.id)
-
-
-def ensure_schema(sink: SqlSink) -> None:
-    if not sink._needs_upgrade:
-        return
-    try:
-        # usually already done at start: then one SELECT, and Alembic stays idle
-        if not migrate.is_current(sink._engine):
-            migrate.upgrade(sink._engine)
-    except SQLAlchemyError as e:
-        outage(sink, e)
-        raise Unavailable(str(e)) from e
-    except Exception as e:  # e.g. a database newer than this code
-        outage(sink, e)
-        raise Unavailable(str(e)) from e
-    sink._needs_upgrade = False
-
-
-def outage(sink: SqlSink, e: BaseException) -> None:
-    reason = short_error(e)
-    now = time.monotonic()
-    if sink._db_ok:
-        log.warning(
-            "recorder: database %s unavailable (%s); spooling records in %s",
-            sink.url,
-            reason,
-            sink.spool_dir,
-        )
-        sink._backoff = sink.retry_min
-    else:
-        sink._backoff = min(sink._backoff * 2, sink.retry_max)
-    sink._db_ok = False
-    sink._last_error = reason
-    sink._retry_at = now + sink._backoff
-
-
-def recovered(sink: SqlSink) -> None:
-    if not sink._db_ok:
-        log.warning("recorder: database %s is back; replaying the spool", sink.url)
-        sink._db_ok = True
-        sink._next_orphan_scan = 0.0  # look for spool files right away
-
-
-def short_error(e: BaseException) -> str:
-    """An exception in a few words for a log line: its type and first line."""
-    orig = getattr(e, "orig", None)
-    text = str(orig if orig is not None else e).strip()
-    first = text.splitlines()[0] if text else ""
-    return f"{type(orig if orig is not None else e).__name__}: {first}"
+    def _reject(self, rec: StreamRecord, e: BaseException) -> None:
+        reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        if append_rejected(self._spool_dir, rec, reason):
+            self._counters.writer.failed += 1
+            log.error(
+                "recorder: the database refused record %s (%s); kept in %s",
+                rec.id,
+                reason,
+                self._spool_dir / REJECTED_FILE,
+            )
+        else:
+            self._counters.drop(
+                self._counters.writer,
+                1,
+                f"refused by the database ({reason}), and unkeepable",
+                rec.id,
+            )

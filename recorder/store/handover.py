@@ -1,226 +1,178 @@
-"""Handing records over to the spool: what the caller's thread (``submit``, the
-journal, ``close``) and the writer do when a record cannot go to the database now.
+"""Handing records over to the spool and the queue: what the caller's side
+(``submit``, the journal's thread, ``close``) and the writer do with a record
+that is not committed straight from the queue.
 
-``submit_spool_first`` and ``journal_group`` append records to the spool before
-they are queued (each record's line numbered by a sequence number, so a replay
-takes only what did not reach the database); ``spill_now`` spools from the
-caller's thread when the queue is full or the sink is closed; ``spill_items`` is
-the writer's fallback during an outage; ``rescue`` is ``close``'s, when the
-writer is stuck in the database. A record is dropped only when the spool cannot
-be written, and that is logged (``log_drop``) and counted.
+``Handover`` owns the numbering of records spooled before they are queued (the
+spool-first mode and the journal), and whether the sink is closed. It writes
+through the ``Spool``, queues through the ``RecordQueue`` and counts on
+``Counters`` (the caller's tally, or the writer's for the writer's fallback).
+Invariants:
 
-They take the ``SqlSink`` whose state they keep (``recorder.store.writer`` holds
-the theory of operation).
+- Every record handed to it ends in exactly one of three places: the queue
+  (``offer``), the spool marked to be replayed (``Segment.mark`` or an
+  unnumbered append), or counted as dropped and logged, when the spool cannot be
+  written (or the record cannot be encoded). Never two of them, never none.
+- Spool-first records are numbered (``seq``) in the order of their lines in the
+  spool files, under the spool's lock; an append that fails takes no number,
+  so a file's n-th numbered line is always ``first_seq + n`` and a replay can
+  take exactly the lines that did not reach the database (``Segment.replays``).
+- After ``close``, nothing more is queued: a record stays in the spool, for the
+  next process of the store.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from pathlib import Path
 
-from recorder.core.captured import body_of
 from recorder.core.record import StreamRecord
-from recorder.store.spool import Segment, os_error_text, record_line
-
-if TYPE_CHECKING:
-    from recorder.store.writer import SqlSink
+from recorder.store.counters import Counters, Tally
+from recorder.store.record_queue import Item, RecordQueue
+from recorder.store.spool import Segment, Spool, os_error_text, record_line
 
 log = logging.getLogger("recorder.store")
 
-LOG_FIRST = 10  # log every one of the first N drops, then every 1000th
 # Encoding a group of records for the spool holds the GIL the event loop needs:
 # hand it over every few dozen records (the writer's rows do the same).
 YIELD_EVERY = 32
 
 
-def submit_spool_first(sink: SqlSink, record: StreamRecord) -> None:
-    line = record_line(record)
-    with sink._spool.lock:
-        sink._seq += 1
-        seq = sink._seq
-        try:
-            seg = sink._spool.append_locked(line, 1, seq)
-        except OSError as e:
-            seg, seq = None, 0
-            sink._seq -= 1  # seqs stay those of the lines in the files
-            log.error("recorder: cannot write spool in %s: %s", sink.spool_dir, os_error_text(e))
-        if sink._closed:
-            if seg is None:
-                sink._loop_dropped += 1
-                log_drop(sink, 1, "spool unwritable after close", record.id)
-            else:
+class Handover:
+    """The records' way into the spool (and, spooled first, into the queue)."""
+
+    def __init__(
+        self, spool: Spool, records: RecordQueue, counters: Counters, spool_dir: Path
+    ) -> None:
+        self._spool = spool
+        self._queue = records
+        self._counters = counters
+        self._spool_dir = spool_dir
+        self._seq = 0  # the last number given to a spooled-first record
+        self._closed = False
+
+    def close(self) -> None:
+        """From now on records stay in the spool (``close`` drains the rest)."""
+        self._closed = True
+
+    # -- spooled first, then queued (the caller's side) ---------------------------
+
+    def numbered(self, record: StreamRecord) -> None:
+        """Spool-first: append ``record`` to the spool, then queue it; a record the
+        queue cannot take waits in the spool, marked for a replay."""
+        tally = self._counters.caller
+        line = record_line(record)
+        with self._spool.lock:
+            seg, seq = self._append_numbered(line, 1)
+            # not on disk (seq 0) but queued: the writer spools it if it must
+            if not self._closed and self._queue.offer(record, seq, budgeted=False):
+                return
+            if seg is not None:
                 seg.mark(seq, seq)
-                sink._loop_spooled += 1
-                sink._spool.close_locked()
-            return
-        try:
-            sink._queue.put_nowait((seq, record))
-            return
-        except queue.Full:
-            pass
-        if seg is not None:
-            seg.mark(seq, seq)
-            sink._loop_spooled += 1
-            return
-    sink._loop_dropped += 1
-    log_drop(sink, 1, "queue full and spool unwritable", record.id)
+                tally.spooled += 1
+                if self._closed:
+                    self._spool.close_locked()
+                return
+        why = "spool unwritable after close" if self._closed else "queue full and spool unwritable"
+        self._counters.drop(tally, 1, why, record.id)
 
-
-def journal_group(sink: SqlSink, records: list[StreamRecord]) -> None:
-    """The journal's thread: append a group of records to the spool (one
-    ``os.write``), then queue them, as ``_submit_spool_first`` does one."""
-    lines: list[bytes] = []
-    good: list[StreamRecord] = []
-    for n, r in enumerate(records, 1):
-        if not n % YIELD_EVERY:
-            time.sleep(0)  # let the event loop have the GIL, as the writer does
-        try:
-            lines.append(record_line(r))
-            good.append(r)
-        except Exception as e:
-            sink._loop_dropped += 1
-            log_drop(sink, 1, f"cannot encode it for the spool: {e}", getattr(r, "id", None))
-    if not good:
-        return
-    with sink._spool.lock:
-        first = sink._seq + 1
-        sink._seq += len(good)
-        seg: Segment | None
-        try:
-            seg = sink._spool.append_locked(b"".join(lines), len(good), first)
-            seg.last_seq = sink._seq
-        except OSError as e:
-            seg, first = None, 0
-            sink._seq -= len(good)  # seqs stay those of the lines in the files
-            log.error("recorder: cannot write spool in %s: %s", sink.spool_dir, os_error_text(e))
-        for n, r in enumerate(good):
-            body = body_of(r)
-            size = body.queued_bytes if body is not None else 0
+    def group(self, records: list[StreamRecord]) -> None:
+        """The journal's thread: append a group of records to the spool (one
+        ``os.write``), then queue them; what the queue cannot take waits in the
+        spool, marked for a replay."""
+        tally = self._counters.caller
+        lines: list[bytes] = []
+        good: list[StreamRecord] = []
+        for n, r in enumerate(records, 1):
+            if not n % YIELD_EVERY:
+                time.sleep(0)  # let the event loop have the GIL, as the writer does
             try:
-                if size and sink._body_bytes_in - sink._body_bytes_out + size > (
-                    sink.body_queue_bytes
-                ):
-                    raise queue.Full  # bodies pile up: it waits in the spool alone
-                sink._queue.put_nowait((first + n if seg else 0, r))
-                sink._body_bytes_in += size
-            except queue.Full:
+                lines.append(record_line(r))
+                good.append(r)
+            except Exception as e:
+                self._counters.drop(
+                    tally, 1, f"cannot encode it for the spool: {e}", getattr(r, "id", None)
+                )
+        if not good:
+            return
+        with self._spool.lock:
+            seg, first = self._append_numbered(b"".join(lines), len(good))
+            for n, r in enumerate(good):
+                seq = first + n if seg is not None else 0
+                if self._queue.offer(r, seq):
+                    continue
                 if seg is not None:
-                    seg.mark(first + n, first + n)
-                    sink._loop_spooled += 1
+                    seg.mark(seq, seq)
+                    tally.spooled += 1
                 else:
-                    sink._loop_dropped += 1
-                    log_drop(sink, 1, "queue full and spool unwritable", r.id)
+                    self._counters.drop(tally, 1, "queue full and spool unwritable", r.id)
 
-
-def spill_now(sink: SqlSink, records: Sequence[StreamRecord]) -> None:
-    """Spool from the caller's thread (queue full, or after close)."""
-    append_encoded(sink, records, writer=False, why="queue full and spool unwritable")
-
-
-def append_encoded(
-    sink: SqlSink, records: Sequence[StreamRecord], *, writer: bool, why: str
-) -> None:
-    """Encode ``records`` and append them to the spool, counted in the writer's
-    counters (``writer``) or the caller's, which are kept apart because each is
-    written by its own thread; dropped loudly, saying ``why``, when the spool
-    cannot be written."""
-    data, n = encode(sink, records, writer=writer)
-    if not n:
-        return
-    try:
-        sink._spool.append(data, n)
-    except OSError as e:
-        if writer:
-            sink._dropped += n
-        else:
-            sink._loop_dropped += n
-        log_drop(sink, n, f"{why}: {os_error_text(e)}", records[0].id)
-        return
-    if writer:
-        sink._spooled += n
-    else:
-        sink._loop_spooled += n
-
-
-def encode(sink: SqlSink, records: Sequence[StreamRecord], *, writer: bool) -> tuple[bytes, int]:
-    """Spool lines for ``records``; one that cannot be encoded is dropped, loudly."""
-    lines = []
-    for r in records:
+    def _append_numbered(self, data: bytes, n: int) -> tuple[Segment | None, int]:
+        """Append ``n`` records' lines, numbered from the next seq on; the file and
+        the first number, or (None, 0) when the spool cannot be written (logged).
+        The caller holds the spool's lock."""
+        first = self._seq + 1
         try:
-            lines.append(record_line(r))
-        except (TypeError, ValueError) as e:
-            if writer:
-                sink._dropped += 1
-            else:
-                sink._loop_dropped += 1
-            log_drop(sink, 1, f"cannot encode it for the spool: {e}", getattr(r, "id", None))
-    return b"".join(lines), len(lines)
+            seg = self._spool.append_locked(data, n, first)
+        except OSError as e:
+            log.error("recorder: cannot write spool in %s: %s", self._spool_dir, os_error_text(e))
+            return None, 0
+        self._seq += n
+        seg.last_seq = self._seq
+        return seg, first
 
+    # -- spooled instead of queued ------------------------------------------------
 
-def log_drop(sink: SqlSink, n: int, reason: str, record_id: str | None) -> None:
-    sink._drop_logged += 1
-    k = sink._drop_logged
-    if k <= LOG_FIRST or k % 1000 == 0:
-        log.error(
-            "recorder: DROPPED %d record(s) (e.g. %s): %s; %d dropped so far",
-            n,
-            record_id,
-            reason,
-            sink._loop_dropped + sink._dropped,
-        )
+    def spill(self, records: Sequence[StreamRecord]) -> None:
+        """Spool from the caller's side (queue full, bodies over budget, closed)."""
+        self._append(records, self._counters.caller, why="queue full and spool unwritable")
 
+    def after_close(self, record: StreamRecord) -> None:
+        """A record submitted after ``close``: spooled, and the file let go at
+        once, for the next process of the store."""
+        self.spill([record])
+        self._spool.close()
 
-def rescue(sink: SqlSink) -> None:
-    """The writer is stuck in the database (or never ran): spool what it holds."""
-    if sink._started:
-        log.error(
-            "recorder: the SQL writer did not finish in time; spooling what is left in %s",
-            sink.spool_dir,
-        )
-    with sink._handoff:
-        sink._abandoned = True
-        items = list(sink._inflight)
-        sink._inflight = []
-        while True:
-            try:
-                items.append(sink._queue.get_nowait())
-            except queue.Empty:
-                break
-            sink._queue.task_done()
-        records = [r for seq, r in items if isinstance(r, StreamRecord) and not seq]
-        in_spool = [seq for seq, r in items if isinstance(r, StreamRecord) and seq]
+    def writer_spill(self, items: Sequence[Item]) -> None:
+        """The writer's fallback (the database is away): records already in the
+        spool are marked for a replay, the others appended to it."""
+        in_spool = [s for s, _, _ in items if s]
         if in_spool:
-            sink._spool.mark_dirty(min(in_spool), max(in_spool))
+            self._spool.mark_dirty(min(in_spool), max(in_spool))
+            self._counters.writer.spooled += len(in_spool)
+        records = [r for s, r, _ in items if not s]
+        self._append(
+            records, self._counters.writer, why="database unavailable and spool unwritable"
+        )
+
+    def rescue(self, items: Sequence[Item]) -> None:
+        """``close``'s: the writer is stuck in the database (or never ran); spool
+        what it held and what was queued, then let go of the spool."""
+        in_spool = [s for s, _, _ in items if s]
+        if in_spool:
+            self._spool.mark_dirty(min(in_spool), max(in_spool))
+        records = [r for s, r, _ in items if not s]
         if records:
-            spill_now(sink, records)
-    sink._spool.close()
+            self.spill(records)
+        self._spool.close()
 
-
-def spill_late(sink: SqlSink, item: tuple[int, StreamRecord]) -> None:
-    """A record the writer took after close() gave up on it (caller holds _handoff)."""
-    seq, rec = item
-    if seq:
-        sink._spool.mark_dirty(seq, seq)
-        sink._spooled += 1
-    else:
-        spill_now(sink, [rec])
-
-
-def spill_items(sink: SqlSink, items: Sequence[tuple[int, StreamRecord]]) -> None:
-    """The writer's fallback: records not already in the spool are appended to it."""
-    with sink._handoff:
-        if sink._abandoned:  # close() spooled them already
+    def _append(self, records: Sequence[StreamRecord], tally: Tally, *, why: str) -> None:
+        """Encode ``records`` and append them to the spool, counted on ``tally``;
+        dropped loudly, saying ``why``, when the spool cannot be written."""
+        lines = []
+        for r in records:
+            try:
+                lines.append(record_line(r))
+            except (TypeError, ValueError) as e:
+                self._counters.drop(
+                    tally, 1, f"cannot encode it for the spool: {e}", getattr(r, "id", None)
+                )
+        if not lines:
             return
-        spill_items_locked(sink, items)
-
-
-def spill_items_locked(sink: SqlSink, items: Sequence[tuple[int, StreamRecord]]) -> None:
-    in_spool = [s for s, _ in items if s]
-    if in_spool:  # spool-first: already on disk, now waiting there for a replay
-        sink._spool.mark_dirty(min(in_spool), max(in_spool))
-        sink._spooled += len(in_spool)
-    records = [r for s, r in items if not s]
-    append_encoded(sink, records, writer=True, why="database unavailable and spool unwritable")
+        try:
+            self._spool.append(b"".join(lines), len(lines))
+        except OSError as e:
+            self._counters.drop(tally, len(lines), f"{why}: {os_error_text(e)}", records[0].id)
+            return
+        tally.spooled += len(lines)

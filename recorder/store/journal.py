@@ -12,10 +12,10 @@ thread, not on the loop) and only then queues the records for the database.
 The writer thread may be stuck in a database that hangs or is locked, with its
 queue full behind it: the journal does not wait for it.
 
-The thread sleeps while nothing waits (it used to wake every 50 ms to look:
-on a virtual machine each timed wake-up costs some 0.1 ms of CPU, 2.5 ms a
-second for nothing); it also wakes every ``interval`` seconds, a backstop that
-finds nothing to do unless a wake-up was missed.
+The thread sleeps while nothing waits, so an idle proxy spends no CPU on it
+(a timed wake-up is not free on a virtual machine: docs/performance.md); it also
+wakes every ``interval`` seconds, a backstop that finds nothing to do unless a
+wake-up was missed.
 
 An ``os.write`` puts the bytes in the kernel's page cache, which a killed
 process does not take with it (no ``fsync``: a power cut may still lose the last

@@ -26,4 +26,4 @@ def read_streams(
         where.append(c.provider.in_(names))
     stmt = select(*(c[n] for n in STREAM_COLUMNS)).where(*where).order_by(c.started_at, c.id)
     with engine.connect() as conn:
-        return [stream_from_row(row._mapping) for row in conn.execute(stmt)]
+        return [stream_from_row(row) for row in conn.execute(stmt).mappings()]

@@ -271,6 +271,20 @@ class Spool:
                 self.current = None
         seg.release(remove=remove)
 
+    def detach(self, seg: Segment) -> None:
+        """Hand an owned file over to a replay: no longer this spool's, still locked."""
+        with self.lock:
+            if seg in self.segments:
+                self.segments.remove(seg)
+            if self.current is seg:
+                self.current = None
+
+    def name_store(self, store_id: str) -> None:
+        """The store's id, read from its database: named in every new file's header."""
+        with self.lock:
+            if self.identity is not None:
+                self.identity.store_id = store_id
+
     def mark_dirty(self, lo: int, hi: int) -> None:
         """Spool-first mode: records ``lo..hi`` did not reach the database from the
         queue, so the files holding them must be replayed."""

@@ -230,7 +230,7 @@ def test_every_other_failure_is_one_line_too(
 # Exceptions that never reach a user: the writer's signal that a batch waits for
 # the database, and the simulator's own (it stands alone; `recorder simulate`
 # says its FaultError in one line itself).
-INTERNAL = {"recorder.store.batch_insert.Unavailable"}
+INTERNAL = {"recorder.store.link.Unavailable"}
 STANDALONE = "recorder.simulate."
 
 

@@ -75,7 +75,9 @@ def test_a_body_is_written_with_its_record(db_url: str, tmp_path: Path) -> None:
     assert count_rows(db_url, "stream_bodies") == 25
     stats = sink.stats()
     assert stats["bodies_written"] == 25 and stats["bodies_failed"] == 0
-    assert sink._body_bytes_in == sink._body_bytes_out == 25 * len(SSE)  # the budget's count
+    assert (
+        sink.queue.body_bytes_in == sink.queue.body_bytes_out == 25 * len(SSE)
+    )  # the budget's count
     rec = with_body[3]
     got = stored_body(db_url, rec.id)
     assert got == rec.body.pack()  # type: ignore[union-attr]
@@ -189,7 +191,7 @@ def test_a_body_that_cannot_be_packed_is_left_out(
     assert ids_in_db(db_url) == [rec.id]  # the record is stored all the same
     assert count_rows(db_url, "stream_bodies") == 0
     assert sink.stats()["bodies_failed"] == 1 and sink.stats()["failed"] == 0
-    assert sink._body_bytes_in == sink._body_bytes_out
+    assert sink.queue.body_bytes_in == sink.queue.body_bytes_out
     assert "cannot pack the body" in caplog.text
 
 

@@ -1,0 +1,223 @@
+"""The bounded queue between ``SqlSink.submit`` and the writer thread.
+
+``RecordQueue`` owns the queue, the budget of captured bodies waiting in it, the
+batch the writer has taken (in flight), and the hand-over of both to ``close``
+when the writer is stuck in the database. Invariants:
+
+- ``offer`` never blocks: it puts the record or returns False (queue full, or
+  its body would take the bodies waiting past ``body_budget`` bytes). Bodies
+  waiting = ``body_bytes_in - body_bytes_out``: the bodies queued or in the
+  batch being gathered. The caller's side counts a body in when it is queued;
+  the writer counts it out once its batch is gathered (``abandon`` when it takes
+  it from the queue), each exactly once.
+- Every item queued is taken exactly once: into the writer's batch
+  (``take_batch``), or by ``abandon`` (``close`` giving up on the writer). Once
+  abandoned, what the writer still takes comes back as "late", never into a
+  batch, and ``settle`` no longer runs the writer's fallback: what close took,
+  close spools; what the writer holds, the writer does; nothing is both.
+- ``done`` marks a batch dealt with (committed or spooled): ``join`` (``flush``)
+  returns once every record queued is, and ``done_seq`` is the highest spool
+  sequence number dealt with (records spooled before they were queued, see
+  ``recorder.store.handover``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from recorder.core.captured import body_of
+from recorder.core.record import StreamRecord
+
+# (spool sequence number or 0, record, bytes of its body counted in the budget)
+Item = tuple[int, StreamRecord, int]
+
+_STOP: StreamRecord = object()  # type: ignore[assignment]  # wakes the writer
+
+
+class RecordQueue:
+    """Records waiting for the writer, with the bodies' budget and the batch in flight."""
+
+    def __init__(self, maxsize: int, body_budget: int) -> None:
+        self._q: queue.Queue[Item] = queue.Queue(maxsize=maxsize)
+        self.body_budget = body_budget
+        self._bytes_in = 0  # the caller's side
+        self._bytes_out = 0  # the writer's side (close's once it abandoned the writer)
+        # close() taking over from a stuck writer, and the writer, agree under it
+        self._handoff = threading.Lock()
+        self._abandoned = False
+        self._inflight: list[Item] = []
+        self._done_seq = 0
+
+    # -- the caller's side: never blocks ----------------------------------------
+
+    def offer(self, record: StreamRecord, seq: int = 0, *, budgeted: bool = True) -> bool:
+        """Queue ``record`` (spooled as ``seq``, 0 if not); False when the queue is
+        full or (``budgeted``) its body would not fit in the bodies' budget."""
+        size = 0
+        if budgeted:
+            body = body_of(record)
+            if body is not None:
+                size = body.queued_bytes
+                if self._bytes_in - self._bytes_out + size > self.body_budget:
+                    return False
+        try:
+            self._q.put_nowait((seq, record, size))
+        except queue.Full:
+            return False
+        if size:
+            self._bytes_in += size
+        return True
+
+    def wake(self) -> None:
+        """Wake the writer if it waits for records (it then stops waiting)."""
+        with contextlib.suppress(queue.Full):
+            self._q.put_nowait((0, _STOP, 0))
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait until every record queued is dealt with (``done``); False on timeout."""
+        q = self._q
+        end = None if timeout is None else time.monotonic() + timeout
+        with q.all_tasks_done:
+            while q.unfinished_tasks:
+                remaining = None if end is None else end - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                q.all_tasks_done.wait(remaining)
+        return True
+
+    # -- the writer's side --------------------------------------------------------
+
+    def take_batch(
+        self, size: int, flush_interval: float, *, wait: bool
+    ) -> tuple[list[Item], list[Item]]:
+        """Up to ``size`` records: what is waiting, plus (``wait``) what arrives
+        within ``flush_interval`` of the first. Returns the batch, in flight from
+        now on, and the items taken after ``abandon`` (the writer spools those).
+        Both are to be passed to ``done`` once dealt with."""
+        q = self._q
+        batch: list[Item] = []
+        late: list[Item] = []
+        self._inflight = batch  # close() spools it if the writer stalls
+        deadline: float | None = None
+        while len(batch) < size:
+            item = self._get(
+                wait=wait and not batch,
+                deadline=deadline if wait else None,
+                flush_interval=flush_interval,
+            )
+            if item is None:
+                break
+            if item[1] is _STOP:
+                q.task_done()
+                wait = False
+                continue
+            with self._handoff:
+                (late if self._abandoned else batch).append(item)
+            if deadline is None and wait:
+                deadline = time.monotonic() + flush_interval
+        # the batch is gathered: its bodies no longer wait in the queue
+        taken = sum(i[2] for i in batch) + sum(i[2] for i in late)
+        if taken:
+            with self._handoff:
+                self._bytes_out += taken
+        return batch, late
+
+    def _get(self, *, wait: bool, deadline: float | None, flush_interval: float) -> Item | None:
+        """The next item: waiting up to ``flush_interval`` for the first of a batch
+        (``wait``), until ``deadline`` for the others; None when there is none."""
+        q = self._q
+        try:
+            if wait:
+                return q.get(timeout=flush_interval)
+            return q.get_nowait()
+        except queue.Empty:
+            pass
+        if deadline is None:
+            return None
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        try:
+            return q.get(timeout=remaining)
+        except queue.Empty:
+            return None
+
+    def done(self, items: Sequence[Item]) -> None:
+        """``items`` are committed or spooled: no longer in flight."""
+        seqs = [s for s, _, _ in items if s]
+        if seqs:
+            self._done_seq = max(self._done_seq, max(seqs))
+        if self._inflight is items:
+            self._inflight = []
+        for _ in items:
+            self._q.task_done()
+
+    def settle(self, items: Sequence[Item], spill: Callable[[Sequence[Item]], None]) -> None:
+        """The writer could not commit ``items``: ``spill`` them, unless ``close``
+        took them over already (it spooled them itself)."""
+        with self._handoff:
+            if not self._abandoned:
+                spill(items)
+                if self._inflight is items:  # spooled: not close's to spool again
+                    self._inflight = []
+
+    def stranded(self) -> list[Item]:
+        """The batch in flight, taken back after an error in the writer."""
+        items, self._inflight = self._inflight, []
+        return items
+
+    # -- close's side -------------------------------------------------------------
+
+    def abandon(self) -> list[Item]:
+        """Give up on the writer: take the batch in flight and everything queued
+        (each marked done); from now on the writer commits and spools nothing more."""
+        with self._handoff:
+            self._abandoned = True
+            items = list(self._inflight)
+            self._inflight = []
+            while True:
+                try:
+                    item = self._q.get_nowait()
+                except queue.Empty:
+                    break
+                self._q.task_done()
+                if item[1] is not _STOP:
+                    self._bytes_out += item[2]
+                    items.append(item)
+        return items
+
+    # -- state ----------------------------------------------------------------------
+
+    @property
+    def abandoned(self) -> bool:
+        """Whether ``close`` gave up on the writer."""
+        return self._abandoned
+
+    @property
+    def depth(self) -> int:
+        """Records waiting in the queue."""
+        return self._q.qsize()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued and nothing in flight."""
+        return self._q.empty() and not self._inflight
+
+    @property
+    def done_seq(self) -> int:
+        """Every spooled-first record up to this sequence number is dealt with."""
+        return self._done_seq
+
+    @property
+    def body_bytes_in(self) -> int:
+        """Bytes of captured bodies queued, since start."""
+        return self._bytes_in
+
+    @property
+    def body_bytes_out(self) -> int:
+        """Bytes of captured bodies taken off the queue, since start."""
+        return self._bytes_out
