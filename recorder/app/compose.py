@@ -32,11 +32,13 @@ from recorder.core.errors import RecorderError
 from recorder.core.sink import Sink
 from recorder.metrics import Metrics
 from recorder.metrics.serving import MetricsServing
+from recorder.metrics.unmetered import UnmeteredCollector, UnmeteredTally
 from recorder.otel import SpanExport
 from recorder.proxy.addon import Recorder, RecorderConfig
 from recorder.proxy.live import Live
 from recorder.proxy.observers import MetricsObserver, SpanObserver
 from recorder.proxy.options import AppConfig
+from recorder.proxy.passthrough import Passthrough
 from recorder.proxy.webview import WebView
 from recorder.store import SqlSink, StoreError, StoreUnavailable, key_secret, upgrade
 from recorder.store.sinks import FanoutSink, JsonlSink
@@ -97,11 +99,13 @@ class App:
     web: WebView | None
     spans: SpanExport | None
     serving: MetricsServing
+    passthrough: Passthrough
 
     @property
     def addons(self) -> list[Any]:
-        """The mitmproxy addons after the recorder (the live view, mitmweb's view)."""
-        return [a for a in (self.live, self.web) if a is not None]
+        """The mitmproxy addons after the recorder (what it does not meter passes
+        and is counted; the live view, mitmweb's view)."""
+        return [a for a in (self.passthrough, self.live, self.web) if a is not None]
 
     @property
     def metrics_url(self) -> str:
@@ -218,7 +222,18 @@ def build(
         config.metrics_port,
         streams=live.snapshot_json if live is not None else None,
     )
-    app = App(config, recorder, sink, store, registry, metrics, live, view, spans, serving)
+    unmetered = UnmeteredTally(max_hosts=config.max_model_labels)
+    registry.register(UnmeteredCollector(unmetered))
+    passthrough = Passthrough(
+        recorder,
+        unmetered,
+        # inside a user's own mitmproxy, plain downloads keep the user's settings
+        stream_unsized=not embedded,
+        say=live.notice if live is not None else None,
+    )
+    app = App(
+        config, recorder, sink, store, registry, metrics, live, view, spans, serving, passthrough
+    )
     try:
         serving.start()
     except OSError as e:

@@ -63,7 +63,7 @@ from recorder.proxy.state import (
     apply_facts,
     read_request_facts,
 )
-from recorder.proxy.tap import BATCH_BYTES, BATCH_PIECES, Tap, Unmetered
+from recorder.proxy.tap import BATCH_BYTES, BATCH_PIECES, BodyKind, Tap, Unmetered, declared_kind
 from recorder.proxy.walk import Walk, Watcher
 
 __all__ = ["BATCH_BYTES", "BATCH_PIECES", "FlowState", "Recorder", "RecorderConfig"]
@@ -219,32 +219,37 @@ class Recorder:
         return self._readers
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
-        """Headers arrived: time them, and tap the body if it is an event stream."""
+        """Headers arrived: time them, and tap the body, whatever it is."""
         try:
             state = self.streams.get(flow.id)
             if state is None or flow.response is None:
                 return
             resp = flow.response
             headers = pick_headers(resp.headers, RESPONSE_HEADERS)
-            sse = "text/event-stream" in headers.get("content-type", "").lower()
+            content_type = headers.get("content-type", "")
             got = Answer(
                 self.clock(),
                 resp.status_code,
                 header_text(headers.get("x-request-id") or headers.get("request-id")),
-                sse,
+                declared_kind(content_type) is BodyKind.SSE,
             )
             if state.pending is not None:
                 state.pending.answer = got  # put on the record when it is made
             else:
                 answer(state, got)
-            if sse:
-                self._tap(state, resp, headers.get("content-encoding"), got.at)
+            self._tap(state, resp, headers.get("content-encoding"), content_type, got.at)
         except Exception:
             self.internal_error("responseheaders")
 
-    def _tap(self, state: FlowState, resp: http.Response, encoding: str | None, at: float) -> None:
-        """Tap an event stream's body (a JSON body is buffered by mitmproxy and read
-        whole in ``response``)."""
+    def _tap(
+        self,
+        state: FlowState,
+        resp: http.Response,
+        encoding: str | None,
+        content_type: str,
+        at: float,
+    ) -> None:
+        """Stream the body to the client as it arrives, and meter it on the side."""
         try:
             decoder = decoder_for(encoding)
         except ValueError:
@@ -252,7 +257,7 @@ class Recorder:
             undecodable = True
         else:
             undecodable = False
-        tap = state.tap = Tap(lambda: state.meter, decoder, self.internal_error)
+        tap = state.tap = Tap(lambda: state.meter, decoder, self.internal_error, content_type)
         if undecodable:
             tap.give_up(Unmetered.UNDECODABLE, repr(encoding))
             self.internal_error.decode_error()
@@ -261,12 +266,13 @@ class Recorder:
                 encoding,
                 state.record.id,
             )
-        if resp.stream:
-            # Another addon streams this response already; leave it be and
-            # record the exchange without its events.
+        if callable(resp.stream):
+            # Another addon taps this response already; leave it be and record the
+            # exchange without its events.
             tap.give_up(Unmetered.STREAMED_BY_ANOTHER)
             return
-        if (self.config.capture_bodies or self.config.keep_for_ui) and not tap.broken:
+        capture = self.config.capture_bodies or self.config.keep_for_ui
+        if capture and not tap.broken and declared_kind(content_type) is not BodyKind.JSON:
             tap.capture = CapturedBody(
                 state.t0,
                 at,
@@ -285,13 +291,15 @@ class Recorder:
             if state is None:
                 return
             now = self.clock()
-            resp = flow.response
-            if state.tap is None and resp is not None:
-                # a body that was not streamed, read (as it is now) when the record is closed
+            tap, resp = state.tap, flow.response
+            if tap is None and resp is not None:
+                # not tapped (the tap could not be set): the body mitmproxy buffered
                 body = resp.get_content(strict=False) or b""
                 self.finishing.end(state, Ending(now, "eof", None, body, resp.status_code))
                 return
-            ended_at = state.tap.ended_at if state.tap is not None else None
+            ended_at = tap.ended_at if tap is not None else None
+            if tap is not None and resp is not None and resp.raw_content:
+                tap.take_whole(resp.raw_content, ended_at or now)
             self.finishing.end(state, Ending(ended_at or now, "eof", None))
         except Exception:
             self.internal_error("response")

@@ -23,7 +23,7 @@ import contextlib
 import time
 
 from recorder.core.billing import complete_usage
-from recorder.core.captured import CapturedRecord
+from recorder.core.captured import CapturedBody, CapturedRecord
 from recorder.core.estimate import Estimator
 from recorder.core.keys import scrub_key
 from recorder.core.record import StreamRecord, ending_outcome
@@ -43,6 +43,7 @@ from recorder.proxy.lifecycle import (
 from recorder.proxy.observers import Done, Observers
 from recorder.proxy.scheduling import Scheduler, Sliced
 from recorder.proxy.state import Ending, FlowState, RecorderConfig, apply_facts
+from recorder.proxy.tap import BodyKind
 from recorder.proxy.unpriced import WARNINGS as UNPRICED
 
 # At shutdown, how long ``drain`` waits for request bodies still being read, in all.
@@ -110,13 +111,18 @@ class Finishing:
         if state.phase is DROPPED:
             return None
         state.move(CLOSED)
-        if ending.body is not None and ending.status is not None:
+        tap = state.tap
+        body, status = ending.body, ending.status
+        if tap is not None:
+            tap.meter_waiting(final=True)
+            body, status = tap.json_body, state.record.http_status
+        if body is not None and status is not None:
             try:
-                if 200 <= ending.status < 300:
-                    state.meter.read_body(ending.body, ending.at)
+                if 200 <= status < 300:
+                    state.meter.read_body(body, ending.at)
                 else:
                     rec = state.record
-                    rec.error_type, rec.error_code, rec.error_message = read_error_body(ending.body)
+                    rec.error_type, rec.error_code, rec.error_message = read_error_body(body)
             except Exception:
                 self._errors("response")
         return self._finish_meter(state, ending)
@@ -125,15 +131,18 @@ class Finishing:
         """The finished record; if the meter itself fails, still a record, marked."""
         tap = state.tap
         if tap is not None:
-            tap.meter_waiting()
             tap.end_capture(ending.at, ending.how)
+            if tap.kind is not None and tap.unmetered is None:
+                state.record.streamed = tap.kind is BodyKind.SSE  # what the body was
         try:
             rec = state.meter.finish(
                 ending.at, ending=ending.how, transport_error=ending.transport_error
             )
-            if tap is not None and tap.unmetered is not None:
-                # the figures of the events are missing, not zero: say so on the record
-                rec.recorder_error = f"events not metered: {tap.unmetered}"
+            if tap is not None:
+                rec.content_mismatch = tap.mismatch
+                if tap.unmetered is not None:
+                    # the figures of the events are missing, not zero: say so on the record
+                    rec.recorder_error = f"events not metered: {tap.unmetered}"
             return rec
         except Exception as e:
             self._errors("finishing a record")
@@ -254,14 +263,14 @@ class Finishing:
                 self._errors("unpriced warning")
             health.records += 1
             health.parse_issues += rec.parse_issues
-            capture = state.tap.capture if state.tap is not None else None
+            capture = _capture_of(state)
             if capture is not None and isinstance(rec, CapturedRecord):
                 rec.body = capture  # packed (compressed) by the sink, off the loop
 
     @staticmethod
     def _done(state: FlowState) -> Done:
         trace = state.trace or (None, None)
-        capture = state.tap.capture if state.tap is not None else None
+        capture = _capture_of(state)
         done = Done(state.record, state.meter, state.flow, capture, trace[0], trace[1])
         state.flow = None  # before the sink: its writer may pack (and let go of) the body
         return done
@@ -314,3 +323,11 @@ class Finishing:
             self.sink.close()
         except Exception:
             self._errors("sink close")
+
+
+def _capture_of(state: FlowState) -> CapturedBody | None:
+    """The event stream kept of an exchange, if any (a JSON body is not kept)."""
+    tap = state.tap
+    if tap is None or tap.kind is not BodyKind.SSE:
+        return None
+    return tap.capture

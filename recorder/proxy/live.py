@@ -176,6 +176,12 @@ class Live(Observer):
         else:
             _write(self.out, [line if isinstance(line, str) else line()])
 
+    def notice(self, text: str, fields: dict[str, Any]) -> None:
+        """A line that is not about one stream (a call the recorder did not meter)."""
+        self._emit(
+            "not_metered", _paint(f"{self._clock_text()} {text}", "dim", self._use_colour()), fields
+        )
+
     def flush(self, timeout: float = 2.0) -> None:
         """Wait (``timeout`` at most) until the lines handed to the console are written."""
         if self._printer is not None:

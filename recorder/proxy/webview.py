@@ -193,6 +193,9 @@ class WebView(Observer):
             columns = list(ctx.options.web_columns)
             if "comment" not in columns:  # the summary, in the flow list itself
                 ctx.options.update(web_columns=[*columns, "comment"])
+            # metered bodies, and unmetered streams, pass as they arrive: the web
+            # interface still shows them whole once they have
+            ctx.options.update(store_streamed_bodies=True)
             self.recorder.watch(self.walked)
             self.recorder.walk.want()
 

@@ -261,14 +261,18 @@ async def test_non_streamed_json_response() -> None:
         await start(addon, flow, clock)
         flow.response = tutils.tresp(
             headers=http.Headers([(b"content-type", b"application/json")]),
-            content=orjson.dumps(body),
+            content=None,
         )
         addon.responseheaders(flow)
-        assert not callable(flow.response.stream)
+        # streamed to the client as it comes (never buffered whole), read on the side
+        raw = orjson.dumps(body)
+        got = stream_through(flow, pieces_of(raw, 40), clock)
+        assert got == raw
         clock.now += 0.5
         addon.response(flow)
     (rec,) = sink.records
     assert rec.streamed is False and rec.outcome == "completed"
+    assert rec.content_mismatch is None
     assert (rec.input_tokens, rec.output_tokens, rec.output_chars) == (9, 3, 5)
     assert rec.finish_reason == "stop" and rec.response_id == "chatcmpl-1"
     assert rec.events is None
@@ -720,10 +724,12 @@ async def test_metering_that_fails_in_the_walk_marks_its_record_and_spares_the_o
         assert bad is not None and bad.tap is not None
 
         class Broken:  # a side decoder that fails on the walk's first piece
-            def decode(self, data: bytes) -> bytes:
+            backlog = False
+
+            def decode(self, data: bytes, limit: int) -> bytes:
                 raise RuntimeError("meter broke")
 
-        bad.tap.decoder = Broken()
+        bad.tap.decoder = Broken()  # type: ignore[assignment]
         for piece in pieces[:5]:
             for flow in flows:
                 clock.now += 0.001
