@@ -61,9 +61,18 @@ from recorder.proxy.state import (
     FlowState,
     RecorderConfig,
     apply_facts,
+    read_encoded_request,
     read_request_facts,
 )
-from recorder.proxy.tap import BATCH_BYTES, BATCH_PIECES, BodyKind, Tap, Unmetered, declared_kind
+from recorder.proxy.tap import (
+    BATCH_BYTES,
+    BATCH_PIECES,
+    BodyKind,
+    RequestKeeper,
+    Tap,
+    Unmetered,
+    declared_kind,
+)
 from recorder.proxy.walk import Walk, Watcher
 
 __all__ = ["BATCH_BYTES", "BATCH_PIECES", "FlowState", "Recorder", "RecorderConfig"]
@@ -173,6 +182,9 @@ class Recorder:
             if self.config.keep_for_ui:
                 state.flow = flow
             self.streams.add(flow.id, state)
+            if req.stream is True:
+                # a large body mitmproxy streams upstream: kept on the way, for its facts
+                req.stream = RequestKeeper()
             if self.config.strip_accept_encoding and "accept-encoding" in headers:
                 del req.headers["accept-encoding"]
             if self.config.start_delay <= 0 or self._closed:
@@ -198,14 +210,19 @@ class Recorder:
             state = self.streams.get(flow.id)
             if state is None:
                 return
-            body = flow.request.get_content(strict=False) or b""
+            req = flow.request
+            keeper = req.stream if isinstance(req.stream, RequestKeeper) else None
+            body = keeper.body() if keeper is not None else req.raw_content or b""
             if not body:
                 return
-            if len(body) > INLINE_PARSE_LIMIT:
-                # Read on a worker thread while the request goes on upstream: neither
-                # the event loop nor this request waits; the facts are collected when
-                # the record is finished.
-                state.reading = self._reader_pool().submit(read_request_facts, body, state.endpoint)
+            encoding = req.headers.get("content-encoding")
+            if len(body) > INLINE_PARSE_LIMIT or encoding:
+                # Read (and decoded, bounded) on a worker thread while the request goes
+                # on upstream: neither the event loop nor this request waits; the facts
+                # are collected when the record is finished.
+                state.reading = self._reader_pool().submit(
+                    read_encoded_request, body, encoding, state.endpoint
+                )
             elif state.pending is not None:
                 state.pending.body = body  # read when the record is made
             else:

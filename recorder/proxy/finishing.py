@@ -42,7 +42,7 @@ from recorder.proxy.lifecycle import (
 )
 from recorder.proxy.observers import Done, Observers
 from recorder.proxy.scheduling import Scheduler, Sliced
-from recorder.proxy.state import Ending, FlowState, RecorderConfig, apply_facts
+from recorder.proxy.state import Ending, FlowState, RecorderConfig, RequestNotRead, apply_facts
 from recorder.proxy.tap import BodyKind
 from recorder.proxy.unpriced import WARNINGS as UNPRICED
 
@@ -199,6 +199,10 @@ class Finishing:
         if reading is not None and reading.done() and not reading.cancelled():
             try:
                 apply_facts(state, *reading.result())
+            except RequestNotRead as e:
+                rec = state.record
+                said = f"request not read: {e}"
+                rec.recorder_error = f"{rec.recorder_error}; {said}" if rec.recorder_error else said
             except Exception:
                 self._errors("reading the request")
         rec, mask = state.record, state.key

@@ -22,8 +22,9 @@ from recorder.core.pricing import PriceTable
 from recorder.core.record import StreamRecord
 from recorder.core.request import RequestFacts, read_request
 from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES
+from recorder.proxy.decoding import decoder_for
 from recorder.proxy.lifecycle import LIVE, NOTED, OPEN, Phase, move
-from recorder.proxy.tap import Tap
+from recorder.proxy.tap import REQUEST_MAX_BYTES, Tap
 from recorder.proxy.tokenizers import counter_for
 
 
@@ -217,6 +218,33 @@ def read_request_facts(body: bytes, endpoint: str) -> tuple[RequestFacts, InputC
         return facts, count_request(body, endpoint)
     encoding, counter = found
     return facts, count_request(body, endpoint, counter=counter, encoding=encoding)
+
+
+class RequestNotRead(ValueError):
+    """A request body whose facts cannot be read (bad input, not a fault of ours)."""
+
+
+def read_encoded_request(
+    raw: bytes, encoding: str | None, endpoint: str
+) -> tuple[RequestFacts, InputCounts | None]:
+    """``read_request_facts`` of a body as it came, content-encoded or not: decoded
+    here (on a worker thread), never to more than ``REQUEST_MAX_BYTES``."""
+    decoder = decoder_for(encoding)
+    if decoder is not None:
+        out = [decoder.decode(raw, REQUEST_MAX_BYTES + 1)]
+        size = len(out[0])
+        while decoder.backlog and size <= REQUEST_MAX_BYTES:
+            more = decoder.decode(b"", REQUEST_MAX_BYTES + 1 - size)
+            if not more:
+                break
+            out.append(more)
+            size += len(more)
+        if size > REQUEST_MAX_BYTES:
+            raise RequestNotRead(
+                f"the request body decodes to more than {REQUEST_MAX_BYTES >> 20} MiB"
+            )
+        raw = b"".join(out)
+    return read_request_facts(raw, endpoint)
 
 
 def apply_facts(state: FlowState, facts: RequestFacts, counts: InputCounts | None) -> None:

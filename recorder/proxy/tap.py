@@ -47,6 +47,7 @@ DECODE_AT_END = 8 << 20
 DECODE_MAX_BYTES = 64 << 20  # per body
 JSON_MAX_BYTES = 16 << 20  # a body that is not streamed, kept to be read at the end
 HEAD_MAX_BYTES = 64 << 10  # read to tell what a body is, at most
+REQUEST_MAX_BYTES = 64 << 20  # a request body read for its facts, at most (decoded too)
 # what is looked at to tell an event stream from JSON
 _SSE_STARTS = (b"data:", b"event:", b":", b"id:", b"retry:")
 _WHITESPACE = b" \t\r\n\xef\xbb\xbf"  # (a UTF-8 byte order mark too)
@@ -318,3 +319,31 @@ class Tap:
             return data
 
         return tap
+
+
+class RequestKeeper:
+    """A request body that mitmproxy streams upstream (``stream_large_bodies``):
+    passed on unchanged, piece by piece, and kept, up to ``limit`` bytes, for its
+    facts to be read once it is whole."""
+
+    __slots__ = ("_limit", "_parts", "_size", "over")
+
+    def __init__(self, limit: int = REQUEST_MAX_BYTES) -> None:
+        self._limit = limit
+        self._parts: list[bytes] = []
+        self._size = 0
+        self.over = False  # past the limit: nothing is kept
+
+    def __call__(self, data: bytes) -> bytes:
+        if data and not self.over:
+            self._size += len(data)
+            if self._size > self._limit:
+                self.over = True
+                self._parts.clear()
+            else:
+                self._parts.append(data)
+        return data
+
+    def body(self) -> bytes:
+        """What was kept (empty past the limit)."""
+        return b"".join(self._parts)
