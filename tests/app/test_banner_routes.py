@@ -113,8 +113,7 @@ def test_mitmdump_with_mitmproxys_own_defaults(tmp_path: Path) -> None:
     text = _one_line(banner)
     assert "WARNING: the proxy listens on" in text and "open proxy" in text
     assert (
-        "or listen on 127.0.0.1 (--listen-host 127.0.0.1; mitmproxy's default is every"
-        " interface)"
+        "or listen on 127.0.0.1 (--listen-host 127.0.0.1; mitmproxy's default is every interface)"
     ) in text, banner
     assert "(the default)" not in text
     assert "metrics:  off: 127.0.0.1:9464 could not be served (see above)" in banner, banner
