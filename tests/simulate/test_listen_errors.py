@@ -18,6 +18,5 @@ def test_a_port_in_use_is_said_once(cli: Cli) -> None:
     assert ran.code == 1
     why = os.strerror(errno.EADDRINUSE)
     assert ran.err == (
-        f"recorder simulate: cannot listen on 127.0.0.1:{port}:"
-        f" [Errno {errno.EADDRINUSE}] {why}\n"
+        f"recorder simulate: cannot listen on 127.0.0.1:{port}: [Errno {errno.EADDRINUSE}] {why}\n"
     ), ran.err
