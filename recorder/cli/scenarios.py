@@ -22,6 +22,7 @@ import anthropic
 import openai
 
 from recorder.app import build
+from recorder.cli.demo import DEMO_STALL_AFTER
 from recorder.core.price_files import shipped_prices
 from recorder.core.record import StreamRecord
 from recorder.proxy.addon import Recorder
@@ -30,7 +31,6 @@ from recorder.proxy.runner import ProxySettings, run_in_thread
 from recorder.simulate import run_in_thread as simulator_in_thread
 from recorder.store.sinks import FanoutSink, MemorySink, Sink
 
-DEMO_STALL_AFTER = 1.0
 DEMO_KEY = "sk-demo-0000000000000000"
 # Any: the SDKs type their message params per method; these serve every method.
 PROMPT: Any = [{"role": "user", "content": "Tell me about harmony in music."}]
@@ -112,7 +112,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         "chat, stall with keepalives",
-        "a 1.5 s output silence filled with keepalive comments is still a stall",
+        f"a 1.5 s output silence filled with keepalive comments is still a stall (here a"
+        f" stall is {DEMO_STALL_AFTER:g} s of output silence; 30 s by default)",
         _chat(
             "gpt-4o+keepalive=0.25+stall=1.5",
             stream=True,
