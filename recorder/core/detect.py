@@ -12,7 +12,8 @@ from __future__ import annotations
 import orjson
 
 from recorder.core.errors import UsageError
-from recorder.core.sse import Comment, Event, SSEFramer
+from recorder.core.framing import Comment, Event
+from recorder.core.sse import SSEFramer
 
 # Event types that only one protocol uses (its ``event:`` line or ``type`` field).
 _MESSAGES = frozenset(

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from recorder.core.sse import Comment, Event, FramingIssue, SSEFramer
+from recorder.core.framing import Comment, Event, FramingIssue
+from recorder.core.sse import SSEFramer
 
 EVENT_WIDTH = 160  # characters of an event's data shown on its line
 _TEXT = "text"
