@@ -74,7 +74,9 @@ def intervals(n: int, reps: int, repeats: int) -> tuple[str, bool]:
     lib = Histogram(
         "gap_seconds", "g", ["e", "p", "m"], registry=lib_reg, buckets=CHUNK_GAP_BUCKETS
     )
-    ours = IntervalHistogram("gap_seconds", "g", ["e", "p", "m"], CHUNK_GAP_BUCKETS, our_reg)
+    ours = IntervalHistogram(
+        "gap_seconds", "g", ["e", "p", "m"], CHUNK_GAP_BUCKETS, threading.Lock(), our_reg
+    )
     child = lib.labels(*LABELS)
 
     def library() -> None:

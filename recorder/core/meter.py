@@ -27,18 +27,10 @@ and no framing; a piece of several such events is read a run at a time
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
-from recorder.core.framing import (
-    Comment,
-    Event,
-    EventReader,
-    EventRun,
-    FramingIssue,
-    IssueKind,
-    Item,
-)
+from recorder.core.framing import Comment, Event, FramingIssue, IssueKind
 from recorder.core.protocols import PROVIDERS, interpreter_for
-from recorder.core.protocols.observations import Observations
 from recorder.core.record import INTERRUPTED_OUTCOMES, StreamRecord, combine_sources, ending_outcome
 from recorder.core.rhythm import (
     DEFAULT_STALL_AFTER_S,
@@ -48,6 +40,10 @@ from recorder.core.rhythm import (
     Rhythm,
 )
 from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES, SSEFramer
+
+if TYPE_CHECKING:
+    from recorder.core.framing import EventReader, EventRun, Item
+    from recorder.core.protocols.observations import Observations
 
 __all__ = [
     "DEFAULT_STALL_AFTER_S",
@@ -61,6 +57,14 @@ __all__ = [
 ENDINGS = ("eof", "upstream_disconnect", "client_disconnect")
 
 Pairs = Iterator[tuple[bytes, float | None]]
+# the figures of the reported usage (``Usage``) that the record takes as they are
+_REPORTED = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+)
 
 
 class StreamMeter(Rhythm):
@@ -377,11 +381,8 @@ def _observed(rec: StreamRecord, obs: Observations) -> None:
         rec.error_message = obs.error_message
     usage = obs.usage
     if usage is not None:
-        rec.input_tokens = usage.input_tokens
-        rec.output_tokens = usage.output_tokens
-        rec.cache_read_tokens = usage.cache_read_tokens
-        rec.cache_write_tokens = usage.cache_write_tokens
-        rec.reasoning_tokens = usage.reasoning_tokens
+        for name in _REPORTED:
+            setattr(rec, name, getattr(usage, name))
         rec.raw_usage = obs.raw_usage
     rec.input_source = "reported" if rec.input_tokens is not None else "none"
     rec.output_source = "reported" if rec.output_tokens is not None else "none"

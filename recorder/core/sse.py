@@ -31,18 +31,13 @@ pieces without framing them, and where the events of a piece end.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from recorder.core.framing import (
-    Event,
-    EventReader,
-    EventRun,
-    FramingIssue,
-    IssueKind,
-    Item,
-    Wrappable,
-)
+from recorder.core.framing import Event, FramingIssue, IssueKind
 from recorder.core.sse_lines import DEFAULT_MAX_EVENT_BYTES, SSELines
+
+if TYPE_CHECKING:
+    from recorder.core.framing import EventReader, EventRun, Item, Wrappable
 
 __all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSEFramer"]
 

@@ -170,8 +170,9 @@ class Metrics:
 
     def _intervals(self, spec: Spec) -> IntervalHistogram:
         """As :meth:`_counter`, a histogram of a stream's many intervals (its own lock)."""
+        lock = threading.Lock()
         family = IntervalHistogram(
-            spec.name, spec.documentation, spec.labels, spec.buckets, self.registry
+            spec.name, spec.documentation, spec.labels, spec.buckets, lock, self.registry
         )
         family.before_collect = self.fold
         return family

@@ -25,6 +25,7 @@ import threading
 import time
 from array import array
 from collections.abc import Callable, Iterable, Sequence
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -214,8 +215,9 @@ class HistogramFamily(_Family[HistogramSeries]):
 
 
 class IntervalHistogram(HistogramFamily):
-    """A histogram that takes many values at once, bucketed in one pass, under a
-    lock of its own.
+    """A histogram that takes many values at once, bucketed in one pass (give it a
+    lock of its own: a stream's many values are bucketed outside the lock, but
+    added under it).
 
     The exposition is a ``prometheus_client.Histogram``'s (``_bucket``,
     ``_count``, ``_sum``), without ``_created``.
@@ -223,16 +225,10 @@ class IntervalHistogram(HistogramFamily):
 
     with_created = False
 
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        labelnames: Sequence[str],
-        buckets: Sequence[float],
-        registry: CollectorRegistry | None,
-    ) -> None:
-        super().__init__(name, documentation, labelnames, buckets, threading.Lock(), registry)
-        self._array = np.array(self.bounds, dtype=np.float64)
+    @cached_property
+    def _array(self) -> np.ndarray[Any, np.dtype[np.float64]]:
+        """The bounds, for numpy to search."""
+        return np.array(self.bounds, dtype=np.float64)
 
     def observe_many(self, labels: tuple[str, ...], values: Iterable[float]) -> None:
         """Add every value in ``values`` (seconds) to the series of ``labels``."""

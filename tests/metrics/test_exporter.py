@@ -288,7 +288,9 @@ def test_live_gauges_follow_each_walk_and_fall_back_to_zero() -> None:
 def test_interval_histogram_matches_the_library_histogram() -> None:
     values = [0.0, 0.001, 0.0011, 0.02, 0.5, 1.0, 29.9, 30.0, 31.0, 150.0, 301.0, 1e6]
     ours_registry, lib_registry = CollectorRegistry(), CollectorRegistry()
-    ours = IntervalHistogram("h_seconds", "h", ["a"], CHUNK_GAP_BUCKETS, ours_registry)
+    ours = IntervalHistogram(
+        "h_seconds", "h", ["a"], CHUNK_GAP_BUCKETS, threading.Lock(), ours_registry
+    )
     lib = Histogram("h_seconds", "h", ["a"], registry=lib_registry, buckets=CHUNK_GAP_BUCKETS)
     # a short stream's few intervals (bucketed one by one), and a long stream's
     # (more than the bounds: sorted, then bisected per bound); values on the bounds
@@ -318,7 +320,7 @@ def test_interval_histogram_puts_a_nan_in_no_bucket_as_the_library_does(many: bo
     """A few intervals are bucketed one by one, many in numpy: a NaN (which no
     meter makes) counts in neither, and makes the sum NaN, as the library's."""
     registry = CollectorRegistry()
-    ours = IntervalHistogram("h_seconds", "h", ["a"], CHUNK_GAP_BUCKETS, registry)
+    ours = IntervalHistogram("h_seconds", "h", ["a"], CHUNK_GAP_BUCKETS, threading.Lock(), registry)
     ours.observe_many(("x",), array("d", [0.5, math.nan, 2000.0] * (20 if many else 1)))
     ours.observe_many(("x",), [])  # nothing: no change, no error
     get = registry.get_sample_value

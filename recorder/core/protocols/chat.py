@@ -109,9 +109,7 @@ class ChatCompletionsInterpreter(Interpreter):
                 obs.service_tier = tier
         usage = obj.get("usage")
         if isinstance(usage, dict):
-            obs.usage = from_openai_chat(usage)
-            obs.raw_usage = usage
-            obs.output_final = True
+            obs.report_usage(from_openai_chat(usage), usage)
         choices = obj.get("choices")
         chars = 0
         if isinstance(choices, list):

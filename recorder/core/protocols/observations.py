@@ -99,6 +99,12 @@ class Observations:
         if self.terminal is None:
             self.terminal = outcome
 
+    def report_usage(self, usage: Usage, raw: dict[str, Any]) -> None:
+        """The provider's final usage (normalised: ``usage``; as sent: ``raw``)."""
+        self.usage = usage
+        self.raw_usage = raw
+        self.output_final = True
+
     def set_error(self, etype: Any, code: Any, message: Any) -> None:
         """Fill the error fields that are still empty."""
         if self.error_type is None and etype is not None:

@@ -243,9 +243,7 @@ class ResponsesInterpreter(Interpreter):
             return
         usage = resp.get("usage")
         if isinstance(usage, dict):
-            obs.usage = from_openai_responses(usage)
-            obs.raw_usage = usage
-            obs.output_final = True
+            obs.report_usage(from_openai_responses(usage), usage)
         status = resp.get("status")
         details = resp.get("incomplete_details")
         if isinstance(details, dict) and details.get("reason"):
