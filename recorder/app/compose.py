@@ -32,7 +32,8 @@ from recorder.core.errors import RecorderError
 from recorder.metrics import Metrics
 from recorder.metrics.serving import MetricsServing
 from recorder.otel import SpanExport
-from recorder.proxy.addon import Recorder, RecorderConfig
+from recorder.proxy.addon import Recorder
+from recorder.proxy.config import RecorderConfig
 from recorder.proxy.live import Live
 from recorder.proxy.observers import MetricsObserver, SpanObserver
 from recorder.proxy.options import AppConfig

@@ -26,7 +26,8 @@ from recorder.core.captured import (
 )
 from recorder.core.price_files import shipped_prices
 from recorder.core.record import StreamRecord
-from recorder.proxy.addon import Recorder, RecorderConfig
+from recorder.proxy.addon import Recorder
+from recorder.proxy.config import RecorderConfig
 from recorder.store.sinks import MemorySink, record_json
 from tests.kit.flows import (
     CHAT_SSE,
