@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from recorder.proxy.options import AppConfig, exposure_warnings
+from recorder.app.settings import spool_dir_of
+from recorder.proxy.exposure import exposure_warnings
+from recorder.proxy.options import AppConfig
 
 
 class ListenerLike(Protocol):
@@ -58,7 +60,7 @@ def banner_lines(
                 "    Node's fetch ignores HTTPS_PROXY: NODE_USE_ENV_PROXY=1, or reverse mode"
                 " (README)"
             )
-    lines.append(f"  records:  {display_url(config.db)}  (spool: {config.spool_dir})")
+    lines.append(f"  records:  {display_url(config.db)}  (spool: {spool_dir_of(config)})")
     if config.jsonl:
         lines.append(f"            and {config.jsonl} (JSON lines)")
     if config.capture_bodies:

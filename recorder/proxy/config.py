@@ -1,9 +1,12 @@
 """How the addon meters: :class:`RecorderConfig`, read on the hot path (a slotted
-dataclass: one attribute load per read)."""
+dataclass: one attribute load per read). Its fields that are options of the
+recorder (``stall_after``, ``prices``, …) take their values from the option table
+(``recorder.proxy.options``) by name: :meth:`RecorderConfig.of`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from recorder.core.captured import DEFAULT_CAPTURE_MAX_BYTES
 from recorder.core.meter import DEFAULT_STALL_AFTER_S
@@ -37,3 +40,11 @@ class RecorderConfig:
     # Under mitmweb (recorder.proxy.webview): keep each tapped body with its arrival
     # times, capped at capture_max_bytes, for the flow shown in the UI; not stored.
     keep_for_ui: bool = False
+
+    @classmethod
+    def of(cls, options: Any, key_secret: bytes, **more: Any) -> RecorderConfig:
+        """The addon's configuration from the recorder's checked options (an
+        ``AppConfig``): each field the options have, by name; ``more`` on top."""
+        names = [f.name for f in fields(cls) if f.name != "key_secret"]
+        taken = {name: getattr(options, name) for name in names if hasattr(options, name)}
+        return cls(key_secret=key_secret, **{**taken, **more})
