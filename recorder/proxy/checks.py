@@ -6,6 +6,7 @@ the type a check returns is the type of the option's value."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,24 @@ def parse_prices(value: Any, what: str) -> PriceTable:
         return load_price_file(str(value) if value else None)
     except PriceTableError as e:
         raise OptionError(f"{what} {e}") from None
+
+
+# What a file that is a SQLite database is called, given where a database URL is due.
+SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+
+
+def parse_db(value: Any, what: str) -> str:
+    """A database URL (checked by the store when it opens it), or the path of a
+    SQLite file (``recorder.db``, ``~/data/llm.sqlite``), read as its URL."""
+    given = str(value).strip()
+    if "://" not in given and given.lower().endswith(SQLITE_SUFFIXES):
+        return "sqlite:///" + os.path.expanduser(given)
+    return given
+
+
+def db_note(value: Any, url: str) -> str | None:
+    """What to say once when a path was read as a SQLite URL."""
+    return None if str(value).strip() == url else f"read as {url} (a SQLite file)"
 
 
 def parse_port(value: Any, what: str) -> int:
@@ -121,13 +140,20 @@ class Choice:
 
 def parse_modes(value: Any, what: str) -> list[str]:
     """mitmproxy mode specs (a list, or text with several separated by spaces or
-    commas), each checked by mitmproxy's own parser."""
-    from mitmproxy.proxy.mode_specs import ProxyMode
+    commas), each checked by mitmproxy's own parser; a reverse target needs its
+    scheme (mitmproxy would take ``reverse:127.0.0.1:9000`` as HTTPS, and every
+    request to a plain-HTTP upstream would fail its TLS handshake)."""
+    from mitmproxy.proxy.mode_specs import ProxyMode, ReverseMode
 
     specs = list(value) if isinstance(value, list | tuple) else str(value).replace(",", " ").split()
     for spec in specs:
         try:
-            ProxyMode.parse(spec)
+            mode = ProxyMode.parse(spec)
         except ValueError as e:
             raise OptionError(f"invalid {what} {spec!r}: {e}") from None
+        if isinstance(mode, ReverseMode) and "://" not in mode.data:
+            raise OptionError(
+                f"{what} {spec}: the reverse target needs its scheme:"
+                f" reverse:http://{mode.data} or reverse:https://{mode.data}"
+            )
     return specs or ["regular"]

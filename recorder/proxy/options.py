@@ -17,9 +17,11 @@ from typing import Any, ClassVar
 from recorder.proxy.checks import (
     Choice,
     OptionError,
+    db_note,
     optional_path,
     optional_text,
     parse_count,
+    parse_db,
     parse_modes,
     parse_port,
     parse_prices,
@@ -67,7 +69,7 @@ class AppConfig(OptionTable):
         metavar="SPEC",
         mitmproxy="mode",
         repeat=True,
-        doc="`regular`, `reverse:URL[@PORT]`,"
+        doc="`regular`, `reverse:URL[@PORT]` (the URL with its scheme),"
         " `upstream:http://HOST:PORT`, …; in the variable several, by spaces or commas",
     )
     listen_host = Option(
@@ -88,10 +90,12 @@ class AppConfig(OptionTable):
     )
     db = Option(
         DEFAULT_DB,
-        f"SQLAlchemy URL of the store (default {DEFAULT_DB})",
-        text,
+        f"SQLAlchemy URL of the store, or a SQLite file's path ending in .db or .sqlite"
+        f" (default {DEFAULT_DB})",
+        parse_db,
         metavar="URL",
-        doc="the store",
+        note=db_note,
+        doc="the store; a path ending in `.db` or `.sqlite` is that SQLite file",
     )
     spool_dir = Option(
         "",

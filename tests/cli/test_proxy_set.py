@@ -102,6 +102,14 @@ def test_upstream_mode_is_a_mode() -> None:
         (["--set", "ssl_insecure=maybe"], "recorder proxy: --set ssl_insecure: "),
         (["--set", "recorder_nosuch=1"], "recorder proxy: --set recorder_nosuch: no such"),
         (["--mode", "upstream:"], "recorder proxy: invalid --mode 'upstream:'"),
+        (
+            ["--mode", "reverse:127.0.0.1:9000"],
+            "recorder proxy: --mode reverse:127.0.0.1:9000: the reverse target needs its scheme",
+        ),
+        (
+            ["--set", "mode=reverse:127.0.0.1:9000"],
+            "recorder proxy: --set mode reverse:127.0.0.1:9000: the reverse target needs",
+        ),
     ],
 )
 def test_a_bad_set_or_mode_is_one_line_and_creates_nothing(

@@ -13,6 +13,7 @@ from mitmproxy import exceptions, options
 from mitmproxy.test import taddons
 
 from recorder.app.script import ScriptRecorder
+from recorder.app.settings import checked, spool_dir_of
 from recorder.proxy.checks import OptionError, parse_count, parse_size
 from recorder.proxy.config import RecorderConfig
 from recorder.proxy.option_table import Option
@@ -128,3 +129,108 @@ def test_the_readme_has_one_row_per_option_made_from_the_table() -> None:
     start = lines.index(want[0])
     end = lines.index("", start)
     assert lines[start:end] == want, "the README's option table should be:\n" + "\n".join(want)
+
+
+# -- two values that were taken for what they were not ------------------------------------
+
+
+def proxy_config(*argv: str, env: dict[str, str] | None = None) -> AppConfig:
+    """What `recorder proxy` makes of ``argv`` and ``env``, the store's checks too."""
+    parser = argparse.ArgumentParser()
+    AppConfig.add_flags(parser)
+    return checked(AppConfig.from_args(parser.parse_args(list(argv)), environ=env or {}))
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "where"),
+    [
+        (["--mode", "reverse:127.0.0.1:9000"], {}, "--mode"),
+        ([], {"RECORDER_MODE": "regular, reverse:127.0.0.1:9000"}, "RECORDER_MODE"),
+        (["--set", "mode=reverse:127.0.0.1:9000"], {}, "--set mode"),
+    ],
+)
+def test_a_reverse_target_without_its_scheme_is_refused(
+    argv: list[str], env: dict[str, str], where: str
+) -> None:
+    """mitmproxy takes ``reverse:127.0.0.1:9000`` as HTTPS: every request to a
+    plain-HTTP upstream would fail its TLS handshake. Refused at start instead,
+    in one line naming the spec."""
+    with pytest.raises(OptionError) as refused:
+        proxy_config(*argv, env=env)
+    assert str(refused.value) == (
+        f"{where} reverse:127.0.0.1:9000: the reverse target needs its scheme:"
+        " reverse:http://127.0.0.1:9000 or reverse:https://127.0.0.1:9000"
+    )
+    for spec in ("reverse:http://127.0.0.1:9000@8081", "reverse:https://api.openai.com"):
+        assert proxy_config("--mode", spec).modes == [spec]
+        assert proxy_config("--set", f"mode={spec}").modes == [spec]
+
+
+def test_a_reverse_target_without_its_scheme_is_refused_under_mitmproxy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    addon = ScriptRecorder()
+    with taddons.context(addon) as tctx:
+        try:
+            with pytest.raises(
+                exceptions.OptionsError,
+                match=r"^recorder: --mode reverse:127\.0\.0\.1:9000: the reverse target needs"
+                r" its scheme: reverse:http://127\.0\.0\.1:9000 or",
+            ):
+                tctx.configure(addon, mode=["reverse:127.0.0.1:9000"])
+            assert tctx.options.mode == ["regular"]  # mitmproxy kept the old value
+            tctx.configure(addon, mode=["reverse:http://127.0.0.1:9000"])
+            assert tctx.options.mode == ["reverse:http://127.0.0.1:9000"]
+        finally:
+            addon.close()
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "where", "path"),
+    [
+        (["--db", "r.db"], {}, "--db", "r.db"),
+        ([], {"RECORDER_DB": "data/r.sqlite"}, "RECORDER_DB", "data/r.sqlite"),
+        (["--set", "recorder_db=r.sqlite3"], {}, "--set recorder_db", "r.sqlite3"),
+    ],
+)
+def test_a_sqlite_file_given_as_the_store_is_that_file(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    env: dict[str, str],
+    where: str,
+    path: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = proxy_config(*argv, env=env)
+    assert config.db == f"sqlite:///{path}"
+    assert config.notes == [f"{where} {path}: read as sqlite:///{path} (a SQLite file)"]
+    assert spool_dir_of(config) == tmp_path / f"{path}.spool"
+
+
+def test_a_url_is_said_nothing_of_and_other_paths_are_still_no_url() -> None:
+    assert proxy_config("--db", "sqlite:///r.db").notes == []
+    assert proxy_config().notes == []
+    with pytest.raises(OptionError, match=r"^--db not a database URL: '/tmp/r' \(for a SQLite"):
+        proxy_config("--db", "/tmp/r")
+
+
+def test_a_sqlite_file_given_to_the_script_is_that_file_said_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    caplog.set_level("INFO", logger="recorder")
+    addon = ScriptRecorder()
+    with taddons.context(addon) as tctx:
+        try:
+            tctx.configure(
+                addon, recorder_db="r.db", recorder_metrics_port=0, recorder_no_live=True
+            )
+            assert addon.config is not None and addon.config.db == "sqlite:///r.db"
+            tctx.configure(addon, recorder_stall_after="5")  # configured again: not said again
+        finally:
+            addon.close()
+    said = [r.getMessage() for r in caplog.records if "read as" in r.getMessage()]
+    assert said == ["recorder: recorder_db r.db: read as sqlite:///r.db (a SQLite file)"]
+    assert (tmp_path / "r.db").is_file()

@@ -86,12 +86,14 @@ def test_the_options_are_generated_from_the_table(
         assert tctx.options.recorder_metrics_host == "127.0.0.1"
         assert tctx.options.recorder_metrics_port == 9464
         # the older HOST:PORT option is read as the two
-        tctx.options.update(recorder_metrics="[::1]:9999")
+        # (the change builds the recorder, which serves /metrics there: a free port)
+        port = free_port()
+        tctx.options.update(recorder_metrics=f"[::1]:{port}")
         config = AppConfig.resolve(AppConfig.from_mitmproxy(tctx.options), under="mitmproxy")
-        assert (config.metrics_host, config.metrics_port) == ("::1", 9999)
+        assert (config.metrics_host, config.metrics_port) == ("::1", port)
         # messages name the mitmproxy option
         assert config.where("db") == "recorder_db"
-    addon.close()
+        addon.close()
 
 
 def test_the_banner_warns_of_metrics_beyond_loopback_under_mitmproxy(
@@ -103,7 +105,7 @@ def test_the_banner_warns_of_metrics_beyond_loopback_under_mitmproxy(
         # (not served: the recorder this change builds must not bind 0.0.0.0)
         tctx.options.update(recorder_metrics_host="0.0.0.0", recorder_metrics_port=0)
         config = AppConfig.resolve(AppConfig.from_mitmproxy(tctx.options), under="mitmproxy")
-    addon.close()
+        addon.close()
     config.metrics_port_bound = 9464
     config.metrics_url = "http://0.0.0.0:9464/metrics"
     lines = banner_lines(config, [], "/conf")
