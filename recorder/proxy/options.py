@@ -237,7 +237,16 @@ class AppConfig(OptionTable):
     finish_delay: float = FINISH_DELAY_S
     start_delay: float = START_DELAY_S
     metrics_url: str = ""
-    metrics_port_bound: int = 0
+    _bound_port: int | None = None
+
+    @property
+    def metrics_port_bound(self) -> int:
+        """The port /metrics is served on (the option's, until it is bound)."""
+        return self.metrics_port if self._bound_port is None else self._bound_port
+
+    @metrics_port_bound.setter
+    def metrics_port_bound(self, port: int) -> None:
+        self._bound_port = port
 
     @property
     def live(self) -> bool:
@@ -261,7 +270,6 @@ class AppConfig(OptionTable):
                 traces_url(endpoint, self.otlp_protocol)
         except OtlpConfigError as e:
             raise OptionError(str(e)) from None
-        self.metrics_port_bound = self.metrics_port
 
     # -- the older recorder_metrics=HOST:PORT, under mitmproxy ----------------------------
 
