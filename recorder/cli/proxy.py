@@ -2,7 +2,8 @@
 
 Every option can also come from ``RECORDER_<NAME>`` (``--listen-port`` from
 ``RECORDER_LISTEN_PORT``; ``--mode`` from ``RECORDER_MODE``, several specs
-separated by spaces or commas); a flag on the command line wins. Any mitmproxy
+separated by spaces or commas); a flag on the command line wins. ``--set
+recorder_stall_after=5`` (or ``mode=…``) is the same as its flag. Any mitmproxy
 option passes with ``--set NAME=VALUE`` (repeatable): an upstream's private CA
 (``ssl_verify_upstream_trusted_ca=ca.pem``), ``ssl_insecure=true``,
 ``upstream_cert=false``, client certificates; ``--mode upstream:http://HOST:PORT``
