@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Protocol
 
+from recorder.app.settings import spool_dir_of
 from recorder.proxy.exposure import exposure_warnings
 from recorder.proxy.options import AppConfig
 
@@ -110,7 +111,7 @@ def banner_lines(
                     "    base URLs need reverse mode, --mode reverse:https://api.openai.com@8081"
                     " (README)"
                 )
-    lines.append(f"  records:  {display_url(config.db)}  (spool: {config.spool_dir})")
+    lines.append(f"  records:  {display_url(config.db)}  (spool: {spool_dir_of(config)})")
     if config.jsonl:
         lines.append(f"            and {config.jsonl} (JSON lines)")
     if config.capture_bodies:

@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 from recorder.billing import audit
 from recorder.cli.db import CliError, add_db_option, add_filter_options, db_url, filter_from
+from recorder.cli.extras import require
 from recorder.cli.render import add_table_options, default_format, emit, table
 from recorder.core import money
 from recorder.store.audit_sql import read_frame
@@ -69,6 +70,9 @@ def run(args: argparse.Namespace) -> int:
     fmt = args.format or _format_for(args.output)
     if fmt == "parquet" and not args.output:
         raise CliError("--format parquet writes a file: give --output FILE", 2)
+    require("pandas")
+    if fmt == "parquet":
+        require("pyarrow", what="--format parquet")
     f = filter_from(args, limit=None)
     with reading_store(db_url(args)) as engine:
         df = read_frame(engine, f, project=args.project)

@@ -13,6 +13,7 @@ import os
 import sys
 
 from recorder.cli.db import CliError
+from recorder.cli.extras import require
 from recorder.cli.render import add_table_options, command, emit, fold
 
 # Most useful first: a narrow terminal keeps the first ones (render.table).
@@ -80,6 +81,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def run(args: argparse.Namespace) -> int:
     """Execute `recorder demo`."""
+    require("openai", "anthropic")
     from recorder.cli.proxy import open_store
     from recorder.cli.scenarios import DEMO_KEY, SCENARIOS, run_demo
     from recorder.core.keys import fingerprint

@@ -159,9 +159,9 @@ def demo_environment(
         # (the demo prints its own table), time scaled
         config = AppConfig(
             stall_after=DEMO_STALL_AFTER,
-            price_table=shipped_prices(),
+            prices=shipped_prices(),
             metrics_port=0,
-            live=False,
+            no_live=True,
         )
         app = build(config, sink=sink, secret=key_secret)
         recorder = app.recorder

@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from recorder.cli.db import CliError, add_db_option, add_filter_options, db_url, filter_from
+from recorder.cli.extras import require
 from recorder.cli.render import (
     add_format_option,
     add_table_options,
@@ -126,6 +127,8 @@ def run_sessions(args: argparse.Namespace) -> int:
 
 def run_show(args: argparse.Namespace) -> int:
     """`recorder show ID`: one stream with its gaps."""
+    if args.plot is not None:
+        require("matplotlib", what="--plot")
     body = None
     with reading_store(db_url(args)) as engine:
         record = get_stream(engine, args.id)

@@ -50,6 +50,7 @@ from recorder.core.meter import StreamMeter
 from recorder.core.record import StreamRecord, ending_outcome
 from recorder.core.request import read_request
 from recorder.metrics.health import Health
+from recorder.proxy.config import RecorderConfig
 from recorder.proxy.decoding import decoder_for
 from recorder.proxy.finishing import Finishing
 from recorder.proxy.ids import new_record_start
@@ -57,7 +58,6 @@ from recorder.proxy.observers import Done, Observer, starts
 from recorder.proxy.state import (
     FlowState,
     Pending,
-    RecorderConfig,
     _apply_facts,
     _read_request,
 )

@@ -26,8 +26,9 @@ from recorder.core.keys import scrub_key
 from recorder.core.record import StreamRecord
 from recorder.core.request import read_error_body
 from recorder.metrics.health import Health
+from recorder.proxy.config import RecorderConfig
 from recorder.proxy.observers import Done
-from recorder.proxy.state import FlowState, RecorderConfig, _apply_facts
+from recorder.proxy.state import FlowState, _apply_facts
 from recorder.proxy.unpriced import WARNINGS as UNPRICED
 from recorder.store.sinks import Sink
 
