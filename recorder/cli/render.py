@@ -22,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from recorder.core.errors import UsageError
+from recorder.core.printable import json_text, printable
 
 
 def command(words: str) -> str:
@@ -45,11 +46,14 @@ def _json_default(value: Any) -> Any:
 
 
 def to_json(doc: Any) -> str:
-    """Exactly one JSON document, money as decimal strings."""
-    return json.dumps(doc, ensure_ascii=False, indent=2, default=_json_default)
+    """Exactly one JSON document, money as decimal strings; every value exact, the
+    characters a terminal acts on written as escapes (recorder.core.printable)."""
+    return json_text(json.dumps(doc, ensure_ascii=False, indent=2, default=_json_default))
 
 
 def _cell(value: Any) -> str:
+    """A value as a table shows it: values from the wire (a model, an id, an error
+    message) with their control characters escaped."""
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -57,8 +61,8 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, dict | list):
-        return json.dumps(value, ensure_ascii=False, default=_json_default)
-    return str(value)
+        return printable(json.dumps(value, ensure_ascii=False, default=_json_default))
+    return printable(str(value))
 
 
 def vertical(doc: dict[str, Any]) -> str:
@@ -305,7 +309,19 @@ def emit(
         out.write(table(rows, list(columns or (rows[0].keys() if rows else []))) + "\n")
 
 
+# A spreadsheet opening a CSV runs a cell that starts so as a formula.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
 def _csv(value: Any) -> Any:
+    """A CSV cell: the value exact (CSV is data, not a terminal), but for a text
+    that a spreadsheet would run as a formula (``=HYPERLINK(…)``, ``@SUM(…)``,
+    ``-2+3``): that one gets a leading ``'``, which spreadsheets show as text. A
+    number, negative ones included, is written as it is."""
     if isinstance(value, dict | list):
         return json.dumps(value, ensure_ascii=False, default=_json_default)
-    return "" if value is None else value
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(_FORMULA_START) and not _NUMBER.match(value):
+        return "'" + value
+    return value

@@ -28,6 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from recorder.core.errors import RecorderError, UsageError
+from recorder.core.printable import printable
 from recorder.proxy.live_lines import money
 
 DEFAULT_URL = "http://127.0.0.1:9464"
@@ -88,6 +89,12 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else _s(value / 1000.0)
 
 
+def _t(value: Any, style: str = "") -> Text:
+    """A value from the wire (a model, an endpoint, an id) as a cell: escaped, and
+    a Text, never read as Rich markup (``[link=…]`` would write a hyperlink)."""
+    return Text("-" if value is None or value == "" else printable(str(value)), style=style)
+
+
 def _n(value: Any, estimated: bool = False) -> str:
     if value is None:
         return "-"
@@ -106,10 +113,10 @@ def render(doc: dict[str, Any] | None, url: str, sort: str, problem: str | None 
     """One screen: the header, the open streams, the finished ones."""
     keys = "  keys: s silence · a age · o output tokens · q quit"
     if doc is None:
-        title = Text(f"recorder top — {url}", style="bold")
+        title = Text(f"recorder top — {printable(url)}", style="bold")
         msg = Text(
-            f"\n{problem}\n\nStart the proxy (`recorder proxy`), or point --url at its"
-            " metrics server.\nRetrying every second.",
+            f"\n{printable(problem or '')}\n\nStart the proxy (`recorder proxy`), or point"
+            " --url at its metrics server.\nRetrying every second.",
             style="bold red",
         )
         return Group(title, msg, Text(keys, style="dim"))
@@ -117,7 +124,7 @@ def render(doc: dict[str, Any] | None, url: str, sort: str, problem: str | None 
     stalled = sum(1 for r in rows if r.get("stalled"))
     minute = doc.get("last_minute") or {}
     header = Text()
-    header.append(f"recorder top — {url}", style="bold")
+    header.append(f"recorder top — {printable(url)}", style="bold")
     header.append(f"   open {len(rows)}   ")
     header.append(f"stalled {stalled}", style="bold red" if stalled else "")
     header.append(f"   (stall after {doc.get('stall_after_s', '?')} s)\n")
@@ -149,10 +156,10 @@ def render(doc: dict[str, Any] | None, url: str, sort: str, problem: str | None 
         open_table.add_row(
             "STALLED" if stall else "streaming",
             _s(r.get("silence_s")),
-            (r.get("id") or "-")[:18],
-            r.get("endpoint") or "-",
-            r.get("model") or "-",
-            r.get("key_last4") or "-",
+            _t((r.get("id") or "")[:18]),
+            _t(r.get("endpoint")),
+            _t(r.get("model")),
+            _t(r.get("key_last4")),
             _s(r.get("age_s")),
             _s(r.get("ttft_s")),
             _n(r.get("events")),
@@ -185,11 +192,11 @@ def render(doc: dict[str, Any] | None, url: str, sort: str, problem: str | None 
         if outcome not in ("completed", "http_error", "client_disconnect"):
             colour = "red"
         done.add_row(
-            (f.get("id") or "-")[:18],
-            f.get("endpoint") or "-",
-            f.get("model") or "-",
+            _t((f.get("id") or "")[:18]),
+            _t(f.get("endpoint")),
+            _t(f.get("model")),
             _n(f.get("http_status")),
-            Text(outcome, style=colour),
+            _t(outcome, colour),
             _ms(f.get("ttft_ms")),
             _ms(f.get("duration_ms")),
             _n(f.get("input_tokens"), f.get("input_source") == "estimated"),
@@ -199,7 +206,7 @@ def render(doc: dict[str, Any] | None, url: str, sort: str, problem: str | None 
         )
     parts: list[Any] = [header, Text(""), open_table, Text(""), done]
     if problem:
-        parts.insert(1, Text(problem, style="bold red"))
+        parts.insert(1, Text(printable(problem), style="bold red"))
     parts.append(Text(keys, style="dim"))
     return Group(*parts)
 

@@ -14,6 +14,7 @@ from typing import Any, TextIO
 
 from mitmproxy.contrib import click as miniclick
 
+from recorder.core.printable import printable
 from recorder.core.record import StreamRecord
 
 # Characters of the record id shown: a UUIDv7's time (to the millisecond) and
@@ -102,15 +103,17 @@ def _outcome_colour(outcome: str | None) -> str:
 
 
 def stream_line(s: dict[str, Any], *, colour: bool = False, clock: str = "") -> str:
-    """One finished stream, the way ``mitmdump`` prints a flow (estimated figures ``~``)."""
+    """One finished stream, the way ``mitmdump`` prints a flow (estimated figures
+    ``~``; what came from the wire with its control characters escaped)."""
     cost = s["cost_usd"]
     stalls = s["stalls"] or 0
     parts = [
         clock,
-        _paint(str(s["endpoint"]), "cyan", colour),
-        str(s["model"] or "-"),
+        # the model is the client's (or the upstream's): shown, never obeyed
+        _paint(printable(str(s["endpoint"])), "cyan", colour),
+        printable(str(s["model"] or "-")),
         str(s["http_status"] if s["http_status"] is not None else "-"),
-        _paint(str(s["outcome"]), _outcome_colour(s["outcome"]), colour),
+        _paint(printable(str(s["outcome"])), _outcome_colour(s["outcome"]), colour),
         f"ttft {_secs(s['ttft_ms'])}",
         f"dur {_secs(s['duration_ms'])}",
         f"in {_tokens(s['input_tokens'], s['input_source'])}",

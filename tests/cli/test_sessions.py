@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,10 @@ from recorder.cli.main import main
 from recorder.core.record import FIELDS, Gap, StreamRecord
 from recorder.store.writer import SqlSink
 from tests.kit.cli import Cli
+from tests.kit.hostile import ESCAPED_MODEL, HOSTILE_MODEL, assert_inert
+from tests.kit.processes import RECORDER
 from tests.kit.records import full_record, simple_record
+from tests.kit.terminal import Tmux
 
 
 @pytest.fixture
@@ -191,3 +195,87 @@ def test_an_unknown_option_shows_the_usage_of_its_command(
     name = "recorder " + " ".join(command)
     assert err.startswith(f"usage: {name} "), err
     assert err.rstrip().endswith(f"{name}: error: unrecognized arguments: --bogus"), err
+
+
+@pytest.fixture
+def hostile(db_url: str, tmp_path: Path) -> StreamRecord:
+    """A stream whose model (the client's) and error message (the upstream's) were
+    built to attack the terminal they are printed on."""
+    rec = simple_record(1, model=HOSTILE_MODEL, error_message=HOSTILE_MODEL)
+    sink = SqlSink(db_url, tmp_path / "spool")
+    sink.submit(rec)
+    sink.close()
+    return rec
+
+
+@pytest.mark.parametrize("columns", [None, "80"])
+def test_a_hostile_value_is_escaped_in_the_table(
+    cli: Cli,
+    monkeypatch: pytest.MonkeyPatch,
+    db_url: str,
+    hostile: StreamRecord,
+    columns: str | None,
+) -> None:
+    """Issue 34 §4: `recorder sessions` as a table, piped (every column whole) and
+    fitted to 80 columns (the model shortened), shows the model escaped."""
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    code, out, err = cli("sessions", "--db", db_url, "--format", "table")
+    assert code == 0, err
+    assert_inert(out, shortened=columns is not None)
+    rows = [line for line in out.splitlines() if not line.startswith(("(", " "))]
+    assert len(rows) == 2  # the header and the stream (then notes): no forged line
+
+
+def test_a_hostile_value_is_escaped_by_show_and_exact_in_json_and_csv(
+    cli: Cli, db_url: str, hostile: StreamRecord
+) -> None:
+    assert hostile.id is not None
+    code, out, _ = cli("show", hostile.id, "--db", db_url, "--format", "table")
+    assert code == 0
+    assert_inert(out)
+    (line,) = [x for x in out.splitlines() if x.startswith("error_message ")]
+    assert line.split(maxsplit=1)[1] == ESCAPED_MODEL
+    code, out, _ = cli("show", hostile.id, "--db", db_url, "--format", "json")
+    assert code == 0 and "\x1b" not in out and "\r" not in out
+    assert json.loads(out)["model"] == HOSTILE_MODEL
+    code, out, _ = cli("sessions", "--db", db_url, "--format", "csv")
+    assert code == 0
+    (row,) = csv.DictReader(io.StringIO(out))
+    assert row["model"] == HOSTILE_MODEL  # CSV is data: the value exact
+
+
+@pytest.mark.slow
+def test_a_hostile_value_never_acts_on_a_real_terminal(
+    db_url: str, hostile: StreamRecord, tmux: Callable[..., Tmux]
+) -> None:
+    """`recorder sessions` on a terminal (tmux): the title is not set, nothing is
+    cleared, the model shows escaped."""
+    screen = tmux([RECORDER, "sessions", "--db", db_url], width=200)
+    text = screen.wait_for(lambda s: "completed" in s)
+    assert_inert(text)
+    assert "PWNED" not in screen.title()
+    assert text.splitlines()[0].startswith("id ")  # the header still on the first line
+
+
+def test_csv_cells_a_spreadsheet_would_run_are_quoted_as_text(
+    cli: Cli, db_url: str, tmp_path: Path
+) -> None:
+    """A model like ``=HYPERLINK(…)`` opens as text in a spreadsheet, not as a
+    formula; numbers, negative ones too, are written as they are."""
+    recs = [
+        simple_record(1, model='=HYPERLINK("http://x","y")', error_message="@SUM(A1)"),
+        simple_record(2, model="+cmd", error_message="-2+3"),
+    ]
+    sink = SqlSink(db_url, tmp_path / "spool")
+    for r in recs:
+        sink.submit(r)
+    sink.close()
+    code, out, _ = cli("sessions", "--db", db_url, "--format", "csv")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [r["model"] for r in rows] == ["'+cmd", '\'=HYPERLINK("http://x","y")']
+    assert [r["error_message"] for r in rows] == ["'-2+3", "'@SUM(A1)"]
+    assert all(r["input_tokens"] == "100" for r in rows)

@@ -4,107 +4,34 @@ fault) shows on the proxy's console while it lasts, in ``/metrics`` and
 ``tmux capture-pane``); then the stream's line when it ends. And what `recorder
 top` says when no proxy answers.
 
-tmux is installed with apt-get when missing (as root); the tmux tests are skipped,
-saying why, only where that cannot be done.
+tmux (tests.kit.terminal) is installed with apt-get when missing (as root); the tmux
+tests are skipped, saying why, only where that cannot be done.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
 import pytest
 
 from recorder.simulate import run_in_thread
+from tests.kit.hostile import ESCAPED_MODEL, HOSTILE_MODEL, assert_inert
 from tests.kit.ports import free_port
-from tests.kit.processes import RECORDER, start_proxy
+from tests.kit.processes import RECORDER, start_proxy, stop
+from tests.kit.terminal import Tmux
 from tests.kit.traffic import post_stream
 
 pytestmark = pytest.mark.slow
 
 STALL_MODEL = "gpt-4o+keepalive=0.5+stall=8"
-
-
-def ensure_tmux() -> str:
-    found = shutil.which("tmux")
-    if found:
-        return found
-    if not (hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get")):
-        pytest.skip("tmux not found and cannot be installed here: `apt-get install tmux`")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "--no-install-recommends", "tmux"]
-    result = subprocess.run(install, env=env, capture_output=True, text=True, timeout=600)
-    if result.returncode != 0:
-        subprocess.run(["apt-get", "update"], env=env, capture_output=True, timeout=300)
-        result = subprocess.run(install, env=env, capture_output=True, text=True, timeout=600)
-    found = shutil.which("tmux")
-    if not found:
-        pytest.fail(f"installing tmux failed:\n{result.stderr[-2000:]}")
-    return found
-
-
-class Tmux:
-    """One tmux server of our own (its own socket), one session running a command."""
-
-    def __init__(self, tmux: str, command: list[str]) -> None:
-        self.tmux = tmux
-        self.socket = f"recorder-test-{os.getpid()}-{free_port()}"
-        self.run("new-session", "-d", "-s", "top", "-x", "180", "-y", "45", *command, check=True)
-
-    def run(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
-        # the test run may export COLUMNS/LINES, which Rich would obey over the pane's size
-        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-        return subprocess.run(
-            [self.tmux, "-L", self.socket, *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=check,
-        )
-
-    def screen(self, escapes: bool = False) -> str:
-        return self.run("capture-pane", "-p", *(["-e"] if escapes else []), "-t", "top").stdout
-
-    def wait_for(self, check: Callable[[str], bool], timeout: float = 20) -> str:
-        deadline = time.monotonic() + timeout
-        text = ""
-        while time.monotonic() < deadline:
-            text = self.screen()
-            if check(text):
-                return text
-            time.sleep(0.3)
-        size = self.run("display", "-p", "-t", "top", "#{window_width}x#{window_height}").stdout
-        raise AssertionError(f"not on the screen after {timeout} s ({size}):\n{text}")
-
-    def alive(self) -> bool:
-        return self.run("has-session", "-t", "top").returncode == 0
-
-    def close(self) -> None:
-        self.run("kill-server")
-
-
-@pytest.fixture
-def tmux() -> Iterator[Callable[[list[str]], Tmux]]:
-    path = ensure_tmux()
-    opened: list[Tmux] = []
-
-    def start(command: list[str]) -> Tmux:
-        t = Tmux(path, command)
-        opened.append(t)
-        return t
-
-    yield start
-    for t in opened:
-        t.close()
 
 
 def test_a_stalled_stream_is_seen_live_on_console_metrics_streams_and_top(
@@ -192,3 +119,50 @@ def test_top_says_clearly_when_no_proxy_answers(
     )
     assert once.returncode == 1
     assert f"no proxy answers at {url}/streams" in once.stderr
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_a_hostile_model_name_is_shown_escaped_on_every_screen(
+    tmp_path: Path, tmux: Callable[..., Tmux], log_format: str
+) -> None:
+    """Issue 34 §4: the model a client names reaches the proxy's console line, its
+    "no price" warning and `recorder top` (piped, and in a terminal) escaped; the
+    terminal's title stays, and no forged line appears."""
+    with run_in_thread() as sim:
+        proc, port, metrics_port, _ = start_proxy(tmp_path, sim, "--log-format", log_format)
+        try:
+            assert b"[DONE]" in post_stream(port, HOSTILE_MODEL)
+            url = f"http://127.0.0.1:{metrics_port}"
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:  # the record is finished off the stream's path
+                with urllib.request.urlopen(f"{url}/streams", timeout=5) as resp:
+                    doc = orjson.loads(resp.read())
+                if doc["finished"]:
+                    break
+                time.sleep(0.1)
+            (finished,) = doc["finished"]
+            assert finished["model"] == HOSTILE_MODEL  # JSON keeps the value exact
+            piped = subprocess.run(
+                [RECORDER, "top", "--once", "--url", url],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env={k: v for k, v in os.environ.items() if k != "COLUMNS"},
+            )
+            assert piped.returncode == 0, piped.stderr
+            assert_inert(piped.stdout, shortened=True)
+            screen = tmux([RECORDER, "top", "--url", url], width=160)
+            text = screen.wait_for(lambda s: "completed" in s)
+            assert_inert(text, shortened=True)
+            assert "PWNED" not in screen.title()
+        finally:
+            out = stop(proc)
+    assert_inert(out)
+    warning = [line for line in out.splitlines() if "without a cost" in line]
+    assert len(warning) == 1 and ESCAPED_MODEL in warning[0]
+    if log_format == "json":
+        (line,) = [orjson.loads(x) for x in out.splitlines() if x.startswith('{"type":"stream"')]
+        assert line["model"] == HOSTILE_MODEL
+    else:
+        (line,) = [x for x in out.splitlines() if " chat.completions " in x]
+        assert f" {ESCAPED_MODEL} 200 completed " in line

@@ -28,6 +28,7 @@ from tests.kit.flows import (
     start,
     stream_through,
 )
+from tests.kit.hostile import HOSTILE_MODEL, assert_inert
 
 KEY = b"Bearer sk-test-abcdef1234wxyz"
 ROLE = (
@@ -141,6 +142,30 @@ async def test_json_log_format_is_one_object_per_line_with_the_records_figures()
         for name in ("id", "outcome", "ttft_ms", "output_tokens", "cost_usd", "http_status"):
             assert obj[name] == getattr(rec, name)
         assert obj["key_last4"] == "wxyz"
+
+
+async def test_a_hostile_model_name_is_escaped_on_the_line_and_exact_in_json() -> None:
+    """Issue 34 §4: the model the client named prints escaped, on a terminal (with
+    colour) or not, and as the exact value in a JSON line."""
+    for out, log_format in ((io.StringIO(), "text"), (Tty(), "text"), (io.StringIO(), "json")):
+        addon, sink, clock, live, out, _ = wired(out=out, log_format=log_format)
+        with taddons.context(addon, live):
+            body = {"model": HOSTILE_MODEL, "stream": True, "messages": []}
+            flow = make_flow(body=body, headers=[(b"authorization", KEY)])
+            await start(addon, flow, clock)
+            flow.response = sse_response()
+            addon.responseheaders(flow)
+            stream_through(flow, pieces_of(CHAT_SSE, 97), clock)
+            addon.response(flow)
+        (rec,) = sink.records
+        assert rec.model == HOSTILE_MODEL  # recorded as sent
+        if log_format == "json":
+            (line,) = lines(out)
+            assert "\x1b" not in line and "\x07" not in line and "\r" not in line
+            assert orjson.loads(line)["model"] == HOSTILE_MODEL
+        else:
+            assert_inert(out.getvalue())
+            assert len(lines(out)) == 1
 
 
 async def test_quiet_prints_nothing() -> None:
