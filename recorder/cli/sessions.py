@@ -30,6 +30,7 @@ from recorder.cli.render import (
 from recorder.core import money
 from recorder.core.captured import PackedBody
 from recorder.core.record import FIELDS, StreamRecord
+from recorder.core.short_id import short_id
 from recorder.store.queries import (
     QueryError,
     count_sessions,
@@ -73,7 +74,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(func=run)
 
     s = sub.add_parser("show", help="one stream in full, with its timeline of gaps and stalls")
-    s.add_argument("id", help="the stream's id (or a unique start or end of it)")
+    s.add_argument(
+        "id",
+        help="the stream's id, its short form (as the console, sessions and top show it),"
+        " or any part of it only this stream's id holds",
+    )
     s.add_argument(
         "--plot",
         metavar="FILE",
@@ -174,7 +179,7 @@ def _tokens(value: int | None, source: str) -> str | None:
 def table_row(r: StreamRecord) -> dict[str, Any]:
     """The compact row of `recorder sessions --format table`."""
     return {
-        "id": r.id,
+        "id": short_id(r.id),  # as every screen shows it; `show` takes it
         # month-day and time: the year is rarely news (the full time is in JSON/CSV)
         "started_at": (r.started_at or "").replace("T", " ")[5:19],
         "endpoint": r.endpoint,

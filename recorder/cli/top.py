@@ -29,6 +29,7 @@ from rich.text import Text
 
 from recorder.core.errors import RecorderError, UsageError
 from recorder.core.printable import printable
+from recorder.core.short_id import short_id
 from recorder.proxy.live_lines import money
 
 DEFAULT_URL = "http://127.0.0.1:9464"
@@ -156,7 +157,7 @@ def render(doc: dict[str, Any] | None, url: str, sort: str, problem: str | None 
         open_table.add_row(
             "STALLED" if stall else "streaming",
             _s(r.get("silence_s")),
-            _t((r.get("id") or "")[:18]),
+            _t(short_id(r.get("id"))),
             _t(r.get("endpoint")),
             _t(r.get("model")),
             _t(r.get("key_last4")),
@@ -192,7 +193,7 @@ def render(doc: dict[str, Any] | None, url: str, sort: str, problem: str | None 
         if outcome not in ("completed", "http_error", "client_disconnect"):
             colour = "red"
         done.add_row(
-            _t((f.get("id") or "")[:18]),
+            _t(short_id(f.get("id"))),
             _t(f.get("endpoint")),
             _t(f.get("model")),
             _n(f.get("http_status")),

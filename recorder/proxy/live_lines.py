@@ -16,15 +16,11 @@ from mitmproxy.contrib import click as miniclick
 
 from recorder.core.printable import printable
 from recorder.core.record import StreamRecord
+from recorder.core.short_id import SHORT_ID_CHARS
+from recorder.core.short_id import short_id as short_id
 
-# Characters of the record id shown: a UUIDv7's time (to the millisecond) and
-# 12 random bits, a unique prefix `recorder show` takes in practice.
-ID_CHARS = 18
-
-
-def short_id(record_id: str | None) -> str:
-    """The first characters of a record id, as the console shows them."""
-    return (record_id or "-")[:ID_CHARS]
+# The characters of a record id the console shows (recorder.core.short_id: its end)
+ID_CHARS = SHORT_ID_CHARS
 
 
 def key_last4(api_key_id: str | None) -> str | None:

@@ -19,6 +19,7 @@ from rich.cells import cell_len
 from recorder.cli import sessions
 from recorder.cli.render import Fit, shorten, table
 from recorder.core.record import FIELDS, StreamRecord
+from recorder.core.short_id import short_id
 from recorder.store.writer import SqlSink
 from tests.kit.cli import Cli
 from tests.kit.records import simple_record
@@ -84,7 +85,7 @@ def test_sessions_fit_the_terminal(
         assert any(line.split()[1].startswith("claude-") and "…" in line for line in rows)
 
 
-def test_a_shortened_id_shows_its_stream(
+def test_the_short_id_in_a_table_shows_its_stream(
     cli: Cli,
     monkeypatch: pytest.MonkeyPatch,
     db_url: str,
@@ -93,18 +94,21 @@ def test_a_shortened_id_shows_its_stream(
     monkeypatch.setenv("COLUMNS", "80")
     _, out, _ = cli("sessions", "--db", db_url, "--format", "table", "--limit", "0")
     shown = [line.split()[0] for line in out.splitlines()[1:58]]
-    assert all("…" in ident for ident in shown)  # ids of one millisecond share their start
+    # ids of one millisecond share their start: the table shows their ends, whole
+    assert shown == [short_id(r.id) for r in reversed(many)]
+    assert len(set(shown)) == 57 and not any("…" in ident for ident in shown)
     by_id = {r.id: r for r in many}
     for ident in shown[:10]:
         code, out, err = cli("show", ident, "--db", db_url, "--format", "json")
         assert code == 0, err
         found = json.loads(out)["id"]
-        head, _, tail = ident.partition("…")
-        assert found in by_id and found.startswith(head) and found.endswith(tail)
-    # the end alone works too, and an ambiguous part says so
-    code, out, _ = cli("show", many[5].id[-12:], "--db", db_url, "--format", "json")
-    assert code == 0 and json.loads(out)["id"] == many[5].id
-    code, _, err = cli("show", many[5].id[:8], "--db", db_url)
+        assert found in by_id and found.endswith(ident)
+    # the start works too, with its dashes or without; an ambiguous part says so
+    whole = many[5].id or ""
+    for part in (whole[:-4], whole.replace("-", "")[:26], whole.upper()):
+        code, out, err = cli("show", part, "--db", db_url, "--format", "json")
+        assert code == 0 and json.loads(out)["id"] == whole, (part, err)
+    code, _, err = cli("show", whole[:8], "--db", db_url)
     assert code == 1 and "matches several streams" in err
 
 
@@ -119,7 +123,7 @@ def test_wide_and_columns_choose(
     code, out, _ = cli("sessions", "--db", db_url, "--format", "table", "--wide")
     assert code == 0
     assert out.splitlines()[0].split() == list(sessions.TABLE_COLUMNS)
-    assert LONG_MODEL in out and many[-1].id in out and "left out" not in out
+    assert LONG_MODEL in out and short_id(many[-1].id) in out and "left out" not in out
 
     code, out, _ = cli("sessions", "--db", db_url, "--format", "table", "--columns", "model,key")
     assert code == 0
@@ -160,7 +164,8 @@ def test_every_row_shown_needs_no_note(
     monkeypatch.setenv("COLUMNS", "200")
     code, out, _ = cli("sessions", "--db", db_url, "--format", "table", "--limit", "0")
     assert code == 0 and "streams shown" not in out
-    assert len([line for line in out.splitlines() if line.startswith("01")]) == 57
+    ids = {short_id(r.id) for r in many}
+    assert len([line for line in out.splitlines() if line.split()[0] in ids]) == 57
 
 
 @pytest.mark.parametrize("width", WIDTHS)

@@ -15,8 +15,9 @@ from mitmproxy import http
 from mitmproxy.test import taddons, tflow, tutils
 
 from recorder.core.record import FIELDS
+from recorder.core.short_id import short_id
 from recorder.proxy.addon import BATCH_PIECES, Recorder
-from recorder.proxy.live import ID_CHARS, SNAPSHOT_SLICE, Live, Printer
+from recorder.proxy.live import SNAPSHOT_SLICE, Live, Printer
 from recorder.store.sinks import MemorySink
 from tests.kit.flows import (
     CHAT_SSE,
@@ -102,7 +103,7 @@ async def test_a_finished_stream_prints_one_line_with_its_figures() -> None:
         addon.response(flow)
     (rec,) = sink.records
     (line,) = lines(out)
-    assert rec.id is not None and line.endswith(rec.id[:ID_CHARS])
+    assert rec.id is not None and line.endswith(" " + short_id(rec.id))  # as `show` takes it
     words = line.split()
     assert words[1:5] == ["chat.completions", "gpt-4o", "200", "completed"]
     assert f"in {rec.input_tokens}" in line and f"out {rec.output_tokens}" in line
@@ -221,7 +222,7 @@ async def test_a_stall_is_reported_when_it_starts_and_when_output_resumes() -> N
         (began,) = lines(out)
         rid = addon._flows[flow.id].record.id
         assert rid is not None
-        assert f"stall: {rid[:ID_CHARS]}… chat.completions gpt-4o silent 30 s" in began
+        assert f"stall: {short_id(rid)}… chat.completions gpt-4o silent 30 s" in began
         assert "3 keepalives meanwhile" in began
         assert ticks.stalled == {("chat.completions", "openai"): 1}
         live.tick()  # still stalled: no second line
@@ -232,7 +233,7 @@ async def test_a_stall_is_reported_when_it_starts_and_when_output_resumes() -> N
         live.tick()
         assert ticks.stalled == {}
         over = lines(out)[1]
-        assert f"stall over: {rid[:ID_CHARS]}…" in over
+        assert f"stall over: {short_id(rid)}…" in over
         assert "output resumed after 40 s silent" in over
         feed(flow, clock, b"data: [DONE]\n\n")
         flow.response.stream(b"")  # type: ignore[union-attr,operator]
@@ -414,10 +415,7 @@ async def test_a_console_that_does_not_read_never_holds_the_proxy() -> None:
         console.go.set()
         live.flush()
     assert set(console.writers) == {"recorder-console"}  # never the event loop's thread
-    assert [line.split()[-1] for line in lines(console)] == [
-        r.id[:ID_CHARS]  # type: ignore[index]
-        for r in sink.records
-    ]
+    assert [line.split()[-1] for line in lines(console)] == [short_id(r.id) for r in sink.records]
 
 
 def test_printer_writes_every_line_in_order_across_idle_and_busy_spells() -> None:
