@@ -22,11 +22,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import orjson
+from rich.cells import cell_len
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from recorder.cli.render import GAP, Fit, fit_widths, shorten
 from recorder.core.errors import RecorderError, UsageError
 from recorder.core.printable import printable
 from recorder.core.short_id import short_id
@@ -110,8 +112,83 @@ def _sorted(rows: list[dict[str, Any]], sort: str) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: -(r.get("silence_s") or 0.0))
 
 
-def render(doc: dict[str, Any] | None, url: str, sort: str, problem: str | None = None) -> Group:
-    """One screen: the header, the open streams, the finished ones."""
+# The columns of each table, most useful first: a narrow terminal leaves out the
+# last ones, never those of *_KEEP, and shortens a long model first.
+OPEN_COLUMNS = (
+    ("state", "left"),
+    ("silence", "right"),
+    ("id", "left"),
+    ("model", "left"),
+    ("tokens", "right"),
+    ("ttft", "right"),
+    ("age", "right"),
+    ("ka", "right"),
+    ("endpoint", "left"),
+    ("key", "left"),
+    ("events", "right"),
+    ("chars", "right"),
+)
+OPEN_KEEP = ("state", "silence", "id", "model", "tokens")
+FINISHED_COLUMNS = (
+    ("id", "left"),
+    ("model", "left"),
+    ("outcome", "left"),
+    ("cost", "right"),
+    ("stalls", "right"),
+    ("ttft", "right"),
+    ("duration", "right"),
+    ("out", "right"),
+    ("in", "right"),
+    ("status", "right"),
+    ("endpoint", "left"),
+)
+FINISHED_KEEP = ("id", "model", "outcome", "cost", "stalls")
+
+
+def _grid(
+    title: str,
+    columns: tuple[tuple[str, str], ...],
+    keep: tuple[str, ...],
+    rows: list[tuple[list[Text], str | None]],
+    width: int | None,
+) -> Table:
+    """A table of ``rows`` (cells, row style) within ``width`` cells (None: every
+    column whole), fitted as `recorder sessions` fits its tables."""
+    names = [name for name, _ in columns]
+    natural = {
+        name: max([cell_len(name), *(cell_len(cells[i].plain) for cells, _ in rows)])
+        for i, name in enumerate(names)
+    }
+    widths, shown = fit_widths(names, natural, width, keep=keep)
+    grid = Table(
+        title=title,
+        title_justify="left",
+        box=None,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, GAP, 0, 0),
+    )
+    for name, justify in columns:
+        if name in shown:
+            grid.add_column(name, justify=justify, no_wrap=True, width=widths[name])  # type: ignore[arg-type]
+    at = [names.index(name) for name in shown]
+    for cells, style in rows:
+        grid.add_row(
+            *(Text(shorten(cells[i].plain, widths[names[i]]), style=cells[i].style) for i in at),
+            style=style,
+        )
+    return grid
+
+
+def render(
+    doc: dict[str, Any] | None,
+    url: str,
+    sort: str,
+    problem: str | None = None,
+    width: int | None = None,
+) -> Group:
+    """One screen: the header, the open streams, the finished ones, fitted to
+    ``width`` cells (None: every column whole, as for a pipe)."""
     keys = "  keys: s silence · a age · o output tokens · q quit"
     if doc is None:
         title = Text(f"recorder top — {printable(url)}", style="bold")
@@ -136,75 +213,52 @@ def render(doc: dict[str, Any] | None, url: str, sort: str, problem: str | None 
         f"   sorted by {sort}"
     )
 
-    open_table = Table(title="open streams", title_justify="left", expand=True, box=None)
-    for col, just in (
-        ("state", "left"),
-        ("silence", "right"),
-        ("id", "left"),
-        ("endpoint", "left"),
-        ("model", "left"),
-        ("key", "left"),
-        ("age", "right"),
-        ("ttft", "right"),
-        ("events", "right"),
-        ("ka", "right"),
-        ("chars", "right"),
-        ("tokens", "right"),
-    ):
-        open_table.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
+    open_rows: list[tuple[list[Text], str | None]] = []
     for r in rows:
         stall = bool(r.get("stalled"))
-        open_table.add_row(
-            "STALLED" if stall else "streaming",
-            _s(r.get("silence_s")),
-            _t(short_id(r.get("id"))),
-            _t(r.get("endpoint")),
-            _t(r.get("model")),
-            _t(r.get("key_last4")),
-            _s(r.get("age_s")),
-            _s(r.get("ttft_s")),
-            _n(r.get("events")),
-            _n(r.get("keepalives")),
-            _n(r.get("output_chars")),
-            _n(r.get("output_tokens"), bool(r.get("output_tokens_estimated"))),
-            style="bold white on red" if stall else None,
+        cells = {
+            "state": Text("STALLED" if stall else "streaming"),
+            "silence": Text(_s(r.get("silence_s"))),
+            "id": _t(short_id(r.get("id"))),
+            "model": _t(r.get("model")),
+            "tokens": Text(_n(r.get("output_tokens"), bool(r.get("output_tokens_estimated")))),
+            "ttft": Text(_s(r.get("ttft_s"))),
+            "age": Text(_s(r.get("age_s"))),
+            "ka": Text(_n(r.get("keepalives"))),
+            "endpoint": _t(r.get("endpoint")),
+            "key": _t(r.get("key_last4")),
+            "events": Text(_n(r.get("events"))),
+            "chars": Text(_n(r.get("output_chars"))),
+        }
+        open_rows.append(
+            ([cells[name] for name, _ in OPEN_COLUMNS], "bold white on red" if stall else None)
         )
-    if not rows:
-        open_table.add_row("(none)", style="dim")
+    if not open_rows:
+        none = [Text("(none)"), *(Text("") for _ in OPEN_COLUMNS[1:])]
+        open_rows.append((none, "dim"))
+    open_table = _grid("open streams", OPEN_COLUMNS, OPEN_KEEP, open_rows, width)
 
-    done = Table(title="finished", title_justify="left", expand=True, box=None)
-    for col, just in (
-        ("id", "left"),
-        ("endpoint", "left"),
-        ("model", "left"),
-        ("status", "right"),
-        ("outcome", "left"),
-        ("ttft", "right"),
-        ("duration", "right"),
-        ("in", "right"),
-        ("out", "right"),
-        ("cost", "right"),
-        ("stalls", "right"),
-    ):
-        done.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
+    done_rows: list[tuple[list[Text], str | None]] = []
     for f in (doc.get("finished") or [])[:FINISHED_SHOWN]:
         outcome = f.get("outcome") or "-"
         colour = "green" if outcome == "completed" else "yellow"
         if outcome not in ("completed", "http_error", "client_disconnect"):
             colour = "red"
-        done.add_row(
-            _t(short_id(f.get("id"))),
-            _t(f.get("endpoint")),
-            _t(f.get("model")),
-            _n(f.get("http_status")),
-            _t(outcome, colour),
-            _ms(f.get("ttft_ms")),
-            _ms(f.get("duration_ms")),
-            _n(f.get("input_tokens"), f.get("input_source") == "estimated"),
-            _n(f.get("output_tokens"), f.get("output_source") == "estimated"),
-            money(f.get("cost_usd")),
-            Text(str(f.get("stalls") or 0), style="yellow" if f.get("stalls") else ""),
-        )
+        cells = {
+            "id": _t(short_id(f.get("id"))),
+            "model": _t(f.get("model")),
+            "outcome": _t(outcome, colour),
+            "cost": Text(money(f.get("cost_usd"))),
+            "stalls": Text(str(f.get("stalls") or 0), style="yellow" if f.get("stalls") else ""),
+            "ttft": Text(_ms(f.get("ttft_ms"))),
+            "duration": Text(_ms(f.get("duration_ms"))),
+            "out": Text(_n(f.get("output_tokens"), f.get("output_source") == "estimated")),
+            "in": Text(_n(f.get("input_tokens"), f.get("input_source") == "estimated")),
+            "status": Text(_n(f.get("http_status"))),
+            "endpoint": _t(f.get("endpoint")),
+        }
+        done_rows.append(([cells[name] for name, _ in FINISHED_COLUMNS], None))
+    done = _grid("finished", FINISHED_COLUMNS, FINISHED_KEEP, done_rows, width)
     parts: list[Any] = [header, Text(""), open_table, Text(""), done]
     if problem:
         parts.insert(1, Text(printable(problem), style="bold red"))
@@ -237,8 +291,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--interval must be positive")
     if args.once:
         first = fetch(url)  # NoProxy: main says so, exit 1
-        console = Console(record=bool(args.svg))
-        console.print(render(first, url, "silence"))
+        width = Fit().terminal_width()  # the terminal's, COLUMNS, or None for a pipe
+        screen = render(first, url, "silence", width=width)
+        if width is None:  # a pipe: as wide as the screen's longest line
+            width = max(80, Console(width=100_000).measure(screen).maximum)
+        console = Console(record=bool(args.svg), width=width)
+        console.print(screen)
         if args.svg:
             console.save_svg(args.svg, title="recorder top")
         return 0
@@ -261,7 +319,8 @@ def run(args: argparse.Namespace) -> int:
                 doc, problem = fetch(url), None
             except NoProxy as e:
                 problem = str(e)
-            live.update(render(doc if problem is None else None, url, sort, problem))
+            cols = live.console.width  # read each time: the terminal may be resized
+            live.update(render(doc if problem is None else None, url, sort, problem, cols))
             live.refresh()
             deadline = time.monotonic() + args.interval
             while (left := deadline - time.monotonic()) > 0:
@@ -276,5 +335,6 @@ def run(args: argparse.Namespace) -> int:
                     return 0
                 if key in SORTS:
                     sort = SORTS[key]
-                    live.update(render(doc if problem is None else None, url, sort, problem))
+                    cols = live.console.width
+                    live.update(render(doc if problem is None else None, url, sort, problem, cols))
                     live.refresh()

@@ -10,6 +10,8 @@ tests are skipped, saying why, only where that cannot be done.
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import os
 import signal
 import subprocess
@@ -18,10 +20,14 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 
+from recorder.cli import top
+from recorder.core.short_id import short_id
+from recorder.proxy.live_lines import money
 from recorder.simulate import run_in_thread
 from tests.kit.hostile import ESCAPED_MODEL, HOSTILE_MODEL, assert_inert
 from tests.kit.ports import free_port
@@ -150,7 +156,7 @@ def test_a_hostile_model_name_is_shown_escaped_on_every_screen(
                 env={k: v for k, v in os.environ.items() if k != "COLUMNS"},
             )
             assert piped.returncode == 0, piped.stderr
-            assert_inert(piped.stdout, shortened=True)
+            assert_inert(piped.stdout)  # a pipe gets every column whole
             screen = tmux([RECORDER, "top", "--url", url], width=160)
             text = screen.wait_for(lambda s: "completed" in s)
             assert_inert(text, shortened=True)
@@ -166,3 +172,88 @@ def test_a_hostile_model_name_is_shown_escaped_on_every_screen(
     else:
         (line,) = [x for x in out.splitlines() if " chat.completions " in x]
         assert f" {ESCAPED_MODEL} 200 completed " in line
+
+
+LONG_MODEL = "claude-sonnet-4-5-20250929-with-a-very-long-deployment-name"
+
+
+def headers(text: str, first: str) -> list[str]:
+    """The column names of the table whose header line starts with ``first``."""
+    (line,) = [x for x in text.splitlines() if x.split()[:1] == [first] and "  " in x]
+    return line.split()
+
+
+def test_top_is_readable_at_80_100_120_and_160_columns(
+    tmp_path: Path, tmux: Callable[..., Tmux]
+) -> None:
+    """Issue 33 §3: at 120 columns `top` showed `sile… k… tt…` and `$0.00006…`
+    while the model kept ~37 characters. In a real terminal of each width: no
+    header cut, the columns that matter whole (the short id, the outcome, the
+    cost), a long model shortened first; more columns as the terminal widens."""
+    with run_in_thread() as sim:
+        proc, port, metrics_port, _ = start_proxy(tmp_path, sim)  # stall after 1 s
+        try:
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                post_stream(port, "gpt-4o-mini+rst=6")  # cut by the upstream
+            post_stream(port, LONG_MODEL)
+
+            def stalling() -> None:  # cut when the proxy stops
+                with contextlib.suppress(OSError, http.client.HTTPException):
+                    post_stream(port, LONG_MODEL + "+keepalive=0.5+stall=60")
+
+            threading.Thread(target=stalling, daemon=True).start()
+            base = f"http://127.0.0.1:{metrics_port}"
+            deadline = time.monotonic() + 20
+            doc: dict[str, Any] = {}
+            while time.monotonic() < deadline:
+                with urllib.request.urlopen(f"{base}/streams", timeout=5) as resp:
+                    doc = orjson.loads(resp.read())
+                if len(doc["finished"]) == 2 and any(r["stalled"] for r in doc["open"]):
+                    break
+                time.sleep(0.2)
+            cut = next(f for f in doc["finished"] if f["outcome"] == "upstream_disconnect")
+            (live,) = doc["open"]
+            whole = [short_id(cut["id"]), money(cut["cost_usd"]), short_id(live["id"])]
+            seen: dict[int, tuple[list[str], list[str]]] = {}
+            for width in (80, 100, 120, 160):
+                screen = tmux([RECORDER, "top", "--url", base], width=width, height=40)
+                text = screen.wait_for(lambda s: "STALLED" in s and "upstream_disconnect" in s)
+                opened, finished = headers(text, "state"), headers(text, "id")
+                assert not any("…" in h for h in opened + finished), text
+                assert set(top.OPEN_KEEP) <= set(opened), text
+                assert set(top.FINISHED_KEEP) <= set(finished), text
+                assert all(w in text for w in whole), text
+                assert "claude-" in text and LONG_MODEL not in text  # shortened in the middle
+                seen[width] = (opened, finished)
+                screen.close()
+            assert {"ttft", "age", "ka"} <= set(seen[100][0])
+            assert {"ttft", "duration", "out", "in"} <= set(seen[100][1])
+            for narrow, wide in ((80, 100), (100, 120), (120, 160)):
+                assert len(seen[narrow][0]) <= len(seen[wide][0])
+                assert len(seen[narrow][1]) <= len(seen[wide][1])
+            assert len(seen[160][0]) == len(top.OPEN_COLUMNS)
+
+            # piped, `top --once` keeps every column whole; with COLUMNS, it fits
+            env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+            piped = subprocess.run(
+                [RECORDER, "top", "--once", "--url", base],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=env,
+            )
+            assert piped.returncode == 0, piped.stderr
+            assert headers(piped.stdout, "state") == [c for c, _ in top.OPEN_COLUMNS]
+            assert headers(piped.stdout, "id") == [c for c, _ in top.FINISHED_COLUMNS]
+            assert LONG_MODEL in piped.stdout and all(w in piped.stdout for w in whole)
+            narrow = subprocess.run(
+                [RECORDER, "top", "--once", "--url", base],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env={**env, "COLUMNS": "80"},
+            )
+            assert max(len(line.rstrip()) for line in narrow.stdout.splitlines()) <= 80
+            assert all(w in narrow.stdout for w in whole)
+        finally:
+            stop(proc)
