@@ -28,11 +28,11 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from recorder.cli.render import GAP, Fit, fit_widths, shorten
+from recorder.cli.render import GAP, Fit, command, fit_widths, shorten
 from recorder.core.errors import RecorderError, UsageError
 from recorder.core.printable import printable
 from recorder.core.short_id import short_id
-from recorder.proxy.live_lines import money
+from recorder.proxy.live_lines import duration, money
 
 DEFAULT_URL = "http://127.0.0.1:9464"
 SORTS = {"s": "silence", "a": "age", "o": "output tokens"}
@@ -82,14 +82,8 @@ def fetch(url: str, timeout: float = 3.0) -> dict[str, Any]:
         raise NoProxy(f"no proxy answers at {target} ({reason})") from None
 
 
-def _s(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.2f}s" if value < 10 else f"{value:.1f}s" if value < 100 else f"{value:.0f}s"
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else _s(value / 1000.0)
+def _s(seconds: float | None) -> str:
+    return duration(None if seconds is None else seconds * 1000.0)
 
 
 def _t(value: Any, style: str = "") -> Text:
@@ -193,8 +187,8 @@ def render(
     if doc is None:
         title = Text(f"recorder top — {printable(url)}", style="bold")
         msg = Text(
-            f"\n{printable(problem or '')}\n\nStart the proxy (`recorder proxy`), or point"
-            " --url at its metrics server.\nRetrying every second.",
+            f"\n{printable(problem or '')}\n\nStart the proxy (`{command('proxy')}`), or"
+            " point --url at its metrics server.\nRetrying every second.",
             style="bold red",
         )
         return Group(title, msg, Text(keys, style="dim"))
@@ -250,8 +244,8 @@ def render(
             "outcome": _t(outcome, colour),
             "cost": Text(money(f.get("cost_usd"))),
             "stalls": Text(str(f.get("stalls") or 0), style="yellow" if f.get("stalls") else ""),
-            "ttft": Text(_ms(f.get("ttft_ms"))),
-            "duration": Text(_ms(f.get("duration_ms"))),
+            "ttft": Text(duration(f.get("ttft_ms"))),
+            "duration": Text(duration(f.get("duration_ms"))),
             "out": Text(_n(f.get("output_tokens"), f.get("output_source") == "estimated")),
             "in": Text(_n(f.get("input_tokens"), f.get("input_source") == "estimated")),
             "status": Text(_n(f.get("http_status"))),

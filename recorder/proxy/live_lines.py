@@ -67,11 +67,18 @@ def _paint(text: str, colour: str | None, on: bool) -> str:
     return str(miniclick.style(text, fg=colour))
 
 
-def _secs(ms: float | None) -> str:
+def duration(ms: float | None) -> str:
+    """A duration as the console line and `recorder top` show it: milliseconds
+    under a second (``3.2ms``, ``28ms``: a stream of a few milliseconds is not
+    ``0.00s``), then seconds (``1.52s``, ``80.2s``, ``123s``)."""
     if ms is None:
         return "-"
+    if ms < 9.95:
+        return f"{ms:.1f}ms"
+    if ms < 999.5:
+        return f"{ms:.0f}ms"
     s = ms / 1000.0
-    return f"{s:.2f}s" if s < 10 else f"{s:.1f}s" if s < 100 else f"{s:.0f}s"
+    return f"{s:.2f}s" if s < 9.995 else f"{s:.1f}s" if s < 99.95 else f"{s:.0f}s"
 
 
 def _tokens(value: int | None, source: str) -> str:
@@ -110,8 +117,8 @@ def stream_line(s: dict[str, Any], *, colour: bool = False, clock: str = "") -> 
         printable(str(s["model"] or "-")),
         str(s["http_status"] if s["http_status"] is not None else "-"),
         _paint(printable(str(s["outcome"])), _outcome_colour(s["outcome"]), colour),
-        f"ttft {_secs(s['ttft_ms'])}",
-        f"dur {_secs(s['duration_ms'])}",
+        f"ttft {duration(s['ttft_ms'])}",
+        f"dur {duration(s['duration_ms'])}",
         f"in {_tokens(s['input_tokens'], s['input_source'])}",
         f"out {_tokens(s['output_tokens'], s['output_source'])}",
         money(cost),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import io
 import os
 import signal
 import subprocess
@@ -24,6 +25,7 @@ from typing import Any
 
 import orjson
 import pytest
+from rich.console import Console
 
 from recorder.cli import top
 from recorder.core.short_id import short_id
@@ -256,4 +258,18 @@ def test_top_is_readable_at_80_100_120_and_160_columns(
             assert max(len(line.rstrip()) for line in narrow.stdout.splitlines()) <= 80
             assert all(w in narrow.stdout for w in whole)
         finally:
-            stop(proc)
+            out = stop(proc)
+    # the stalled stream is cut by the shutdown, and said in the singular (issue 33 §4)
+    assert "3 records:" in out and "; 1 stream was still open and cut by the shutdown" in out
+
+
+def test_the_hint_names_the_way_the_proxy_is_started(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Started through scripts/run, `recorder` is not on PATH: the hint says so."""
+    for prog, hint in ((None, "`recorder proxy`"), ("scripts/run", "`scripts/run proxy`")):
+        if prog is None:
+            monkeypatch.delenv("RECORDER_PROG", raising=False)
+        else:
+            monkeypatch.setenv("RECORDER_PROG", prog)
+        console = Console(file=io.StringIO(), width=120)
+        console.print(top.render(None, "http://127.0.0.1:1", "silence", "no proxy answers"))
+        assert f"Start the proxy ({hint})" in console.file.getvalue()  # type: ignore[attr-defined]

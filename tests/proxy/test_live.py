@@ -18,6 +18,7 @@ from recorder.core.record import FIELDS
 from recorder.core.short_id import short_id
 from recorder.proxy.addon import BATCH_PIECES, Recorder
 from recorder.proxy.live import SNAPSHOT_SLICE, Live, Printer
+from recorder.proxy.live_lines import duration
 from recorder.store.sinks import MemorySink
 from tests.kit.flows import (
     CHAT_SSE,
@@ -108,10 +109,34 @@ async def test_a_finished_stream_prints_one_line_with_its_figures() -> None:
     assert words[1:5] == ["chat.completions", "gpt-4o", "200", "completed"]
     assert f"in {rec.input_tokens}" in line and f"out {rec.output_tokens}" in line
     assert "~" not in line  # reported usage is not marked
-    assert f"ttft {rec.ttft_ms / 1000:.2f}s" in line  # type: ignore[operator]
+    assert rec.ttft_ms is not None and rec.ttft_ms < 1000  # the test's clock: milliseconds
+    assert f"ttft {rec.ttft_ms:.0f}ms" in line
     assert "stalls 0" in line and "ka 0" in line
     assert "\x1b[" not in line  # not a terminal: no colour
     assert "sk-test" not in out.getvalue() and "wxyz" not in line
+
+
+async def test_a_stream_of_a_few_milliseconds_shows_them() -> None:
+    """Issue 33 §4: a stream under 5 ms printed ``ttft 0.00s dur 0.00s``."""
+    addon, sink, clock, live, out, _ = wired()
+    with taddons.context(addon, live):
+        flow = make_flow(headers=[(b"authorization", KEY)])
+        await start(addon, flow, clock)
+        clock.now -= 0.25  # an upstream that answers at once (start lets 0.25 s pass)
+        flow.response = sse_response()
+        addon.responseheaders(flow)
+        stream_through(flow, pieces_of(CHAT_SSE, 4096), clock, step=0.0004)
+        addon.response(flow)
+    (rec,) = sink.records
+    assert rec.ttft_ms is not None and rec.duration_ms is not None and rec.duration_ms < 5
+    (line,) = lines(out)
+    assert f" ttft {rec.ttft_ms:.1f}ms dur {rec.duration_ms:.1f}ms " in line
+
+
+def test_durations_show_milliseconds_under_a_second_then_seconds() -> None:
+    shown = [duration(ms) for ms in (None, 0.04, 3.24, 9.96, 28.4, 999.4, 999.6, 1520, 80_200)]
+    assert shown == ["-", "0.0ms", "3.2ms", "10ms", "28ms", "999ms", "1.00s", "1.52s", "80.2s"]
+    assert [duration(ms) for ms in (9_996, 99_960, 123_456)] == ["10.0s", "100s", "123s"]
 
 
 async def test_estimated_figures_are_marked_and_a_terminal_gets_colour() -> None:
