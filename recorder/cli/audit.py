@@ -31,6 +31,7 @@ FORMATS = ("table", "json", "csv", "parquet")
 SUFFIX_FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".txt": "table"}
 _MICRO = Decimal("0.000001")
 TOTAL = "TOTAL"
+TABLE_KEEP = ("requests", "cost_usd")  # an audit without its cost answers nothing
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -151,12 +152,13 @@ def _micro(value: str | None) -> str | None:
 
 def render_table(groups: Sequence[dict[str, Any]], by: Sequence[str]) -> str:
     """The rows of :func:`document` as an aligned table, under the same column
-    names; money rounded to the micro-dollar, an unknown cost ``-``."""
+    names; money rounded to the micro-dollar, an unknown cost ``-``. A narrow
+    terminal keeps the groups' keys, their requests and their cost."""
     rows = [
         {k: _micro(v) if k in audit.MONEY_METRICS else v for k, v in r.items()}
         for r in document(groups, by)
     ]
-    return table(rows, columns(by))
+    return table(rows, columns(by), keep=[*(by or ["group"]), *TABLE_KEEP])
 
 
 def write_parquet(groups: Sequence[dict[str, Any]], by: Sequence[str], path: Path) -> None:

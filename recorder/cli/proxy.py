@@ -138,10 +138,11 @@ def run(args: argparse.Namespace) -> int:
         app.close()  # the sink (every record written or spooled), spans, /metrics, lines
     assert app.store is not None
     stats = app.store.stats()
+    records, cut = app.recorder.health.records, app.recorder.cut_at_shutdown
     print(
-        f"recorder: stopped; {app.recorder.health.records} records:"
+        f"recorder: stopped; {records} record{'' if records == 1 else 's'}:"
         f" {stats['written']} written to the database, {stats['spooled']} spooled,"
-        f" {stats['dropped']} dropped; {app.recorder.cut_at_shutdown} streams were still open"
-        " and cut by the shutdown"
+        f" {stats['dropped']} dropped; {cut} stream{' was' if cut == 1 else 's were'} still"
+        " open and cut by the shutdown"
     )
     return 0
