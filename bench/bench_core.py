@@ -98,9 +98,10 @@ except ImportError:  # httpx_sse/__init__ imports httpx, which httpx-sse does no
     HxSSEDecoder, HxSSELineDecoder = _load_decoders()
     HTTPX_NOTE = f"httpx-sse {version('httpx-sse')} (its decoders only: httpx is not installed)"
 
+from recorder.core.framing import Event  # noqa: E402
 from recorder.core.meter import StreamMeter  # noqa: E402
 from recorder.core.protocols import interpreter_for, template  # noqa: E402
-from recorder.core.sse import Event, SSEFramer  # noqa: E402
+from recorder.core.sse import SSEFramer  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures"
 

@@ -35,7 +35,8 @@ import orjson
 from mitmproxy import http
 from mitmproxy.test import taddons, tflow, tutils
 
-from recorder.proxy.addon import Recorder, RecorderConfig
+from recorder.proxy.addon import Recorder
+from recorder.proxy.config import RecorderConfig
 from recorder.proxy.live import SNAPSHOT_SLICE, Live
 from recorder.store.sinks import MemorySink
 

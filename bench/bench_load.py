@@ -249,7 +249,8 @@ def child_scaled_proxy(upstream: str, speedup: float, workdir: str) -> None:
     """The recorder addon with a clock ``speedup`` times faster than the wall clock."""
     from recorder.cli.proxy import open_store
     from recorder.core.price_files import shipped_prices
-    from recorder.proxy.addon import Recorder, RecorderConfig
+    from recorder.proxy.addon import Recorder
+    from recorder.proxy.config import RecorderConfig
     from recorder.proxy.runner import ProxySettings, run_in_thread
 
     base = time.monotonic()

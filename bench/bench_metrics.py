@@ -39,8 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import fmt as _fmt
 from timing import rounds
 
-from recorder.metrics.collectors import CHUNK_GAP_BUCKETS, DURATION_BUCKETS, IntervalHistogram
-from recorder.metrics.record_series import CounterFamily, HistogramFamily
+from recorder.metrics.collectors import CHUNK_GAP_BUCKETS, DURATION_BUCKETS
+from recorder.metrics.record_series import CounterFamily, HistogramFamily, IntervalHistogram
 
 LABELS = ("chat.completions", "openai", "gpt-4o")
 
@@ -74,7 +74,9 @@ def intervals(n: int, reps: int, repeats: int) -> tuple[str, bool]:
     lib = Histogram(
         "gap_seconds", "g", ["e", "p", "m"], registry=lib_reg, buckets=CHUNK_GAP_BUCKETS
     )
-    ours = IntervalHistogram("gap_seconds", "g", ["e", "p", "m"], CHUNK_GAP_BUCKETS, our_reg)
+    ours = IntervalHistogram(
+        "gap_seconds", "g", ["e", "p", "m"], CHUNK_GAP_BUCKETS, threading.Lock(), our_reg
+    )
     child = lib.labels(*LABELS)
 
     def library() -> None:

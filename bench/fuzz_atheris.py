@@ -41,9 +41,10 @@ from pathlib import Path
 import atheris
 
 with atheris.instrument_imports():
+    from recorder.core.framing import Event, FramingIssue
     from recorder.core.meter import StreamMeter
     from recorder.core.record import OUTCOMES
-    from recorder.core.sse import Event, FramingIssue, SSEFramer
+    from recorder.core.sse import SSEFramer
 
 ROOT = Path(__file__).resolve().parents[1]
 ENDPOINTS = ("chat.completions", "responses", "messages")

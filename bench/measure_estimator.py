@@ -34,6 +34,10 @@ estimate for the delivered prefix is compared with a tokenizer's count of the
 text delivered (``recorder.proxy.tokenizers``, the ``tokenizers`` extra): exact for
 OpenAI, the public Claude vocabulary (an approximation) for Claude up to 4.6.
 
+Both are also reported by output size (``SIZES``: up to 10 tokens, 11 to 100,
+more), the target's size: a fixed allowance (framing per response, per tool
+call) weighs most where little was streamed, so short outputs get a row of their own.
+
 ``--cost`` times counting request bodies with each tokenizer against counting
 characters only, in the same run (docs/billing.md quotes it).
 """
@@ -57,10 +61,12 @@ ROOT = Path(__file__).resolve().parents[1]
 # The captures are too few for the proxy's threshold (20 records per model or
 # family and kind): the calibrated run lowers it.
 CAL_SAMPLES = 5
+# output sizes reported apart: (label, largest target in tokens)
+SIZES = (("<= 10 tokens", 10), ("11-100 tokens", 100), ("> 100 tokens", None))
 sys.path.insert(0, str(ROOT))
 
 from recorder.core.billing import absorb, fill_usage  # noqa: E402
-from recorder.core.counts import count_request  # noqa: E402
+from recorder.core.counts import OutputCounts, count_request  # noqa: E402
 from recorder.core.estimate import Calibration, Estimator  # noqa: E402
 from recorder.core.meter import StreamMeter  # noqa: E402
 from recorder.core.model_families import PROFILES, family_for, hides_reasoning  # noqa: E402
@@ -268,6 +274,10 @@ def measure(fixtures: Path, cuts: int = 5, seed: int = 15) -> dict[str, Any]:
         "calibrated_by_family": {
             g: _summary(of(g), "error_calibrated", "visible", "calibrated") for g in groups
         },
+        "by_size": _by_size(rows, "visible", "error_visible", "visible", "estimate"),
+        "calibrated_by_size": _by_size(
+            rows, "visible", "error_calibrated", "visible", "calibrated"
+        ),
         # responses whose whole output is in the stream: the estimator's own error
         "in_stream_by_family": {
             g: _summary(
@@ -290,10 +300,18 @@ def measure_cuts(
     samples: list[dict[str, Any]], teachers: list[Estimator], cuts: int, seed: int
 ) -> dict[str, Any]:
     """Cut each response at ``cuts`` random byte offsets; compare the estimate of the
-    delivered prefix with the exact tokenizer's count of its text (where one exists),
-    plus the same framing the estimator adds (a model, not a count: see the docs).
+    delivered prefix with the exact tokenizer's count of its text (where one exists).
     Claude has no public tokenizer of its own: its rows are compared with the
-    older public vocabulary, marked approximate, a reference and not a truth."""
+    older public vocabulary, marked approximate, a reference and not a truth.
+
+    What a provider bills for a cut stream's framing is not known, so two
+    references bracket it: ``streamed``, the count plus each started tool call's
+    allowance (kept whole by the estimator), and ``framed``, that plus a whole
+    response's allowance (as if the stream had ended). Two estimates: ``whole``
+    gives a cut stream the whole per-response allowance (the estimator's way
+    before it knew of cuts), ``scaled`` scales it to what the stream produced
+    (``Estimator.output(cut=True)`` for an interrupted record, as the proxy's
+    billing passes it)."""
     rng = random.Random(seed)
     rows = []
     for sample in samples:
@@ -303,38 +321,52 @@ def measure_cuts(
         encoding, count = found
         exact = encoding not in tokenizers.APPROXIMATE
         body: bytes = sample["body"]
+        teacher = teachers[sample["half"]]
         for _ in range(cuts):
             at = rng.randrange(1, len(body))
             prefix = body[:at]
             record = meter(sample["endpoint"], prefix)
             text = delivered_text(sample["endpoint"], prefix)
-            if not text:
+            if not text or record.output_breakdown is None:
                 continue
-            cut = forget_output(record)
-            fill_usage(cut, teachers[sample["half"]])
+            counts = OutputCounts.from_breakdown(record.output_breakdown, record.tool_calls)
+            model = record.response_model or record.model
+            whole = teacher.output(model, sample["endpoint"], counts).tokens
+            scaled = teacher.output(
+                model, sample["endpoint"], counts, cut=record.interrupted is True
+            ).tokens
             profile = PROFILES[family_for(sample["model"], sample["endpoint"])]
-            framing = record.tool_calls * profile.call_tokens + profile.response_tokens
-            reference = count(text) + framing
-            rows.append(
-                {
-                    "name": sample["name"],
-                    "group": sample["group"],
-                    "encoding": encoding if exact else f"{encoding} (approximate)",
-                    "estimate": cut.output_tokens,
-                    "exact": reference,
-                    "error": _err(cut.output_tokens, reference),
-                }
-            )
+            streamed = count(text) + record.tool_calls * profile.call_tokens
+            framed = streamed + profile.response_tokens
+            row = {
+                "name": sample["name"],
+                "group": sample["group"],
+                "encoding": encoding if exact else f"{encoding} (approximate)",
+                "whole": whole,
+                "scaled": scaled,
+                "streamed": streamed,
+                "framed": framed,
+            }
+            for estimate in ("whole", "scaled"):
+                for reference in ("streamed", "framed"):
+                    row[f"error_{estimate}_{reference}"] = _err(row[estimate], row[reference])
+            rows.append(row)
     groups = sorted({r["group"] for r in rows})
+    versus: dict[str, Any] = {}
+    for estimate in ("whole", "scaled"):
+        for reference in ("streamed", "framed"):
+            key = f"error_{estimate}_{reference}"
+            versus[f"{estimate}_vs_{reference}"] = {
+                "by_size": _by_size(rows, "streamed", key, reference, estimate),
+                "by_family": {
+                    g: _summary([r for r in rows if r["group"] == g], key, reference, estimate)
+                    for g in groups
+                },
+            }
     return {
         "n": len(rows),
-        "by_family": {
-            g: {
-                "encoding": sorted({r["encoding"] for r in rows if r["group"] == g}),
-                **_summary([r for r in rows if r["group"] == g], "error", "exact", "estimate"),
-            }
-            for g in groups
-        },
+        "encoding": {g: sorted({r["encoding"] for r in rows if r["group"] == g}) for g in groups},
+        **versus,
     }
 
 
@@ -410,6 +442,23 @@ def _summary(rows: list[dict[str, Any]], key: str, target: str, estimate: str) -
     }
 
 
+def _size_of(tokens: int) -> str:
+    for label, most in SIZES:
+        if most is None or tokens <= most:
+            return label
+    raise AssertionError("the last size has no bound")
+
+
+def _by_size(
+    rows: list[dict[str, Any]], size: str, key: str, target: str, estimate: str
+) -> dict[str, Any]:
+    """:func:`_summary` of the rows in each of ``SIZES``, by the ``size`` column."""
+    return {
+        label: _summary([r for r in rows if _size_of(r[size]) == label], key, target, estimate)
+        for label, _ in SIZES
+    }
+
+
 def _line(label: str, f: dict[str, Any]) -> str:
     if not f.get("n"):
         return f"{label}: N=0"
@@ -453,10 +502,25 @@ def main() -> None:
         print(_line(f"  {g}, defaults", f))
         print(_line(f"  {g}, held-out calibrated", s["calibrated_by_family"][g]))
         print(_line(f"  {g}, held-out, whole output in the stream", s["in_stream_by_family"][g]))
+    print("by output size (the target's), built-in defaults / held-out calibrated:")
+    for label, f in s["by_size"].items():
+        print(_line(f"  {label}, defaults", f))
+        print(_line(f"  {label}, held-out calibrated", s["calibrated_by_size"][label]))
     c = result["cuts"]
-    print(f"\nrandom cuts ({args.cuts} per response, seed {args.seed}) vs the exact tokenizer:")
-    for g, f in c["by_family"].items():
-        print(_line(f"  {g} ({', '.join(f['encoding'])})", f))
+    print(f"\nrandom cuts ({args.cuts} per response, seed {args.seed}) vs the exact tokenizer")
+    print("(streamed: its count of the text delivered, plus the started calls' allowance;")
+    print(" framed: that plus a whole response's allowance)")
+    for estimate, what in (
+        ("whole", "the whole per-response allowance"),
+        ("scaled", "the allowance scaled to a cut"),
+    ):
+        for reference in ("streamed", "framed"):
+            print(f"estimated with {what}, against {reference}:")
+            versus = c[f"{estimate}_vs_{reference}"]
+            for g, f in versus["by_family"].items():
+                print(_line(f"  {g} ({', '.join(c['encoding'][g])})", f))
+            for label, f in versus["by_size"].items():
+                print(_line(f"  {label}", f))
     if args.cost:
         cost = result["cost"]
         print(

@@ -50,7 +50,8 @@ ensure_venv() {
     have="$(cat "$VENV/.recorder-stamp-${1:-run}" 2>/dev/null || true)"
     if [ "$want" != "$have" ]; then
         echo "recorder: installing dependencies into $VENV (log: $VENV/install.log)" >&2
-        local target="$ROOT"
+        # every extra: the two commands install everything (pyproject.toml)
+        local target="$ROOT[all]"
         if [ "${1:-run}" = "dev" ]; then target="$ROOT[dev]"; fi
         # pip's and setuptools' chatter goes to the log; it is shown only on failure
         if ! { "$VENV/bin/python" -m pip install --disable-pip-version-check --upgrade pip &&

@@ -1,12 +1,31 @@
 """The start-up banner: where the proxy listens and how to point the SDKs at it,
 where records, traces and metrics go, and a warning for every listener beyond
-loopback. ``recorder proxy`` and the mitmproxy script print the same one."""
+loopback. ``recorder proxy`` and the mitmproxy script print the same one, each
+saying what is true of its own route: mitmproxy listens on every interface
+unless told otherwise (``recorder proxy`` on 127.0.0.1), and under it a
+``/metrics`` port that is taken is skipped rather than fatal.
+
+A listener on every interface (``0.0.0.0``, ``::``; mitmproxy reports both for
+one port) is one line, and the addresses to export are this machine's loopback
+one: ``http://[::]:8080`` is where the proxy listens, not where a client
+connects.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+from pathlib import Path
 from typing import Protocol
 
-from recorder.proxy.options import AppConfig, exposure_warnings
+from recorder.app.settings import spool_dir_of
+from recorder.proxy.exposure import exposure_warnings
+from recorder.proxy.options import AppConfig
+
+# a host that stands for every interface of this machine
+EVERY_INTERFACE = frozenset({"", "0.0.0.0", "::"})
+DEFAULT_METRICS = "http://127.0.0.1:9464"
 
 
 class ListenerLike(Protocol):
@@ -26,39 +45,73 @@ def size_text(n: int) -> str:
     return f"{n:,} bytes"
 
 
+def command(words: str) -> str:
+    """A ``recorder`` command line to print as a hint, runnable as printed:
+    ``scripts/run`` exports RECORDER_PROG (``scripts/run top``); else ``recorder``
+    when it is on PATH; else the console script beside this Python (a mitmdump
+    started as ``.venv/bin/mitmdump`` without the venv activated)."""
+    prog = os.environ.get("RECORDER_PROG") or "recorder"
+    ours = Path(sys.executable).parent / "recorder"
+    if prog == "recorder" and shutil.which("recorder") is None and ours.exists():
+        here = os.path.relpath(ours)
+        prog = str(ours) if here.startswith("..") else here
+    return f"{prog} {words}"
+
+
+def inside_mitmproxy(config: AppConfig) -> bool:
+    """Whether ``config`` came from mitmproxy's options (the mitmproxy script),
+    not from `recorder proxy`'s flags: it then names its options ``recorder_…``."""
+    return config.where("db") == "recorder_db"
+
+
 def banner_lines(
     config: AppConfig,
     listeners: list[ListenerLike],
     confdir: str,
     *,
     title: str = "recorder: proxy running (Ctrl-C to stop)",
+    mitmproxy: bool | None = None,
 ) -> list[str]:
-    """The banner, a line each."""
+    """The banner, a line each. ``mitmproxy``: printed by the mitmproxy script
+    (None: told by ``config``, :func:`inside_mitmproxy`)."""
     from recorder.store.engine import display_url
 
+    under_mitmproxy = inside_mitmproxy(config) if mitmproxy is None else mitmproxy
     lines = [title]
-    for lst in listeners:
-        host = f"[{lst.host}]" if ":" in lst.host else lst.host
-        base = f"http://{host}:{lst.port}"
+    shown = _one_per_port(listeners)
+    for lst in shown:
         if lst.mode == "web":
             lines.append(f"  web UI   {lst.url}")
             continue
+        every = lst.host in EVERY_INTERFACE
+        host = "127.0.0.1" if every else f"[{lst.host}]" if ":" in lst.host else lst.host
+        base = f"http://{host}:{lst.port}"
+        where = f"every interface, port {lst.port} ({base} here)" if every else base
         if lst.mode.startswith("reverse:"):
             upstream = lst.mode.split(":", 1)[1].split("@", 1)[0]
-            lines.append(f"  reverse  {base}  ->  {upstream}")
+            lines.append(f"  reverse  {where}  ->  {upstream}")
             if "anthropic" not in upstream:
                 lines.append(f"    OpenAI SDK:     OPENAI_BASE_URL={base}/v1")
             if "openai" not in upstream:
                 lines.append(f"    Anthropic SDK:  ANTHROPIC_BASE_URL={base}")
         else:
-            lines.append(f"  {lst.mode.split('@')[0]}  {base}")
+            kind = lst.mode.split("@")[0]
+            lines.append(f"  {kind}  {where}")
             lines.append(f"    Python SDKs, curl, Go:  HTTPS_PROXY={base} \\")
             lines.append(f"                    SSL_CERT_FILE={confdir}/mitmproxy-ca-cert.pem")
             lines.append(
                 "    Node's fetch ignores HTTPS_PROXY: NODE_USE_ENV_PROXY=1, or reverse mode"
                 " (README)"
             )
-    lines.append(f"  records:  {display_url(config.db)}  (spool: {config.spool_dir})")
+            if kind == "regular":
+                lines.append(
+                    f'    As a base URL ({base}/v1) it answers 502 "Request destination unknown":'
+                )
+                lines.append(
+                    "    base URLs need reverse mode, --mode reverse:https://api.openai.com@8081"
+                    " (README)"
+                )
+    lines.append(f"  records:  {display_url(config.db)}  (spool: {spool_dir_of(config)})")
     if config.jsonl:
         lines.append(f"            and {config.jsonl} (JSON lines)")
     if config.capture_bodies:
@@ -73,13 +126,56 @@ def banner_lines(
             f"  traces:   OTLP {config.otlp_protocol} to {shown_url(config.otlp_endpoint)}"
         )
     served = bool(config.metrics_url)
-    lines.append(f"  metrics:  {config.metrics_url if served else 'off (metrics port 0)'}")
+    if served:
+        lines.append(f"  metrics:  {config.metrics_url}")
+    elif config.metrics_port:
+        asked = _address(config.metrics_host, config.metrics_port)
+        given = config.where("metrics-port")
+        lines.append(f"  metrics:  off: {asked} could not be served (see above)")
+        lines.append(f"            ({_setting(given, 'PORT')} for another, 0 for none)")
+    else:
+        lines.append(f"  metrics:  off ({_setting(config.where('metrics-port'), '0')})")
     if config.live and served:
         base = config.metrics_url.removesuffix("/metrics")
-        top = "recorder top" + ("" if base == "http://127.0.0.1:9464" else f" --url {base}")
-        lines.append(f"  live:     {base}/streams  (watch it: {top})")
+        metrics_host = config.metrics_host
+        if metrics_host in EVERY_INTERFACE:  # served everywhere: read it here
+            base = f"http://127.0.0.1:{config.metrics_port_bound}"
+        top = "top" + ("" if base == DEFAULT_METRICS else f" --url {base}")
+        lines.append(f"  live:     {base}/streams  (watch it: {command(top)})")
     lines += exposure_warnings(
-        [(lst.mode, lst.host, lst.port) for lst in listeners if lst.mode != "web"],
+        [(lst.mode, lst.host, lst.port) for lst in shown if lst.mode != "web"],
         (config.metrics_host, config.metrics_port_bound) if served else None,
+        listen_hint=(
+            "--listen-host 127.0.0.1; mitmproxy's default is every interface"
+            if under_mitmproxy
+            else "the default"
+        ),
     )
     return lines
+
+
+def _setting(given: str, value: str) -> str:
+    """An option with its value, as it is written where it came from."""
+    if given.startswith("--") and " " not in given:  # a flag; not `--set NAME`
+        return f"{given} {value}"
+    if given.startswith("recorder_"):
+        return f"--set {given}={value}"
+    return f"{given}={value}"
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _one_per_port(listeners: list[ListenerLike]) -> list[ListenerLike]:
+    """The listeners, those on every interface once per mode and port (mitmproxy
+    reports such a port once for IPv4 and once for IPv6)."""
+    seen: set[tuple[str, int]] = set()
+    kept = []
+    for lst in listeners:
+        if lst.mode != "web" and lst.host in EVERY_INTERFACE:
+            if (lst.mode, lst.port) in seen:
+                continue
+            seen.add((lst.mode, lst.port))
+        kept.append(lst)
+    return kept

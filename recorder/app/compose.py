@@ -28,13 +28,15 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from recorder.app.settings import spool_dir_of
 from recorder.core.errors import RecorderError
 from recorder.core.sink import Sink
 from recorder.metrics import Metrics
 from recorder.metrics.serving import MetricsServing
 from recorder.metrics.unmetered import UnmeteredCollector, UnmeteredTally
 from recorder.otel import SpanExport
-from recorder.proxy.addon import Recorder, RecorderConfig
+from recorder.proxy.addon import Recorder
+from recorder.proxy.config import RecorderConfig
 from recorder.proxy.live import Live
 from recorder.proxy.observers import MetricsObserver, SpanObserver
 from recorder.proxy.options import AppConfig
@@ -170,15 +172,7 @@ def build(
     metrics = Metrics(registry, max_model_labels=config.max_model_labels)
     recorder = Recorder(
         sink,
-        RecorderConfig(
-            key_secret=secret,
-            prices=config.price_table,
-            stall_after=config.stall_after,
-            capture_bodies=config.capture_bodies,
-            capture_max_bytes=config.capture_max_bytes,
-            finish_delay=config.finish_delay,
-            start_delay=config.start_delay,
-        ),
+        RecorderConfig.of(config, key_secret=secret),
         # with /metrics off (port 0: the demo, or asked for) nobody reads them
         observers=[MetricsObserver(metrics)] if config.metrics_port else [],
     )
@@ -250,7 +244,7 @@ def build(
 
 def _open_sinks(config: AppConfig, say: Callable[[str], None]) -> tuple[bytes, SqlSink, Sink]:
     """The store, and ``--jsonl`` beside it: (key secret, store, what to write to)."""
-    secret, store, note = open_store(config.db, config.spool_dir)
+    secret, store, note = open_store(config.db, spool_dir_of(config))
     if note is not None:
         say(note)
     if not config.jsonl:

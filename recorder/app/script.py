@@ -25,24 +25,13 @@ from mitmproxy import ctx, exceptions
 
 from recorder.app.banner import banner_lines
 from recorder.app.compose import App, StartError, build
+from recorder.app.settings import checked
 from recorder.otel import SpanExport
 from recorder.proxy.observers import SpanObserver
-from recorder.proxy.options import (
-    BY_MITM,
-    BY_NAME,
-    METRICS_ALIAS,
-    AppConfig,
-    Given,
-    OptionError,
-    add_mitmproxy_options,
-    from_mitmproxy,
-    resolve,
-)
+from recorder.proxy.options import AppConfig, Given, OptionError
 from recorder.proxy.webview import register_view
 
 log = logging.getLogger("recorder")
-
-OPTION_NAMES = frozenset([*BY_MITM, METRICS_ALIAS])
 
 
 class _Shutdown:
@@ -62,7 +51,8 @@ class ScriptRecorder:
     """The mitmproxy addon of the script: declares the options, builds the recorder
     from them, and hands mitmproxy the recorder's addons (:attr:`addons`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, table: type[AppConfig] = AppConfig) -> None:
+        self.table = table  # the option table (another one in tests)
         self.app: App | None = None
         self.config: AppConfig | None = None
         self._given: Given = {}  # the options' values as last configured
@@ -107,17 +97,17 @@ class ScriptRecorder:
 
     def load(self, loader: Any) -> None:
         """Declare the ``recorder_…`` options (generated from the option table)."""
-        add_mitmproxy_options(loader)
+        self.table.add_mitmproxy_options(loader)
         register_view()  # the "LLM stream" content view, for mitmweb
 
     def configure(self, updated: set[str]) -> None:
         """Build the recorder on the first call; later, apply or refuse changes of
         the recorder's options (see the module's docstring)."""
-        if self.app is not None and not (set(updated) & OPTION_NAMES):
+        if self.app is not None and not (set(updated) & self.table.mitmproxy_names()):
             return  # another addon's options
         try:
-            given = from_mitmproxy(ctx.options)
-            config = resolve(given, under="mitmproxy")
+            given = self.table.from_mitmproxy(ctx.options)
+            config = checked(given, under="mitmproxy", table=self.table)
         except OptionError as e:
             raise exceptions.OptionsError(f"recorder: {e}") from None
         if self.app is None:
@@ -142,17 +132,21 @@ class ScriptRecorder:
         except StartError as e:
             raise exceptions.OptionsError(f"recorder: {e}") from None
         self.config = config
+        for line in config.notes:
+            log.info("recorder: %s", line)
 
     def _change(self, new: AppConfig, given: Given) -> None:
         """Apply what may change while the proxy runs; refuse the rest. A change is
         a value given differently than before (not one derived: the spool
-        directory follows the store unless it is given)."""
+        directory follows the store unless it is given). A change is applied to
+        the addon's configuration and the live view, whichever has the option's
+        attribute; mitmproxy's own options (``mode``) are mitmproxy's to apply."""
         assert self.app is not None and self.config is not None
         before = self._given
         changed = [
             opt
-            for opt in BY_NAME.values()
-            if opt.mitm is not None and given.get(opt.name) != before.get(opt.name)
+            for opt in self.table.options()
+            if opt.declared is not None and given.get(opt.name) != before.get(opt.name)
         ]
         fixed = [opt for opt in changed if not opt.runtime]
         if fixed:
@@ -162,14 +156,11 @@ class ScriptRecorder:
                 " sinks, /metrics and the exporter are opened at start); restart mitmproxy"
                 " with the new value"
             )
-        recorder, live = self.app.recorder, self.app.live
+        targets = [self.app.recorder.config, self.app.live]
         for opt in changed:
-            if opt.name == "stall-after":
-                recorder.config.stall_after = new.stall_after
-            elif opt.name == "prices":
-                recorder.config.prices = new.price_table
-            elif live is not None and opt.name in ("quiet", "verbose", "log-format"):
-                live.quiet, live.verbose, live.log_format = new.quiet, new.verbose, new.log_format
+            for target in targets:
+                if target is not None and hasattr(target, opt.attr):
+                    setattr(target, opt.attr, getattr(new, opt.attr))
         self.config = new
         if changed:
             log.info("recorder: %s changed", ", ".join(new.where(o.name) for o in changed))

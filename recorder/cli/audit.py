@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 from recorder.billing import audit
 from recorder.cli.db import CliError, add_db_option, add_filter_options, db_url, filter_from
+from recorder.cli.extras import require
 from recorder.cli.render import add_table_options, default_format, emit, table
 from recorder.core import money
 from recorder.store.audit_sql import read_frame
@@ -30,6 +31,7 @@ FORMATS = ("table", "json", "csv", "parquet")
 SUFFIX_FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".txt": "table"}
 _MICRO = Decimal("0.000001")
 TOTAL = "TOTAL"
+TABLE_KEEP = ("requests", "cost_usd")  # an audit without its cost answers nothing
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -69,6 +71,9 @@ def run(args: argparse.Namespace) -> int:
     fmt = args.format or _format_for(args.output)
     if fmt == "parquet" and not args.output:
         raise CliError("--format parquet writes a file: give --output FILE", 2)
+    require("pandas")
+    if fmt == "parquet":
+        require("pyarrow", what="--format parquet")
     f = filter_from(args, limit=None)
     with reading_store(db_url(args)) as engine:
         df = read_frame(engine, f, project=args.project)
@@ -147,12 +152,13 @@ def _micro(value: str | None) -> str | None:
 
 def render_table(groups: Sequence[dict[str, Any]], by: Sequence[str]) -> str:
     """The rows of :func:`document` as an aligned table, under the same column
-    names; money rounded to the micro-dollar, an unknown cost ``-``."""
+    names; money rounded to the micro-dollar, an unknown cost ``-``. A narrow
+    terminal keeps the groups' keys, their requests and their cost."""
     rows = [
         {k: _micro(v) if k in audit.MONEY_METRICS else v for k, v in r.items()}
         for r in document(groups, by)
     ]
-    return table(rows, columns(by))
+    return table(rows, columns(by), keep=[*(by or ["group"]), *TABLE_KEEP])
 
 
 def write_parquet(groups: Sequence[dict[str, Any]], by: Sequence[str], path: Path) -> None:

@@ -13,6 +13,7 @@ import os
 import sys
 
 from recorder.cli.db import CliError
+from recorder.cli.extras import require
 from recorder.cli.render import add_table_options, command, emit, fold
 
 # Most useful first: a narrow terminal keeps the first ones (render.table).
@@ -36,6 +37,19 @@ COLUMNS = (
 
 
 DEMO_DB = "sqlite:///recorder-demo.db"
+# Time is scaled: the demo's stall threshold, in seconds (the proxy's default is 30).
+DEMO_STALL_AFTER = 1.0
+
+# `demo --help` shows this as plain text (the module's docstring is for the code)
+DESCRIPTION = (
+    "A simulator and a recording proxy on free ports, a dozen requests through the"
+    " official OpenAI and Anthropic SDKs, then a table of what was recorded and where"
+    " to look next. The table and hints are printed also when the output is piped"
+    " (--format json or csv for the records themselves). Each run starts fresh: the"
+    " records an earlier demo sent with the demo's key are removed first (--keep"
+    " appends instead); nothing else in the database is touched. Time is scaled: a"
+    f" stall is {DEMO_STALL_AFTER:g} s of output silence here, 30 s by default."
+)
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -43,7 +57,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser(
         "demo",
         help="simulator + proxy on free ports + traffic through the official SDKs, then a summary",
-        description=__doc__,
+        description=DESCRIPTION,
     )
     p.add_argument(
         "--db",
@@ -67,6 +81,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def run(args: argparse.Namespace) -> int:
     """Execute `recorder demo`."""
+    require("openai", "anthropic")
     from recorder.cli.proxy import open_store
     from recorder.cli.scenarios import DEMO_KEY, SCENARIOS, run_demo
     from recorder.core.keys import fingerprint
@@ -114,19 +129,26 @@ def run(args: argparse.Namespace) -> int:
         db = f" --db {args.db}"
         # the end of an id is enough for `show` (ids of one millisecond share their start)
         first = (records[3].id or "ID")[-12:] if len(records) > 3 else "ID"
+        # only what exists once the demo is over (its proxy and /metrics are gone)
         hints = [
-            ("the same, from the database", command(f"sessions{db}")),
-            ("one stream and its timeline", command(f"show {first}{db}")),
-            ("your own traffic (README: pointing the SDKs at it)", command("proxy")),
-            ("metrics of the proxy", "curl -s 127.0.0.1:9464/metrics"),
-            ("what each field means", "docs/record.md"),
+            ("the same, from the database", [command(f"sessions{db}")]),
+            ("one stream and its timeline", [command(f"show {first}{db}")]),
+            ("what it cost, by model", [command(f"audit --by model{db}")]),
+            (
+                "your own traffic (README: pointing the SDKs at it), with /metrics on"
+                " 127.0.0.1:9464 while it runs",
+                [command("proxy")],
+            ),
+            ("what each field means", ["docs/record.md"]),
         ]
         say(
             f"\n{len(records)} streams recorded ({stats['written']} written to {args.db},"
             f" {stats['spooled']} spooled).\nWhere to look next:"
         )
-        for label, line in hints:
-            say(f"  {label}\n    {line}")
+        for label, lines in hints:
+            say(f"  {label}")
+            for line in lines:
+                say(f"    {line}")
     return 0
 
 

@@ -2,7 +2,8 @@
 
 Every option can also come from ``RECORDER_<NAME>`` (``--listen-port`` from
 ``RECORDER_LISTEN_PORT``; ``--mode`` from ``RECORDER_MODE``, several specs
-separated by spaces or commas); a flag on the command line wins. Any mitmproxy
+separated by spaces or commas); a flag on the command line wins. ``--set
+recorder_stall_after=5`` (or ``mode=…``) is the same as its flag. Any mitmproxy
 option passes with ``--set NAME=VALUE`` (repeatable): an upstream's private CA
 (``ssl_verify_upstream_trusted_ca=ca.pem``), ``ssl_insecure=true``,
 ``upstream_cert=false``, client certificates; ``--mode upstream:http://HOST:PORT``
@@ -21,34 +22,11 @@ from pathlib import Path
 from recorder.app import StartError, build
 from recorder.app import open_store as _open_store
 from recorder.app.banner import banner_lines
-from recorder.proxy.options import (
-    DEFAULT_DB,
-    FINISH_DELAY_S,
-    AppConfig,
-    OptionError,
-    add_flags,
-    exposure_warnings,
-    from_args,
-    is_loopback,
-    mitmproxy_sets,
-    parse_size,
-    resolve,
-)
+from recorder.app.settings import checked
+from recorder.proxy.options import AppConfig, OptionError
 from recorder.store import SqlSink
 
-__all__ = [
-    "DEFAULT_DB",
-    "FINISH_DELAY_S",
-    "OptionError",
-    "Settings",
-    "add_parser",
-    "exposure_warnings",
-    "is_loopback",
-    "open_store",
-    "parse_modes",
-    "parse_size",
-    "run",
-]
+__all__ = ["Settings", "add_parser", "open_store", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -59,23 +37,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_flags(p)
+    AppConfig.add_flags(p)
     p.set_defaults(func=run)
 
 
 def Settings(args: argparse.Namespace) -> AppConfig:
-    """The checked options of `recorder proxy` (flags, then RECORDER_* variables)."""
-    return resolve(from_args(args))
-
-
-def parse_modes(specs: list[str] | None) -> list[str]:
-    """Mode specs from the flags or RECORDER_MODE, validated by mitmproxy's parser."""
-    from recorder.proxy.options import BY_NAME
-
-    given = from_args(argparse.Namespace(mode=specs))
-    value, what = given.get("mode", ("regular", "--mode"))
-    modes: list[str] = BY_NAME["mode"].parse(value, what)
-    return modes
+    """The checked options of `recorder proxy` (flags, --set, RECORDER_* variables)."""
+    return checked(AppConfig.from_args(args))
 
 
 def _banner(settings: AppConfig, confdir: str) -> object:
@@ -122,15 +90,17 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         settings = Settings(args)
-        sets = mitmproxy_sets(args.mitm_set)
-        check_sets(sets, web=settings.web_port is not None)
+        sets = AppConfig.mitmproxy_sets(args.mitm_set)
+        check_sets(sets, web=settings.web)
     except (OptionError, SetError) as e:
         _say(str(e))
         return 2
+    for line in settings.notes:
+        _say(line)
     confdir = os.path.expanduser("~/.mitmproxy")
     # Listeners first, then the store: a port in use is one line, and leaves no
     # database behind (mitmproxy and the metrics server bind them again below).
-    web_port = settings.web_port  # mitmweb's interface, if any
+    web_port = settings.web_port if settings.web else None  # mitmweb's interface, if any
     also = [(settings.metrics_host, settings.metrics_port, "--metrics-port")]
     try:
         probe_listeners(
@@ -168,10 +138,11 @@ def run(args: argparse.Namespace) -> int:
         app.close()  # the sink (every record written or spooled), spans, /metrics, lines
     assert app.store is not None
     stats = app.store.stats()
+    records, cut = app.recorder.health.records, app.recorder.cut_at_shutdown
     print(
-        f"recorder: stopped; {app.recorder.health.records} records:"
+        f"recorder: stopped; {records} record{'' if records == 1 else 's'}:"
         f" {stats['written']} written to the database, {stats['spooled']} spooled,"
-        f" {stats['dropped']} dropped; {app.recorder.cut_at_shutdown} streams were still open"
-        " and cut by the shutdown"
+        f" {stats['dropped']} dropped; {cut} stream{' was' if cut == 1 else 's were'} still"
+        " open and cut by the shutdown"
     )
     return 0

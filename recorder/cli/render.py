@@ -11,7 +11,7 @@ import re
 import shutil
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -22,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from recorder.core.errors import UsageError
+from recorder.core.printable import json_text, printable
 
 
 def command(words: str) -> str:
@@ -45,11 +46,14 @@ def _json_default(value: Any) -> Any:
 
 
 def to_json(doc: Any) -> str:
-    """Exactly one JSON document, money as decimal strings."""
-    return json.dumps(doc, ensure_ascii=False, indent=2, default=_json_default)
+    """Exactly one JSON document, money as decimal strings; every value exact, the
+    characters a terminal acts on written as escapes (recorder.core.printable)."""
+    return json_text(json.dumps(doc, ensure_ascii=False, indent=2, default=_json_default))
 
 
 def _cell(value: Any) -> str:
+    """A value as a table shows it: values from the wire (a model, an id, an error
+    message) with their control characters escaped."""
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -57,8 +61,8 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, dict | list):
-        return json.dumps(value, ensure_ascii=False, default=_json_default)
-    return str(value)
+        return printable(json.dumps(value, ensure_ascii=False, default=_json_default))
+    return printable(str(value))
 
 
 def vertical(doc: dict[str, Any]) -> str:
@@ -68,8 +72,11 @@ def vertical(doc: dict[str, Any]) -> str:
 
 
 ELLIPSIS = "…"
-# Columns wider than this are shortened in the middle before any column is left
-# out: the start and the end of an id, a model or a key are what tell them apart.
+# A column whose values are wider than WHOLE is shortened in the middle, down to
+# SHORTEN_TO, before any column is left out: the start and the end of a model are
+# what tell models apart. Shorter values (an outcome such as upstream_disconnect, a
+# short id, a key, a number) are never cut while a column can be left out instead.
+WHOLE = 20
 SHORTEN_TO = 16
 GAP = 2  # spaces between two columns
 
@@ -142,7 +149,7 @@ def add_table_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--columns",
         metavar="A,B,…",
-        help="table: these columns, in this order (names as in the header, CSV and JSON)",
+        help="these columns, in this order, in every format (names as in the header, CSV and JSON)",
     )
 
 
@@ -168,25 +175,46 @@ def _is_number(cells: Sequence[str]) -> bool:
     return bool(seen) and all(_NUMBER.match(c) for c in seen)
 
 
-def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], fit: Fit | None = None) -> str:
+def chosen(columns: Sequence[str], more: Sequence[str] = (), fit: Fit | None = None) -> list[str]:
+    """The columns to show: those ``--columns`` chose (any of ``columns`` and
+    ``more``, in the order given), else ``columns``. Raises ColumnsError naming
+    the ones there are not."""
+    fit = fit or _current
+    if fit.columns is None:
+        return list(columns)
+    there = [*columns, *(c for c in more if c not in columns)]
+    unknown = [c for c in fit.columns if c not in there]
+    if unknown:
+        raise ColumnsError(
+            f"--columns: no column {', '.join(unknown)} (there are: {', '.join(there)})"
+        )
+    return list(fit.columns)
+
+
+def table(
+    rows: Sequence[dict[str, Any]],
+    columns: Sequence[str],
+    fit: Fit | None = None,
+    *,
+    keep: Sequence[str] = (),
+    more: Sequence[str] = (),
+) -> str:
     """Rows as a text table that fits the terminal.
 
-    ``columns`` come most useful first. When they do not fit, long values are
-    shortened in the middle (``…``), then columns are left out from the end, and
-    a last line names them. Numbers are right-aligned. Lines carry no colour
-    unless standard output is a terminal."""
+    ``columns`` come most useful first; ``more`` are further columns of the rows
+    that ``--columns`` may choose. When they do not fit, long values are shortened
+    in the middle (``…``), the longest first, then columns are left out from the
+    end, never one of ``keep`` (what answers the command's question), and a last
+    line names them. Numbers are right-aligned. Lines carry no colour unless
+    standard output is a terminal."""
     fit = fit or _current
-    if fit.columns is not None:
-        unknown = [c for c in fit.columns if c not in columns]
-        if unknown:
-            raise ColumnsError(
-                f"--columns: no column {', '.join(unknown)} (there are: {', '.join(columns)})"
-            )
-        columns = fit.columns
+    columns = chosen(columns, more, fit)
     cells = {c: [_cell(r.get(c)) for r in rows] for c in columns}
     natural = {c: max([cell_len(c), *(cell_len(v) for v in cells[c])]) for c in columns}
     limit = fit.terminal_width()
-    widths, shown = _widths(columns, natural, limit, keep_all=fit.columns is not None)
+    widths, shown = fit_widths(
+        columns, natural, limit, keep=columns if fit.columns is not None else keep
+    )
     hidden = [c for c in columns if c not in shown]
 
     console = Console(
@@ -242,40 +270,53 @@ def fold(note: str, fit: Fit | None = None) -> str:
     )
 
 
-def _widths(
-    columns: Sequence[str], natural: dict[str, int], limit: int | None, *, keep_all: bool
+def _total(widths: dict[str, int], shown: Sequence[str], gap: int) -> int:
+    return sum(widths[c] for c in shown) + gap * (len(shown) - 1)
+
+
+def _narrow(widths: dict[str, int], shown: Sequence[str], floor: dict[str, int], over: int) -> int:
+    """Take ``over`` cells from the widest of ``shown`` above their ``floor``, one
+    at a time (long values give way first, evenly); what could not be taken."""
+    while over > 0:
+        wide = [c for c in shown if widths[c] > floor[c]]
+        if not wide:
+            break
+        top = max(widths[c] for c in wide)
+        for c in wide:
+            if widths[c] == top and over > 0:
+                widths[c] -= 1
+                over -= 1
+    return over
+
+
+def fit_widths(
+    columns: Sequence[str],
+    natural: dict[str, int],
+    limit: int | None,
+    *,
+    keep: Sequence[str] = (),
+    gap: int = GAP,
 ) -> tuple[dict[str, int], list[str]]:
-    """Widths and the columns shown: as many columns as fit at their narrowest
-    (a long value shortened to SHORTEN_TO cells, never below its header), the
-    room left given back to the shortened ones, evenly."""
-    if limit is None or sum(natural.values()) + GAP * (len(columns) - 1) <= limit:
+    """Widths and the columns shown within ``limit`` cells (None: no limit):
+    the longest values are shortened first, those wider than WHOLE down to
+    SHORTEN_TO cells (never below their header); then columns are left out from
+    the end, never one of ``keep``; if what is left still does not fit (the kept
+    ones alone are too wide), the widest give way further."""
+    if limit is None or _total(natural, columns, gap) <= limit:
         return dict(natural), list(columns)
-    narrow = {c: min(natural[c], max(cell_len(c), SHORTEN_TO)) for c in columns}
-    shown: list[str] = []
-    used = -GAP
-    for c in columns:
-        if used + GAP + narrow[c] > limit and shown and not keep_all:
+    floor = {
+        c: natural[c] if natural[c] <= WHOLE else max(cell_len(c), SHORTEN_TO) for c in columns
+    }
+    shown = list(columns)
+    for c in reversed(columns):
+        if _total(floor, shown, gap) <= limit:
             break
-        shown.append(c)
-        used += GAP + narrow[c]
-    widths = {c: narrow[c] for c in shown}
-    room = limit - used
-    if room < 0:  # one column, or the user's own choice: narrower still
-        for c in sorted(shown, key=lambda c: -widths[c]):
-            cut = min(-room, widths[c] - 1)
-            widths[c] -= cut
-            room += cut
-            if room >= 0:
-                break
-    while room > 0:
-        wanting = [c for c in shown if widths[c] < natural[c]]
-        if not wanting:
-            break
-        share = max(1, room // len(wanting))
-        for c in wanting:
-            give = min(share, natural[c] - widths[c], room)
-            widths[c] += give
-            room -= give
+        if c not in keep and len(shown) > 1:
+            shown.remove(c)
+    widths = {c: natural[c] for c in shown}
+    over = _narrow(widths, shown, floor, _total(widths, shown, gap) - limit)
+    if over > 0:  # the kept (or chosen) columns alone are wider: narrower still
+        _narrow(widths, shown, dict.fromkeys(shown, 1), over)
     return widths, shown
 
 
@@ -285,10 +326,19 @@ def emit(
     *,
     single: bool = False,
     columns: Sequence[str] | None = None,
+    aliases: Mapping[str, str] | None = None,
 ) -> None:
-    """Print ``doc`` (an object when ``single``, else a list of objects)."""
+    """Print ``doc`` (an object when ``single``, else a list of objects). A list
+    keeps the columns ``--columns`` chose in every format (JSON and CSV by their
+    field names; ``aliases`` maps a table's own name of a field to it)."""
     fmt = default_format(fmt)
     out = sys.stdout
+    if not single and fmt in ("json", "csv") and _current.columns is not None:
+        doc = list(doc)
+        there = list(columns or (doc[0].keys() if doc else []))
+        names = [(aliases or {}).get(c, c) for c in _current.columns]
+        columns = chosen(there, fit=Fit(columns=tuple(dict.fromkeys(names))))
+        doc = [{c: r.get(c) for c in columns} for r in doc]
     if fmt == "json":
         out.write(to_json(doc) + "\n")
     elif fmt == "csv":
@@ -305,7 +355,19 @@ def emit(
         out.write(table(rows, list(columns or (rows[0].keys() if rows else []))) + "\n")
 
 
+# A spreadsheet opening a CSV runs a cell that starts so as a formula.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
 def _csv(value: Any) -> Any:
+    """A CSV cell: the value exact (CSV is data, not a terminal), but for a text
+    that a spreadsheet would run as a formula (``=HYPERLINK(…)``, ``@SUM(…)``,
+    ``-2+3``): that one gets a leading ``'``, which spreadsheets show as text. A
+    number, negative ones included, is written as it is."""
     if isinstance(value, dict | list):
         return json.dumps(value, ensure_ascii=False, default=_json_default)
-    return "" if value is None else value
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(_FORMULA_START) and not _NUMBER.match(value):
+        return "'" + value
+    return value

@@ -22,6 +22,7 @@ import anthropic
 import openai
 
 from recorder.app import build
+from recorder.cli.demo import DEMO_STALL_AFTER
 from recorder.core.price_files import shipped_prices
 from recorder.core.record import StreamRecord
 from recorder.core.sink import Sink
@@ -31,7 +32,6 @@ from recorder.proxy.runner import ProxySettings, run_in_thread
 from recorder.simulate import run_in_thread as simulator_in_thread
 from recorder.store.sinks import FanoutSink, MemorySink
 
-DEMO_STALL_AFTER = 1.0
 DEMO_KEY = "sk-demo-0000000000000000"
 # Any: the SDKs type their message params per method; these serve every method.
 PROMPT: Any = [{"role": "user", "content": "Tell me about harmony in music."}]
@@ -113,7 +113,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         "chat, stall with keepalives",
-        "a 1.5 s output silence filled with keepalive comments is still a stall",
+        f"a 1.5 s output silence filled with keepalive comments is still a stall (here a"
+        f" stall is {DEMO_STALL_AFTER:g} s of output silence; 30 s by default)",
         _chat(
             "gpt-4o+keepalive=0.25+stall=1.5",
             stream=True,
@@ -159,9 +160,9 @@ def demo_environment(
         # (the demo prints its own table), time scaled
         config = AppConfig(
             stall_after=DEMO_STALL_AFTER,
-            price_table=shipped_prices(),
+            prices=shipped_prices(),
             metrics_port=0,
-            live=False,
+            no_live=True,
         )
         app = build(config, sink=sink, secret=key_secret)
         recorder = app.recorder

@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from recorder.cli.db import CliError, add_db_option, add_filter_options, db_url, filter_from
+from recorder.cli.extras import require
 from recorder.cli.render import (
     add_format_option,
     add_table_options,
@@ -30,6 +31,7 @@ from recorder.cli.render import (
 from recorder.core import money
 from recorder.core.captured import PackedBody
 from recorder.core.record import FIELDS, StreamRecord
+from recorder.core.short_id import short_id
 from recorder.store.queries import (
     QueryError,
     count_sessions,
@@ -40,21 +42,25 @@ from recorder.store.queries import (
 from recorder.store.reading import reading_store
 
 FORMATS = ("table", "json", "csv")
-# Most useful first: a narrow terminal keeps the first ones (render.table).
+# Most useful first: a narrow terminal keeps the first ones (render.table), and
+# always those of KEEP: what tells how a stream went and what it cost.
 TABLE_COLUMNS = (
     "id",
     "model",
     "outcome",
+    "stalls",
+    "cost_usd",
     "ttft_ms",
     "output",
-    "cost_usd",
     "started_at",
     "duration_ms",
     "input",
-    "stalls",
     "endpoint",
     "key",
 )
+KEEP = ("id", "model", "outcome", "stalls", "cost_usd")
+# the table's short names of record fields (`--columns` takes them in every format)
+ALIASES = {"input": "input_tokens", "output": "output_tokens", "key": "api_key_id"}
 LEGEND = "~ estimated: not reported by the provider, counted from what was streamed"
 TIMELINE_WIDTH = 60
 # One lane per kind of gap, with the mark drawn over its extent.
@@ -73,7 +79,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(func=run)
 
     s = sub.add_parser("show", help="one stream in full, with its timeline of gaps and stalls")
-    s.add_argument("id", help="the stream's id (or a unique start or end of it)")
+    s.add_argument(
+        "id",
+        help="the stream's id, its short form (as the console, sessions and top show it),"
+        " or any part of it only this stream's id holds",
+    )
     s.add_argument(
         "--plot",
         metavar="FILE",
@@ -106,7 +116,7 @@ def run_sessions(args: argparse.Namespace) -> int:
         matching = count_sessions(engine, f) if fmt == "table" and f.limit == len(records) else None
     if fmt == "table":
         rows = [table_row(r) for r in records]
-        text = table(rows, TABLE_COLUMNS)
+        text = table(rows, TABLE_COLUMNS, keep=KEEP, more=FIELDS)
         notes = []
         if matching is not None and matching > len(records):
             notes.append(
@@ -120,12 +130,14 @@ def run_sessions(args: argparse.Namespace) -> int:
         else:
             print("(no streams)", file=sys.stderr)
     else:
-        emit([r.to_dict() for r in records], fmt, columns=FIELDS)
+        emit([r.to_dict() for r in records], fmt, columns=FIELDS, aliases=ALIASES)
     return 0
 
 
 def run_show(args: argparse.Namespace) -> int:
     """`recorder show ID`: one stream with its gaps."""
+    if args.plot is not None:
+        require("matplotlib", what="--plot")
     body = None
     with reading_store(db_url(args)) as engine:
         record = get_stream(engine, args.id)
@@ -172,9 +184,11 @@ def _tokens(value: int | None, source: str) -> str | None:
 
 
 def table_row(r: StreamRecord) -> dict[str, Any]:
-    """The compact row of `recorder sessions --format table`."""
+    """The row of `recorder sessions --format table`: every field of the record
+    (``--columns`` may choose any), those of TABLE_COLUMNS in their compact form."""
     return {
-        "id": r.id,
+        **r.to_dict(),
+        "id": short_id(r.id),  # as every screen shows it; `show` takes it
         # month-day and time: the year is rarely news (the full time is in JSON/CSV)
         "started_at": (r.started_at or "").replace("T", " ")[5:19],
         "endpoint": r.endpoint,

@@ -22,13 +22,17 @@ from collections.abc import Iterator
 from typing import Any
 
 import orjson
+from rich.cells import cell_len
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from recorder.cli.render import GAP, Fit, command, fit_widths, shorten
 from recorder.core.errors import RecorderError, UsageError
-from recorder.proxy.live_lines import money
+from recorder.core.printable import printable
+from recorder.core.short_id import short_id
+from recorder.proxy.live_lines import duration, money
 
 DEFAULT_URL = "http://127.0.0.1:9464"
 SORTS = {"s": "silence", "a": "age", "o": "output tokens"}
@@ -78,14 +82,14 @@ def fetch(url: str, timeout: float = 3.0) -> dict[str, Any]:
         raise NoProxy(f"no proxy answers at {target} ({reason})") from None
 
 
-def _s(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.2f}s" if value < 10 else f"{value:.1f}s" if value < 100 else f"{value:.0f}s"
+def _s(seconds: float | None) -> str:
+    return duration(None if seconds is None else seconds * 1000.0)
 
 
-def _ms(value: float | None) -> str:
-    return "-" if value is None else _s(value / 1000.0)
+def _t(value: Any, style: str = "") -> Text:
+    """A value from the wire (a model, an endpoint, an id) as a cell: escaped, and
+    a Text, never read as Rich markup (``[link=…]`` would write a hyperlink)."""
+    return Text("-" if value is None or value == "" else printable(str(value)), style=style)
 
 
 def _n(value: Any, estimated: bool = False) -> str:
@@ -102,14 +106,89 @@ def _sorted(rows: list[dict[str, Any]], sort: str) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: -(r.get("silence_s") or 0.0))
 
 
-def render(doc: dict[str, Any] | None, url: str, sort: str, problem: str | None = None) -> Group:
-    """One screen: the header, the open streams, the finished ones."""
+# The columns of each table, most useful first: a narrow terminal leaves out the
+# last ones, never those of *_KEEP, and shortens a long model first.
+OPEN_COLUMNS = (
+    ("state", "left"),
+    ("silence", "right"),
+    ("id", "left"),
+    ("model", "left"),
+    ("tokens", "right"),
+    ("ttft", "right"),
+    ("age", "right"),
+    ("ka", "right"),
+    ("endpoint", "left"),
+    ("key", "left"),
+    ("events", "right"),
+    ("chars", "right"),
+)
+OPEN_KEEP = ("state", "silence", "id", "model", "tokens")
+FINISHED_COLUMNS = (
+    ("id", "left"),
+    ("model", "left"),
+    ("outcome", "left"),
+    ("cost", "right"),
+    ("stalls", "right"),
+    ("ttft", "right"),
+    ("duration", "right"),
+    ("out", "right"),
+    ("in", "right"),
+    ("status", "right"),
+    ("endpoint", "left"),
+)
+FINISHED_KEEP = ("id", "model", "outcome", "cost", "stalls")
+
+
+def _grid(
+    title: str,
+    columns: tuple[tuple[str, str], ...],
+    keep: tuple[str, ...],
+    rows: list[tuple[list[Text], str | None]],
+    width: int | None,
+) -> Table:
+    """A table of ``rows`` (cells, row style) within ``width`` cells (None: every
+    column whole), fitted as `recorder sessions` fits its tables."""
+    names = [name for name, _ in columns]
+    natural = {
+        name: max([cell_len(name), *(cell_len(cells[i].plain) for cells, _ in rows)])
+        for i, name in enumerate(names)
+    }
+    widths, shown = fit_widths(names, natural, width, keep=keep)
+    grid = Table(
+        title=title,
+        title_justify="left",
+        box=None,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, GAP, 0, 0),
+    )
+    for name, justify in columns:
+        if name in shown:
+            grid.add_column(name, justify=justify, no_wrap=True, width=widths[name])  # type: ignore[arg-type]
+    at = [names.index(name) for name in shown]
+    for cells, style in rows:
+        grid.add_row(
+            *(Text(shorten(cells[i].plain, widths[names[i]]), style=cells[i].style) for i in at),
+            style=style,
+        )
+    return grid
+
+
+def render(
+    doc: dict[str, Any] | None,
+    url: str,
+    sort: str,
+    problem: str | None = None,
+    width: int | None = None,
+) -> Group:
+    """One screen: the header, the open streams, the finished ones, fitted to
+    ``width`` cells (None: every column whole, as for a pipe)."""
     keys = "  keys: s silence · a age · o output tokens · q quit"
     if doc is None:
-        title = Text(f"recorder top — {url}", style="bold")
+        title = Text(f"recorder top — {printable(url)}", style="bold")
         msg = Text(
-            f"\n{problem}\n\nStart the proxy (`recorder proxy`), or point --url at its"
-            " metrics server.\nRetrying every second.",
+            f"\n{printable(problem or '')}\n\nStart the proxy (`{command('proxy')}`), or"
+            " point --url at its metrics server.\nRetrying every second.",
             style="bold red",
         )
         return Group(title, msg, Text(keys, style="dim"))
@@ -117,7 +196,7 @@ def render(doc: dict[str, Any] | None, url: str, sort: str, problem: str | None 
     stalled = sum(1 for r in rows if r.get("stalled"))
     minute = doc.get("last_minute") or {}
     header = Text()
-    header.append(f"recorder top — {url}", style="bold")
+    header.append(f"recorder top — {printable(url)}", style="bold")
     header.append(f"   open {len(rows)}   ")
     header.append(f"stalled {stalled}", style="bold red" if stalled else "")
     header.append(f"   (stall after {doc.get('stall_after_s', '?')} s)\n")
@@ -128,78 +207,55 @@ def render(doc: dict[str, Any] | None, url: str, sort: str, problem: str | None 
         f"   sorted by {sort}"
     )
 
-    open_table = Table(title="open streams", title_justify="left", expand=True, box=None)
-    for col, just in (
-        ("state", "left"),
-        ("silence", "right"),
-        ("id", "left"),
-        ("endpoint", "left"),
-        ("model", "left"),
-        ("key", "left"),
-        ("age", "right"),
-        ("ttft", "right"),
-        ("events", "right"),
-        ("ka", "right"),
-        ("chars", "right"),
-        ("tokens", "right"),
-    ):
-        open_table.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
+    open_rows: list[tuple[list[Text], str | None]] = []
     for r in rows:
         stall = bool(r.get("stalled"))
-        open_table.add_row(
-            "STALLED" if stall else "streaming",
-            _s(r.get("silence_s")),
-            (r.get("id") or "-")[:18],
-            r.get("endpoint") or "-",
-            r.get("model") or "-",
-            r.get("key_last4") or "-",
-            _s(r.get("age_s")),
-            _s(r.get("ttft_s")),
-            _n(r.get("events")),
-            _n(r.get("keepalives")),
-            _n(r.get("output_chars")),
-            _n(r.get("output_tokens"), bool(r.get("output_tokens_estimated"))),
-            style="bold white on red" if stall else None,
+        cells = {
+            "state": Text("STALLED" if stall else "streaming"),
+            "silence": Text(_s(r.get("silence_s"))),
+            "id": _t(short_id(r.get("id"))),
+            "model": _t(r.get("model")),
+            "tokens": Text(_n(r.get("output_tokens"), bool(r.get("output_tokens_estimated")))),
+            "ttft": Text(_s(r.get("ttft_s"))),
+            "age": Text(_s(r.get("age_s"))),
+            "ka": Text(_n(r.get("keepalives"))),
+            "endpoint": _t(r.get("endpoint")),
+            "key": _t(r.get("key_last4")),
+            "events": Text(_n(r.get("events"))),
+            "chars": Text(_n(r.get("output_chars"))),
+        }
+        open_rows.append(
+            ([cells[name] for name, _ in OPEN_COLUMNS], "bold white on red" if stall else None)
         )
-    if not rows:
-        open_table.add_row("(none)", style="dim")
+    if not open_rows:
+        none = [Text("(none)"), *(Text("") for _ in OPEN_COLUMNS[1:])]
+        open_rows.append((none, "dim"))
+    open_table = _grid("open streams", OPEN_COLUMNS, OPEN_KEEP, open_rows, width)
 
-    done = Table(title="finished", title_justify="left", expand=True, box=None)
-    for col, just in (
-        ("id", "left"),
-        ("endpoint", "left"),
-        ("model", "left"),
-        ("status", "right"),
-        ("outcome", "left"),
-        ("ttft", "right"),
-        ("duration", "right"),
-        ("in", "right"),
-        ("out", "right"),
-        ("cost", "right"),
-        ("stalls", "right"),
-    ):
-        done.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
+    done_rows: list[tuple[list[Text], str | None]] = []
     for f in (doc.get("finished") or [])[:FINISHED_SHOWN]:
         outcome = f.get("outcome") or "-"
         colour = "green" if outcome == "completed" else "yellow"
         if outcome not in ("completed", "http_error", "client_disconnect"):
             colour = "red"
-        done.add_row(
-            (f.get("id") or "-")[:18],
-            f.get("endpoint") or "-",
-            f.get("model") or "-",
-            _n(f.get("http_status")),
-            Text(outcome, style=colour),
-            _ms(f.get("ttft_ms")),
-            _ms(f.get("duration_ms")),
-            _n(f.get("input_tokens"), f.get("input_source") == "estimated"),
-            _n(f.get("output_tokens"), f.get("output_source") == "estimated"),
-            money(f.get("cost_usd")),
-            Text(str(f.get("stalls") or 0), style="yellow" if f.get("stalls") else ""),
-        )
+        cells = {
+            "id": _t(short_id(f.get("id"))),
+            "model": _t(f.get("model")),
+            "outcome": _t(outcome, colour),
+            "cost": Text(money(f.get("cost_usd"))),
+            "stalls": Text(str(f.get("stalls") or 0), style="yellow" if f.get("stalls") else ""),
+            "ttft": Text(duration(f.get("ttft_ms"))),
+            "duration": Text(duration(f.get("duration_ms"))),
+            "out": Text(_n(f.get("output_tokens"), f.get("output_source") == "estimated")),
+            "in": Text(_n(f.get("input_tokens"), f.get("input_source") == "estimated")),
+            "status": Text(_n(f.get("http_status"))),
+            "endpoint": _t(f.get("endpoint")),
+        }
+        done_rows.append(([cells[name] for name, _ in FINISHED_COLUMNS], None))
+    done = _grid("finished", FINISHED_COLUMNS, FINISHED_KEEP, done_rows, width)
     parts: list[Any] = [header, Text(""), open_table, Text(""), done]
     if problem:
-        parts.insert(1, Text(problem, style="bold red"))
+        parts.insert(1, Text(printable(problem), style="bold red"))
     parts.append(Text(keys, style="dim"))
     return Group(*parts)
 
@@ -229,8 +285,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--interval must be positive")
     if args.once:
         first = fetch(url)  # NoProxy: main says so, exit 1
-        console = Console(record=bool(args.svg))
-        console.print(render(first, url, "silence"))
+        width = Fit().terminal_width()  # the terminal's, COLUMNS, or None for a pipe
+        screen = render(first, url, "silence", width=width)
+        if width is None:  # a pipe: as wide as the screen's longest line
+            width = max(80, Console(width=100_000).measure(screen).maximum)
+        console = Console(record=bool(args.svg), width=width)
+        console.print(screen)
         if args.svg:
             console.save_svg(args.svg, title="recorder top")
         return 0
@@ -253,7 +313,8 @@ def run(args: argparse.Namespace) -> int:
                 doc, problem = fetch(url), None
             except NoProxy as e:
                 problem = str(e)
-            live.update(render(doc if problem is None else None, url, sort, problem))
+            cols = live.console.width  # read each time: the terminal may be resized
+            live.update(render(doc if problem is None else None, url, sort, problem, cols))
             live.refresh()
             deadline = time.monotonic() + args.interval
             while (left := deadline - time.monotonic()) > 0:
@@ -268,5 +329,6 @@ def run(args: argparse.Namespace) -> int:
                     return 0
                 if key in SORTS:
                     sort = SORTS[key]
-                    live.update(render(doc if problem is None else None, url, sort, problem))
+                    cols = live.console.width
+                    live.update(render(doc if problem is None else None, url, sort, problem, cols))
                     live.refresh()

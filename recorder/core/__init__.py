@@ -6,9 +6,10 @@ ruff.toml enforces it), so every stream can be metered offline and tested with
 fixed timestamps.
 """
 
+from recorder.core.framing import Comment, Event, FramingIssue
 from recorder.core.meter import StreamMeter
 from recorder.core.record import FIELDS, Gap, StreamRecord
-from recorder.core.sse import Comment, Event, FramingIssue, SSEFramer
+from recorder.core.sse import SSEFramer
 
 __all__ = [
     "FIELDS",

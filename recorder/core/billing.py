@@ -30,7 +30,7 @@ from typing import Any
 from recorder.core.counts import InputCounts, OutputCounts
 from recorder.core.estimate import ESTIMATOR_VERSION, Estimator, thinking_ms
 from recorder.core.pricing import PriceTable, Unpriced, cost_or_reason
-from recorder.core.protocols.base import Observations
+from recorder.core.protocols.observations import Observations
 from recorder.core.record import StreamRecord, combine_sources
 
 

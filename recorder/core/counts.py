@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from recorder.core.json_object import json_object
+
 # -- what estimation works from -----------------------------------------------
 
 
@@ -187,11 +189,8 @@ def count_request(
     loop. ``counter`` (a tokenizer's ``len(encode(text))``) also counts every
     string exactly into ``text_tokens``.
     """
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(obj, dict):
+    obj = json_object(body)
+    if obj is None:
         return None
     counts = InputCounts()
     # Context the provider holds and the body only names (a previous response, a

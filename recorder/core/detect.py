@@ -9,10 +9,10 @@ objects. A body with no SSE field line at all is not an SSE body.
 
 from __future__ import annotations
 
-import orjson
-
 from recorder.core.errors import UsageError
-from recorder.core.sse import Comment, Event, SSEFramer
+from recorder.core.framing import Comment, Event
+from recorder.core.json_object import json_object
+from recorder.core.sse import SSEFramer
 
 # Event types that only one protocol uses (its ``event:`` line or ``type`` field).
 _MESSAGES = frozenset(
@@ -61,11 +61,8 @@ def _from_name(name: str) -> str | None:
 
 
 def _from_data(data: bytes) -> str | None:
-    try:
-        doc = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(doc, dict):
+    doc = json_object(data)
+    if doc is None:
         return None
     kind = doc.get("type")
     if isinstance(kind, str) and (found := _from_name(kind)):

@@ -23,12 +23,23 @@ Output tokens, two methods (``Estimate.method`` names the one used):
   Japanese and English differ about fourfold here.
 
 Both add a fixed number of tokens per tool call (the call's name and framing,
-never streamed as argument characters). Reasoning a provider does not stream
-(OpenAI's reasoning models stream at most a summary, which is not billed as
-output) is not in what was received; what the stream does show is how long the
-model thought before its first output (:func:`thinking_ms`). Completed streams
-of the model teach its rate (reasoning tokens per second of that time); a cut
-stream's hidden reasoning is its thinking time at that rate
+never streamed as argument characters), and per response with text (the
+message's framing). Those allowances were fitted on complete responses, and
+complete responses of a handful of tokens carry them whole (docs/billing.md).
+A stream cut short never produced its closing framing, and how much of the
+allowance comes before the text is not known: for a cut stream (``cut``) the
+per-response allowance grows with what the model produced (the streamed output
+and its estimated hidden reasoning), whole from :data:`FRAMING_WHOLE_AT` tokens
+on. It is thus never more than a fifth of that output (4 tokens over 20 for
+OpenAI's reasoning models, the largest), where it was up to several times a
+cut of one or two tokens. A call's allowance stays whole: a call that started
+has streamed its name.
+
+Reasoning a provider does not stream (OpenAI's reasoning models stream at most
+a summary, which is not billed as output) is not in what was received; what the
+stream does show is how long the model thought before its first output
+(:func:`thinking_ms`). Completed streams of the model teach its rate (reasoning
+tokens per second of that time); a cut stream's hidden reasoning is its thinking time at that rate
 (``+reasoning-from-time``). Without a learned rate the figure is a lower bound,
 and the method says ``+hidden-reasoning``.
 
@@ -73,6 +84,9 @@ from recorder.core.model_families import KINDS, PROFILES, family_for, hides_reas
 from recorder.core.record import StreamRecord
 
 ESTIMATOR_VERSION = "e2"
+# A cut stream's per-response allowance is whole from this many output tokens on,
+# and in proportion below (see the module's docstring).
+FRAMING_WHOLE_AT = 20.0
 # Claude models whose thinking is streamed in full (later ones stream a summary).
 _FULL_THINKING = re.compile(r"^claude-3")
 
@@ -248,12 +262,15 @@ class Estimator:
         counts: OutputCounts,
         *,
         thinking_ms: float | None = None,
+        cut: bool = False,
     ) -> Estimate:
         """Output tokens of a stream whose output usage was not reported.
 
         ``thinking_ms`` (:func:`thinking_ms`) is the time the model spent before
         its first visible output: for a model that hides its reasoning, that time
         at the rate its completed streams showed estimates the hidden reasoning.
+        ``cut``: the stream was interrupted (the record's ``interrupted``), so its
+        per-response allowance is scaled to what it produced (module docstring).
         """
         family = family_for(model, endpoint)
         profile = PROFILES[family]
@@ -267,8 +284,7 @@ class Estimator:
         # framing never streamed as characters: per call, per response with text,
         # and arguments that came whole in an output item instead of as deltas
         fixed = counts.tool_calls * profile.call_tokens + counts.unstreamed / ratios["tool"]
-        if counts.text:
-            fixed += profile.response_tokens
+        framing = profile.response_tokens if counts.text else 0.0
         # Do the deltas look like tokens? Judged with the built-in ratios: a
         # yardstick of the stream's shape that calibration must not move.
         shape = (
@@ -288,19 +304,25 @@ class Estimator:
             body = text_tokens + tool_tokens
             text_part = text_tokens
             method = "chars/calibrated" if learned else "chars/default"
-        tokens = round(body + fixed)
-        reasoning = None
-        if counts.reasoning and counts.text:
-            reasoning = min(tokens, round(text_part * counts.reasoning / counts.text))
-        if hides_reasoning(model, endpoint):
+        hidden = None
+        hides = hides_reasoning(model, endpoint)
+        if hides:
             rate = self.reasoning_rate(model, family) if thinking_ms else None
             if rate is not None and thinking_ms:
                 hidden = round(rate * thinking_ms / 1000.0)
-                tokens += hidden
-                reasoning = (reasoning or 0) + hidden
-                method += "+reasoning-from-time"
-            else:
-                method += "+hidden-reasoning"
+        if cut and framing:
+            produced = body + counts.unstreamed / ratios["tool"] + (hidden or 0)
+            framing *= min(1.0, produced / FRAMING_WHOLE_AT)
+        tokens = round(body + fixed + framing)
+        reasoning = None
+        if counts.reasoning and counts.text:
+            reasoning = min(tokens, round(text_part * counts.reasoning / counts.text))
+        if hidden is not None:
+            tokens += hidden
+            reasoning = (reasoning or 0) + hidden
+            method += "+reasoning-from-time"
+        elif hides:
+            method += "+hidden-reasoning"
         elif (
             counts.reasoning
             and family.startswith("anthropic")

@@ -5,94 +5,83 @@ Theory of operation
 The edge (the mitmproxy addon, or `recorder replay`) creates a meter when a
 request reaches the proxy, tells it when response headers arrived, feeds every
 received piece with its arrival time, and finally calls :meth:`StreamMeter.finish`
-with how the body ended. The meter frames the bytes (:mod:`recorder.core.sse`),
-hands events to the endpoint's interpreter, and keeps the stream's rhythm:
+with how the body ended. The meter frames the bytes (its framer,
+:mod:`recorder.core.sse`), hands events to the endpoint's interpreter
+(:mod:`recorder.core.protocols`) and keeps the stream's rhythm
+(:class:`~recorder.core.rhythm.Rhythm`, whose docstring defines the figures).
+All events of one piece share its arrival time, so what an event changes in
+the rhythm is settled once per piece.
 
-- ``max_silence_ms``: the longest interval with no bytes at all, counted from
-  the request start, through response headers and every piece, to the end
-  (what an idle timeout between proxy and upstream would see).
-- output timing: ``ttft_ms`` is the first output delta. Output gaps are the
-  intervals between consecutive outputs and, when the stream was interrupted
-  (``error``, ``upstream_disconnect``, ``client_disconnect``, ``truncated``),
-  the interval from the last output (or the request start) to the end: a
-  silence that runs into a cut is the stall that mattered. An ``http_error``
-  had no output stream to stall. Keepalive comments are not output, so
-  they never end a stall. Each gap of at least ``stall_after`` seconds is a stall.
-- keepalives: comment lines, the intervals between consecutive ones.
-
-Time is always an argument: the core reads no clock. With ``start=None`` (a
-body replayed offline) every timing is None and times passed in are ignored.
-All events of one piece share its arrival time.
-
-:meth:`StreamMeter.feed_many` takes a batch of pieces with their times (the
-proxy meters in batches) and leaves exactly what ``feed`` for each would, at
-less cost a piece; see its docstring and docs/performance.md.
+Two ways in, one state: :meth:`StreamMeter.feed` takes a piece,
+:meth:`StreamMeter.feed_many` a batch of pieces with their times (the proxy
+meters in batches), and leaves exactly what ``feed`` for each would, at less
+cost a piece: the rhythm stays in locals across the batch, and a piece that is
+one whole event the interpreter's byte template reads (the usual output delta,
+one per piece on an HTTP/1 chunked stream) is read in one call, with no Event
+and no framing; a piece of several such events is read a run at a time
+(``Framer.runner``). The framer says how an event is written whole
+(``Framer.whole_event``), the interpreter gives the template
+(``Interpreter.piece_reader``); docs/performance.md has the figures.
 """
 
 from __future__ import annotations
 
-import heapq
-from array import array
-from collections.abc import Callable, Iterable
-from itertools import repeat
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
-from recorder.core.meter_batch import feed_many as _feed_many
+from recorder.core.framing import Comment, Event, FramingIssue, IssueKind
 from recorder.core.protocols import PROVIDERS, interpreter_for
-from recorder.core.record import (
-    INTERRUPTED_OUTCOMES,
-    Gap,
-    Outcome,
-    StreamRecord,
-    combine_sources,
-    ending_outcome,
+from recorder.core.record import INTERRUPTED_OUTCOMES, StreamRecord, combine_sources, ending_outcome
+from recorder.core.rhythm import (
+    DEFAULT_STALL_AFTER_S,
+    KEEPALIVE_GAPS_KEPT,
+    MAX_INTERVALS,
+    MAX_STALL_GAPS,
+    Rhythm,
 )
-from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES, Comment, Event, FramingIssue, SSEFramer
+from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES, SSEFramer
+
+if TYPE_CHECKING:
+    from recorder.core.framing import EventReader, EventRun, Item
+    from recorder.core.protocols.observations import Observations
+
+__all__ = [
+    "DEFAULT_STALL_AFTER_S",
+    "ENDINGS",
+    "KEEPALIVE_GAPS_KEPT",
+    "MAX_INTERVALS",
+    "MAX_STALL_GAPS",
+    "StreamMeter",
+]
 
 ENDINGS = ("eof", "upstream_disconnect", "client_disconnect")
-DEFAULT_STALL_AFTER_S = 30.0
-# How much rhythm detail one stream may keep, so memory stays bounded however
-# long a stream runs: every interval is still counted in the maxima and totals.
-MAX_INTERVALS = 100_000
-MAX_STALL_GAPS = 1_000
-KEEPALIVE_GAPS_KEPT = 5
+
+Pairs = Iterator[tuple[bytes, float | None]]
+# the figures of the reported usage (``Usage``) that the record takes as they are
+_REPORTED = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+)
 
 
-def _ms(seconds: float) -> float:
-    return round(seconds * 1000.0, 3)
-
-
-class StreamMeter:
+class StreamMeter(Rhythm):
     """Meters one response body. Not thread-safe; one per stream."""
 
     __slots__ = (
-        "_first_event",
-        "_first_output",
         "_fused",
         "_fused_for",
-        "_ka_gaps",
-        "_ka_top",
-        "_last_byte",
-        "_last_ka",
-        "_last_output",
-        "_max_ka_gap",
-        "_max_out_gap",
-        "_max_silence",
-        "_silence_at",
-        "_stall_gaps",
-        "_stall_s",
-        "_stalls",
-        "_t0",
-        "_ttfb",
+        "_run",
         "endpoint",
         "events",
         "framer",
         "interpreter",
         "keepalives",
-        "output_intervals",
         "oversized_events",
         "partial_event_at_end",
         "record",
-        "stall_after",
     )
 
     def __init__(
@@ -104,36 +93,21 @@ class StreamMeter:
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         record: StreamRecord | None = None,
     ) -> None:
+        super().__init__(start, stall_after)
         self.endpoint = endpoint
         self.interpreter = interpreter_for(endpoint)
         self.framer = SSEFramer(max_event_bytes)
-        self.stall_after = stall_after
         self.record = record if record is not None else StreamRecord()
         self.record.endpoint = endpoint
         self.record.provider = PROVIDERS[endpoint]
-        self._t0 = start
-        self._ttfb: float | None = None
-        self._last_byte = start
-        self._max_silence = 0.0
-        self._silence_at = 0.0
-        self._first_event: float | None = None
-        self._first_output: float | None = None
-        self._last_output: float | None = None
-        self._max_out_gap: float | None = None
-        self._stalls = 0
-        self._stall_s = 0.0
-        self._stall_gaps: list[Gap] = []
-        self._last_ka: float | None = None
-        self._max_ka_gap: float | None = None
-        self._ka_top: list[tuple[float, float]] = []  # min-heap of (length, start)
-        self._ka_gaps = array("d")
-        self.output_intervals = array("d")
         self.events = 0
         self.keepalives = 0
         self.oversized_events = 0
         self.partial_event_at_end = False
-        # feed_many's reader of a whole piece, and the template it was made from
-        self._fused: Callable[[bytes], int] | None = None
+        # the batch path's reader of a whole piece and of a run of events in a
+        # piece, and the template they were made from (see _follow_template)
+        self._fused: EventReader | None = None
+        self._run: EventRun | None = None
         self._fused_for: object = None
 
     # -- intake ---------------------------------------------------------------
@@ -142,50 +116,53 @@ class StreamMeter:
         """Response headers arrived, with this HTTP status."""
         self.record.http_status = status
         if self._t0 is not None and now is not None:
-            self._ttfb = now - self._t0
-            self._bytes_at(now)
+            self._headers_at(now)
 
     def feed(self, data: bytes, now: float | None = None) -> None:
         """One received piece of the body (``b""`` is allowed and means nothing here)."""
         if not data:
             return
-        timed = self._t0 is not None and now is not None
-        if timed:
+        if self._t0 is None:
+            now = None
+        elif now is not None:
             last = self._last_byte  # _bytes_at, inlined: this runs for every piece
-            if last is not None and now - last > self._max_silence:  # type: ignore[operator]
-                self._max_silence = now - last  # type: ignore[operator]
+            if last is not None and now - last > self._max_silence:
+                self._max_silence = now - last
                 self._silence_at = last
             self._last_byte = now
         event = self.framer.feed_one(data)
-        if event is not None:
-            # The usual piece, one whole event: what the loop below does for it,
-            # _output(now, 1) included, without the list, the loop and the calls.
-            self.events += 1
-            if not timed:
-                self.interpreter.handle(event)
+        if event is None:
+            items = self.framer.feed(data)
+            if items:
+                self._interpret(items, now)
+            return
+        # The usual piece, one whole event: what _interpret does for it,
+        # _output(now, 1) included, without the list, the loop and the calls.
+        self.events += 1
+        if now is None:
+            self.interpreter.handle(event)
+            return
+        if self._first_event is None:
+            self._first_event = now
+        if self.interpreter.handle(event):
+            last = self._last_output
+            self._last_output = now
+            if last is None:
+                self._first_output = now
                 return
-            if self._first_event is None:
-                self._first_event = now
-            if self.interpreter.handle(event):
-                last = self._last_output
-                self._last_output = now
-                if last is None:
-                    self._first_output = now
-                    return
-                gap = now - last  # type: ignore[operator]
-                top = self._max_out_gap
-                if top is None or gap > top or gap >= self.stall_after:
-                    self._output_gap(last, gap)
-                intervals = self.output_intervals
-                if len(intervals) < MAX_INTERVALS:
-                    intervals.append(gap)
-            return
-        items = self.framer.feed(data)
-        if not items:
-            return
-        # Per event only what differs between events is done here: all events of
-        # a piece share its arrival time, so counts and output timing are settled
-        # once per piece (the finally keeps them exact should an interpreter raise).
+            gap = now - last
+            top = self._max_out_gap
+            if top is None or gap > top or gap >= self.stall_after:
+                self._output_gap(last, gap)
+            intervals = self.output_intervals
+            if len(intervals) < MAX_INTERVALS:
+                intervals.append(gap)
+
+    def _interpret(self, items: list[Item], now: float | None) -> None:
+        """The items of one piece, which arrived at ``now`` (None: untimed). Per
+        event only what differs between events is done here; counts and output
+        timing are settled once (the finally keeps them exact should an
+        interpreter raise)."""
         handle = self.interpreter.handle
         events = outputs = 0
         try:
@@ -197,27 +174,147 @@ class StreamMeter:
                         outputs += 1
                 elif kind is Comment:
                     self.keepalives += 1
-                    if timed:
-                        self._keepalive(now)  # type: ignore[arg-type]
-                elif isinstance(item, FramingIssue) and item.kind == "oversized_event":
+                    if now is not None:
+                        self._keepalive(now)
+                elif isinstance(item, FramingIssue) and item.kind is IssueKind.OVERSIZED:
                     # skipped for its size, but the upstream did send an event
                     events += 1
                     self.oversized_events += 1
         finally:
             if events:
                 self.events += events
-                if timed and self._first_event is None:
+                if now is not None and self._first_event is None:
                     self._first_event = now
-            if outputs and timed:
-                self._output(now, outputs)  # type: ignore[arg-type]
+            if outputs and now is not None:
+                self._output(now, outputs)
 
     def feed_many(self, pieces: Iterable[bytes], stamps: Iterable[float | None]) -> None:
         """``feed(piece, now)`` for each piece and its arrival time, in order.
 
-        The same state after, exactly, at less cost per piece; the batch path is
-        :func:`recorder.core.meter_batch.feed_many` (read its docstring).
-        """
-        _feed_many(self, pieces, stamps, MAX_INTERVALS)
+        The same state after, exactly, at less cost per piece (see the module
+        docstring): a piece the template cannot read whole goes through
+        :meth:`feed`. Both arguments are consumed in step, so ``pieces`` may be
+        made lazily (an exception raised making one leaves the pieces before it
+        metered)."""
+        pairs = zip(pieces, stamps, strict=True)
+        if self._t0 is None or self._last_byte is None:
+            for data, now in pairs:
+                self.feed(data, now)
+            return
+        framer = self.framer
+        limit = framer.piece_limit
+        while True:
+            slow = self._whole_pieces(pairs, limit)
+            if slow is None:
+                return
+            data, now = slow
+            run = self._run
+            if run is not None and now is not None and framer.splittable(data):
+                self._feed_events(data, now, run)
+            else:
+                self.feed(data, now)
+            self._follow_template()
+
+    def _whole_pieces(self, pairs: Pairs, limit: int) -> tuple[bytes, float | None] | None:
+        """Meter the next pieces of ``pairs`` while each is one whole event that the
+        fused reader reads (what ``feed`` does for it: the bytes' time, the event,
+        ``_output(now, 1)``); return the first piece it cannot read, not metered
+        (None: the pairs ran out). The rhythm stays in locals meanwhile."""
+        read = self._fused if self.framer.idle and self._first_event is not None else None
+        last_byte = self._last_byte
+        assert last_byte is not None  # feed_many checked: a timed stream
+        max_silence = self._max_silence
+        silence_at = self._silence_at
+        events = self.events
+        last_output = self._last_output
+        top = self._max_out_gap
+        stall_after = self.stall_after
+        intervals = self.output_intervals
+        append = intervals.append
+        room = MAX_INTERVALS - len(intervals)
+        try:
+            for data, now in pairs:
+                if read is None or now is None or len(data) > limit:
+                    return data, now
+                n = read(data)  # counts nothing when it returns -1
+                if n < 0:
+                    return data, now
+                if now - last_byte > max_silence:
+                    max_silence = now - last_byte
+                    silence_at = last_byte
+                last_byte = now
+                events += 1
+                if n:
+                    if last_output is None:
+                        self._first_output = now
+                    else:
+                        gap = now - last_output
+                        if top is None or gap > top or gap >= stall_after:
+                            self._output_gap(last_output, gap)
+                            top = self._max_out_gap
+                        if room > 0:
+                            append(gap)
+                            room -= 1
+                    last_output = now
+            return None
+        finally:
+            self._last_byte = last_byte
+            self._max_silence = max_silence
+            self._silence_at = silence_at
+            self.events = events
+            self._last_output = last_output
+
+    def _feed_events(self, data: bytes, now: float, run: EventRun | None) -> None:
+        """``feed(data, now)`` for a timed piece the framer finds splittable: each
+        run of events that begins where nothing is pending and that ``run`` reads
+        whole is read so (in C, one call for the run); the rest goes through the
+        framer an event at a time, in order (any chunking frames alike), then
+        the interpreter."""
+        self._bytes_at(now)
+        framer = self.framer
+        template = self.interpreter.template
+        limit = framer.piece_limit
+        events = outputs = 0
+        pos = 0
+        size = len(data)
+        # settle() once, then again only after the framer was fed: a run leaves
+        # the framer as it was, settled
+        settled = False
+        try:
+            while pos < size:
+                if run is not None and (settled or framer.settle()):
+                    settled = True
+                    pos, read_events, read_outputs = run(data, pos, limit)
+                    events += read_events
+                    outputs += read_outputs
+                    if pos >= size:
+                        break
+                # an event the run did not read (or none could): through the framer
+                settled = False
+                items, pos = framer.feed_next(data, pos)
+                self._interpret(items, now)
+                if self.interpreter.template is not template:
+                    run = None  # learned another: feed_many makes its reader
+        except BaseException:
+            if pos < size:  # feed frames the whole piece before it interprets any of it
+                framer.feed(data[pos:])
+            raise
+        finally:
+            if events:
+                self.events += events
+                if self._first_event is None:
+                    self._first_event = now
+            if outputs:
+                self._output(now, outputs)
+
+    def _follow_template(self) -> None:
+        """After a piece that went the long way: if the interpreter learned another
+        template, read whole pieces, and runs of events, with it."""
+        template = self.interpreter.template
+        if template is not self._fused_for:
+            self._fused_for = template
+            self._fused = read = self.interpreter.piece_reader(self.framer)
+            self._run = None if read is None else self.framer.runner(read)
 
     def read_body(self, body: bytes, now: float | None = None) -> None:
         """A whole non-streamed JSON body (``streamed: false``)."""
@@ -226,87 +323,6 @@ class StreamMeter:
             self._bytes_at(now)
         if self.interpreter.read_body(body) and self._t0 is not None and now is not None:
             self._output(now)
-
-    # -- rhythm ---------------------------------------------------------------
-
-    def _bytes_at(self, now: float) -> None:
-        last = self._last_byte
-        if last is not None:
-            gap = now - last
-            if gap > self._max_silence:
-                self._max_silence = gap
-                self._silence_at = last
-        self._last_byte = now
-
-    def _output(self, now: float, count: int = 1) -> None:
-        """``count`` outputs at ``now`` (the outputs of one piece share its time)."""
-        last = self._last_output
-        self._last_output = now
-        if last is None:
-            self._first_output = now
-            last = now
-            count -= 1
-            if not count:
-                return
-        gap = now - last
-        self._output_gap(last, gap)
-        intervals = self.output_intervals
-        if len(intervals) < MAX_INTERVALS:
-            intervals.append(gap)
-        rest = count - 1
-        if rest <= 0:
-            return
-        gap = now - now  # each of the others follows the one before at no interval
-        if gap >= self.stall_after:
-            for _ in range(rest):
-                self._output_gap(now, gap)
-        elif self._max_out_gap is None or gap > self._max_out_gap:
-            self._max_out_gap = gap
-        room = MAX_INTERVALS - len(intervals)
-        if room > 0:
-            intervals.extend(repeat(gap, min(rest, room)))
-
-    def _output_gap(self, start: float, gap: float) -> None:
-        if self._max_out_gap is None or gap > self._max_out_gap:
-            self._max_out_gap = gap
-        if gap >= self.stall_after:
-            self._stalls += 1
-            self._stall_s += gap
-            if len(self._stall_gaps) < MAX_STALL_GAPS:
-                assert self._t0 is not None
-                self._stall_gaps.append(Gap("stall", _ms(start - self._t0), _ms(gap)))
-
-    def _keepalive(self, now: float) -> None:
-        last = self._last_ka
-        if last is not None:
-            gap = now - last
-            if self._max_ka_gap is None or gap > self._max_ka_gap:
-                self._max_ka_gap = gap
-            if len(self._ka_gaps) < MAX_INTERVALS:
-                self._ka_gaps.append(gap)
-            if len(self._ka_top) < KEEPALIVE_GAPS_KEPT:
-                heapq.heappush(self._ka_top, (gap, last))
-            elif gap > self._ka_top[0][0]:
-                heapq.heapreplace(self._ka_top, (gap, last))
-        self._last_ka = now
-
-    @property
-    def last_output_at(self) -> float | None:
-        """When the latest output arrived (the edge's clock; None: none yet).
-
-        Read by the live view (``recorder.proxy.live``) once a second to see a
-        stall while it lasts; the meter does no extra work for it."""
-        return self._last_output
-
-    @property
-    def first_output_at(self) -> float | None:
-        """When the first output arrived (None: none yet)."""
-        return self._first_output
-
-    @property
-    def keepalive_intervals(self) -> array[float]:
-        """Every interval between consecutive keepalives, in seconds (capped)."""
-        return self._ka_gaps
 
     # -- ending ---------------------------------------------------------------
 
@@ -321,6 +337,7 @@ class StreamMeter:
 
         ``ending`` is ``eof`` (the body ended cleanly), ``upstream_disconnect`` or
         ``client_disconnect``; ``transport_error`` is the edge's own words for it.
+        The outcome follows the precedence of docs/record.md, "Outcomes".
         """
         if ending not in ENDINGS:
             ending = "upstream_disconnect"
@@ -330,66 +347,43 @@ class StreamMeter:
         obs = self.interpreter.obs
         rec = self.record
         status = rec.http_status
-        outcome: Outcome
         if status is not None and not 200 <= status < 300:
-            outcome = "http_error"
+            rec.outcome = "http_error"
         elif obs.terminal is not None:
-            outcome = obs.terminal
+            rec.outcome = obs.terminal
         else:
-            outcome = ending_outcome(ending)
-        rec.outcome = outcome
-        rec.interrupted = outcome in INTERRUPTED_OUTCOMES
+            rec.outcome = ending_outcome(ending)
+        rec.interrupted = rec.outcome in INTERRUPTED_OUTCOMES
         rec.transport_error = transport_error
-
-        t0 = self._t0
-        if t0 is not None and now is not None:
-            self._bytes_at(now)
-            if outcome in INTERRUPTED_OUTCOMES and rec.streamed:
-                last = self._last_output if self._last_output is not None else t0
-                self._output_gap(last, now - last)
-            rec.ttfb_ms = None if self._ttfb is None else _ms(self._ttfb)
-            rec.first_event_ms = None if self._first_event is None else _ms(self._first_event - t0)
-            rec.ttft_ms = None if self._first_output is None else _ms(self._first_output - t0)
-            rec.duration_ms = _ms(now - t0)
-            rec.max_silence_ms = _ms(self._max_silence)
-            rec.max_output_gap_ms = None if self._max_out_gap is None else _ms(self._max_out_gap)
-            rec.max_keepalive_gap_ms = None if self._max_ka_gap is None else _ms(self._max_ka_gap)
-            rec.stalls = self._stalls
-            rec.stall_ms = _ms(self._stall_s)
-            gaps = list(self._stall_gaps)
-            gaps += [
-                Gap("keepalive", _ms(start - t0), _ms(length))
-                for length, start in sorted(self._ka_top, key=lambda g: g[1])
-            ]
-            if self._max_silence > 0:
-                gaps.append(Gap("silence", _ms(self._silence_at - t0), _ms(self._max_silence)))
-            rec.gaps = sorted(gaps, key=lambda g: (g.start_ms, g.kind))
-
+        if now is not None:
+            self._time_record(rec, now)
         if rec.streamed:
             rec.events = self.events
             rec.keepalives = self.keepalives
-        rec.output_chars = obs.output_chars
-        rec.tool_calls = obs.tool_calls
-        rec.finish_reason = obs.finish_reason
-        rec.response_model = obs.response_model
-        rec.response_id = obs.response_id
-        if obs.error_type or obs.error_code or obs.error_message:
-            # an in-stream error; otherwise keep what the edge read from an error body
-            rec.error_type = obs.error_type
-            rec.error_code = obs.error_code
-            rec.error_message = obs.error_message
-        rec.parse_issues = obs.parse_issues
         rec.oversized_events = self.oversized_events
         rec.partial_event_at_end = self.partial_event_at_end
-        usage = obs.usage
-        if usage is not None:
-            rec.input_tokens = usage.input_tokens
-            rec.output_tokens = usage.output_tokens
-            rec.cache_read_tokens = usage.cache_read_tokens
-            rec.cache_write_tokens = usage.cache_write_tokens
-            rec.reasoning_tokens = usage.reasoning_tokens
-            rec.raw_usage = obs.raw_usage
-        rec.input_source = "reported" if rec.input_tokens is not None else "none"
-        rec.output_source = "reported" if rec.output_tokens is not None else "none"
-        rec.usage_source = combine_sources(rec.input_source, rec.output_source)
+        _observed(rec, obs)
         return rec
+
+
+def _observed(rec: StreamRecord, obs: Observations) -> None:
+    """What the interpreter observed, onto the record."""
+    rec.output_chars = obs.output_chars
+    rec.tool_calls = obs.tool_calls
+    rec.finish_reason = obs.finish_reason
+    rec.response_model = obs.response_model
+    rec.response_id = obs.response_id
+    rec.parse_issues = obs.parse_issues
+    if obs.error_type or obs.error_code or obs.error_message:
+        # an in-stream error; otherwise keep what the edge read from an error body
+        rec.error_type = obs.error_type
+        rec.error_code = obs.error_code
+        rec.error_message = obs.error_message
+    usage = obs.usage
+    if usage is not None:
+        for name in _REPORTED:
+            setattr(rec, name, getattr(usage, name))
+        rec.raw_usage = obs.raw_usage
+    rec.input_source = "reported" if rec.input_tokens is not None else "none"
+    rec.output_source = "reported" if rec.output_tokens is not None else "none"
+    rec.usage_source = combine_sources(rec.input_source, rec.output_source)

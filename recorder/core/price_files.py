@@ -311,74 +311,9 @@ def _load_litellm(doc: Mapping[str, Any], version: str) -> PriceTable:
         mode = spec.get("mode")
         if mode is not None and mode not in _LITELLM_MODES:
             continue
-        key = str(raw_key).strip().lower()
-        where = str(raw_key)
-        # (threshold or 0, tier or "") -> field -> price; and -> hours -> price
-        groups: dict[tuple[int, str], dict[str, Decimal]] = {}
-        long_writes: dict[tuple[int, str], dict[int, Decimal]] = {}
-        for name, value in spec.items():
-            parsed = _litellm_field(name)
-            if parsed is None:
-                if "cost" in name and name not in _LITELLM_OTHER and value is not None:
-                    unread[name] = unread.get(name, 0) + 1
-                continue
-            price = _decimal(value, f"{where}.{name}")
-            if price is None:
-                continue
-            field_name, threshold, hours, tier = parsed
-            if hours:
-                long_writes.setdefault((threshold, tier), {})[hours] = price
-            else:
-                groups.setdefault((threshold, tier), {})[field_name] = price
-        base = groups.get((0, ""), {})
-        if "input" not in base or "output" not in base:
-            continue
-        rates = _rates(base, long_writes.get((0, ""), {}))
-        names = {tier for (_, tier) in (*groups, *long_writes) if tier}
-        tiers = {
-            tier: Tier(
-                _rates(groups.get((0, tier), {}), long_writes.get((0, tier), {})),
-                _litellm_long(groups, tier),
-            )
-            for tier in names
-        }
-        provider = spec.get("litellm_provider")
-        if provider in ("openai", "azure") and _OPENAI_FAST in tiers and "fast" not in tiers:
-            tiers["fast"] = Tier(Rates(), same_as=_OPENAI_FAST)
-        extra = spec.get("provider_specific_entry")
-        fast = extra.get("fast") if isinstance(extra, dict) else None
-        if fast is not None and "fast" not in tiers:
-            multiplier = _decimal(fast, f"{where}.provider_specific_entry.fast")
-            if multiplier is not None:
-                tiers["fast"] = Tier(Rates(), multiplier=multiplier)
-        tools: dict[str, Decimal] = {}
-        search = spec.get("search_context_cost_per_query")
-        if isinstance(search, dict):
-            medium = search.get("search_context_size_medium")
-            if medium is not None:
-                price = _decimal(medium, f"{where}.search_context_cost_per_query")
-                if price is not None:
-                    tools["web_search"] = price
-        per_1k = spec.get("file_search_cost_per_1k_calls")
-        if per_1k is not None:
-            price = _decimal(per_1k, f"{where}.file_search_cost_per_1k_calls")
-            if price is not None:
-                tools["file_search"] = price / 1000
-        session = spec.get("code_interpreter_cost_per_session")
-        if session is not None:
-            price = _decimal(session, f"{where}.code_interpreter_cost_per_session")
-            if price is not None:
-                tools["code_interpreter"] = price
-        entries[key] = PriceEntry(
-            key=key,
-            rates=rates,
-            provider=None if provider is None else str(provider),
-            as_of=None,
-            source=None if spec.get("source") is None else str(spec["source"]),
-            long_context=_litellm_long(groups, ""),
-            tiers=tiers,
-            server_tools=tools,
-        )
+        entry = _litellm_entry(str(raw_key), spec, unread)
+        if entry is not None:
+            entries[entry.key] = entry
     # "anthropic/claude-…", "azure/gpt-4o": the bare name, when no entry has it,
     # points at the provider's own entry first, then any other.
     aliases: dict[str, str] = {}
@@ -389,6 +324,94 @@ def _load_litellm(doc: Mapping[str, Any], version: str) -> PriceTable:
         if bare != entry.key and bare not in entries and bare not in aliases:
             aliases[bare] = entry.key
     return PriceTable(version, entries, aliases, "litellm", unread)
+
+
+def _litellm_entry(
+    where: str, spec: Mapping[str, Any], unread: dict[str, int]
+) -> PriceEntry | None:
+    """The entry of one LiteLLM model (None without an input and an output price);
+    cost fields it does not read are counted in ``unread``."""
+    # (threshold or 0, tier or "") -> field -> price; and -> hours -> price
+    groups: dict[tuple[int, str], dict[str, Decimal]] = {}
+    long_writes: dict[tuple[int, str], dict[int, Decimal]] = {}
+    for name, value in spec.items():
+        parsed = _litellm_field(name)
+        if parsed is None:
+            if "cost" in name and name not in _LITELLM_OTHER and value is not None:
+                unread[name] = unread.get(name, 0) + 1
+            continue
+        price = _decimal(value, f"{where}.{name}")
+        if price is None:
+            continue
+        field_name, threshold, hours, tier = parsed
+        if hours:
+            long_writes.setdefault((threshold, tier), {})[hours] = price
+        else:
+            groups.setdefault((threshold, tier), {})[field_name] = price
+    base = groups.get((0, ""), {})
+    if "input" not in base or "output" not in base:
+        return None
+    provider = spec.get("litellm_provider")
+    key = where.strip().lower()
+    return PriceEntry(
+        key=key,
+        rates=_rates(base, long_writes.get((0, ""), {})),
+        provider=None if provider is None else str(provider),
+        as_of=None,
+        source=None if spec.get("source") is None else str(spec["source"]),
+        long_context=_litellm_long(groups, ""),
+        tiers=_litellm_tiers(groups, long_writes, spec, where),
+        server_tools=_litellm_tools(spec, where),
+    )
+
+
+def _litellm_tiers(
+    groups: Mapping[tuple[int, str], Mapping[str, Decimal]],
+    long_writes: Mapping[tuple[int, str], Mapping[int, Decimal]],
+    spec: Mapping[str, Any],
+    where: str,
+) -> dict[str, Tier]:
+    """A LiteLLM model's service tiers: its tiered cost fields, and fast mode."""
+    names = {tier for (_, tier) in (*groups, *long_writes) if tier}
+    tiers = {
+        tier: Tier(
+            _rates(groups.get((0, tier), {}), long_writes.get((0, tier), {})),
+            _litellm_long(groups, tier),
+        )
+        for tier in names
+    }
+    provider = spec.get("litellm_provider")
+    if provider in ("openai", "azure") and _OPENAI_FAST in tiers and "fast" not in tiers:
+        tiers["fast"] = Tier(Rates(), same_as=_OPENAI_FAST)
+    extra = spec.get("provider_specific_entry")
+    fast = extra.get("fast") if isinstance(extra, dict) else None
+    if fast is not None and "fast" not in tiers:
+        multiplier = _decimal(fast, f"{where}.provider_specific_entry.fast")
+        if multiplier is not None:
+            tiers["fast"] = Tier(Rates(), multiplier=multiplier)
+    return tiers
+
+
+def _litellm_tools(spec: Mapping[str, Any], where: str) -> dict[str, Decimal]:
+    """A LiteLLM model's prices per server-tool call."""
+    tools: dict[str, Decimal] = {}
+    search = spec.get("search_context_cost_per_query")
+    if isinstance(search, dict):
+        medium = search.get("search_context_size_medium")
+        price = _decimal(medium, f"{where}.search_context_cost_per_query")
+        if price is not None:
+            tools["web_search"] = price
+    price = _decimal(
+        spec.get("file_search_cost_per_1k_calls"), f"{where}.file_search_cost_per_1k_calls"
+    )
+    if price is not None:
+        tools["file_search"] = price / 1000
+    price = _decimal(
+        spec.get("code_interpreter_cost_per_session"), f"{where}.code_interpreter_cost_per_session"
+    )
+    if price is not None:
+        tools["code_interpreter"] = price
+    return tools
 
 
 # cost fields read elsewhere in the loader (server tools)

@@ -1,5 +1,11 @@
 """What the recorder keeps of a request body: a few facts, never the prompt.
 
+The facts are top-level members of the JSON object. A body the parser refuses
+(orjson stops at 1,024 levels of nesting, and a request may nest deeper) is
+walked at its top level instead (:func:`_top_level`): each member's extent is
+found by counting brackets, iteratively, and only the members the facts need
+are parsed, so a deep ``messages`` value costs a linear scan, never a recursion.
+
 Also the error body of a non-2xx response (OpenAI ``{"error": {...}}``,
 Anthropic ``{"type": "error", "error": {...}}``), read into the record's
 error fields.
@@ -7,6 +13,7 @@ error fields.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +35,8 @@ class RequestFacts:
 
 
 _MAX_KEYS = ("max_completion_tokens", "max_output_tokens", "max_tokens")
+# the members the facts are read from
+_WANTED = frozenset({"model", "stream", "stream_options", "service_tier", "speed", *_MAX_KEYS})
 
 
 def read_request(body: bytes) -> RequestFacts:
@@ -35,7 +44,7 @@ def read_request(body: bytes) -> RequestFacts:
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return RequestFacts()
+        obj = _top_level(body)
     if not isinstance(obj, dict):
         return RequestFacts()
     facts = RequestFacts(parsed=True)
@@ -63,6 +72,98 @@ def read_request(body: bytes) -> RequestFacts:
             facts.max_output_tokens = value
             break
     return facts
+
+
+_SPACE = re.compile(rb"[ \t\r\n]*")
+# the rest of a string after its opening quote, through its closing one
+_STRING_REST = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+# what changes the nesting: a run of opening or of closing brackets, or a string
+# (whose brackets do not count); a run at a time, so a deep nest is a few steps
+_STRUCTURE = re.compile(rb'"|[\[{]+|[\]}]+')
+# a number, true, false or null: up to the next separator
+_SCALAR = re.compile(rb"[^,}\] \t\r\n]+")
+
+
+def _top_level(body: bytes) -> dict[str, Any] | None:
+    """The wanted members of a JSON object the parser refused, each parsed alone
+    (a wanted value that is itself too deep, or not JSON, is left out); None when
+    ``body`` is not one well-bracketed object. Linear in ``body``'s length."""
+    pos = _skip_space(body, 0)
+    if body[pos : pos + 1] != b"{":
+        return None
+    members: dict[str, Any] = {}
+    pos = _skip_space(body, pos + 1)
+    if body[pos : pos + 1] == b"}":
+        return members if _skip_space(body, pos + 1) == len(body) else None
+    while True:
+        if body[pos : pos + 1] != b'"':
+            return None
+        key_end = _string_end(body, pos)
+        if key_end < 0:
+            return None
+        try:
+            key = orjson.loads(body[pos:key_end])
+        except orjson.JSONDecodeError:
+            return None
+        pos = _skip_space(body, key_end)
+        if body[pos : pos + 1] != b":":
+            return None
+        start = _skip_space(body, pos + 1)
+        end = _value_end(body, start)
+        if end < 0:
+            return None
+        if key in _WANTED:
+            try:
+                members[key] = orjson.loads(body[start:end])
+            except orjson.JSONDecodeError:
+                members.pop(key, None)  # as deep as the rest, or broken: not read
+        pos = _skip_space(body, end)
+        sep = body[pos : pos + 1]
+        if sep == b"}":
+            return members if _skip_space(body, pos + 1) == len(body) else None
+        if sep != b",":
+            return None
+        pos = _skip_space(body, pos + 1)
+
+
+def _skip_space(body: bytes, pos: int) -> int:
+    found = _SPACE.match(body, pos)
+    return found.end() if found is not None else pos
+
+
+def _string_end(body: bytes, pos: int) -> int:
+    """Past the closing quote of the string that opens at ``pos`` (-1: unclosed)."""
+    found = _STRING_REST.match(body, pos + 1)
+    return found.end() if found is not None else -1
+
+
+def _value_end(body: bytes, pos: int) -> int:
+    """Past the JSON value that starts at ``pos`` (-1: none there, or unclosed)."""
+    first = body[pos : pos + 1]
+    if first == b'"':
+        return _string_end(body, pos)
+    if first not in (b"[", b"{"):
+        found = _SCALAR.match(body, pos)
+        return found.end() if found is not None else -1
+    depth = 0
+    while True:
+        found = _STRUCTURE.search(body, pos)
+        if found is None:
+            return -1
+        char = body[found.start()]
+        if char == 0x22:  # a string: skip it whole
+            pos = _string_end(body, found.start())
+            if pos < 0:
+                return -1
+            continue
+        run = found.end() - found.start()
+        if char in (0x5B, 0x7B):
+            depth += run
+        elif run >= depth:  # the value closes within this run
+            return found.start() + depth
+        else:
+            depth -= run
+        pos = found.end()
 
 
 def read_error_body(body: bytes) -> tuple[str | None, str | None, str | None]:

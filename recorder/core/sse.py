@@ -6,7 +6,10 @@ The framer follows the WHATWG "event stream interpretation" rules, but works on
 bytes: a line is decoded (UTF-8, with replacement) only once it is whole, so a
 multibyte character split across two reads survives. Line ends are CRLF, LF or
 CR. A CR that ends a read is already a complete line end; we only remember to
-swallow an LF that may begin the next read (a CRLF split across reads).
+swallow an LF that may begin the next read (a CRLF split across reads). The
+usual event (``data: V`` or ``event: N`` + ``data: V``, then a blank line) is
+built straight from the bytes; every other line takes the long way, the field
+rules of :mod:`recorder.core.sse_lines`.
 
 Data lines stay ``bytes``: the protocol interpreters hand them straight to the
 JSON parser, which reads UTF-8 itself, so the hot path never builds a ``str``
@@ -19,88 +22,40 @@ a :class:`FramingIssue` because, for a recorder, it is evidence of a cut.
 Memory is bounded: an event whose pending bytes exceed ``max_event_bytes`` is
 skipped up to its terminating blank line and reported once. The framer never
 raises on any input.
+
+This module is the only code that knows how SSE writes an event in bytes: the
+meter's batch path asks it (``recorder.core.framing.Framer``) how one whole
+event is written as a piece, for the interpreter's byte template to read such
+pieces without framing them, and where the events of a piece end.
 """
 
 from __future__ import annotations
 
-from contextlib import suppress
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any
+
+from recorder.core.framing import Event, FramingIssue, IssueKind
+from recorder.core.sse_lines import DEFAULT_MAX_EVENT_BYTES, SSELines
+
+if TYPE_CHECKING:
+    from recorder.core.framing import EventReader, EventRun, Item, Wrappable
+
+__all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSEFramer"]
 
 _BOM = b"\xef\xbb\xbf"
-DEFAULT_MAX_EVENT_BYTES = 4 * 1024 * 1024
 _NAMES_KEPT = 32  # event names decoded once per stream, then looked up
-
-
-class Event(NamedTuple):
-    """A dispatched SSE event. ``data`` is the joined data lines, undecoded."""
-
-    event: str
-    data: bytes
-    id: str | None
-    retry: int | None
-
-
-class Comment(NamedTuple):
-    """A comment line (``: hopbase-keepalive``), without the leading colon."""
-
-    text: str
-
-
-class FramingIssue(NamedTuple):
-    """Damage seen by the framer.
-
-    ``kind`` is ``oversized_event`` (an event skipped because it grew past the
-    cap) or ``unterminated_event`` (the stream ended inside an event).
-    ``size`` is the number of bytes concerned (at least the cap for oversized).
-    """
-
-    kind: str
-    size: int
-
-
-Item = Event | Comment | FramingIssue
 
 _new = tuple.__new__  # builds an Event without NamedTuple's Python-level __new__
 
 
-class SSEFramer:
+class SSEFramer(SSELines):
     """Incremental SSE parser. Call :meth:`feed` with each received piece."""
 
-    __slots__ = (
-        "_at_start",
-        "_buf",
-        "_data",
-        "_data_size",
-        "_ended",
-        "_event",
-        "_has_data",
-        "_idle",
-        "_last_id",
-        "_max",
-        "_midline",
-        "_names",
-        "_prefix",
-        "_prefix_name",
-        "_retry",
-        "_skip_lf",
-        "_skipped",
-        "_skipping",
-    )
+    __slots__ = ("_at_start", "_ended", "_idle", "_names", "_prefix", "_prefix_name", "_skip_lf")
 
     def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
-        self._max = max(1, max_event_bytes)
-        self._buf = bytearray()  # an incomplete line
-        self._data: list[bytes] = []
-        self._data_size = 0
-        self._has_data = False  # a data line was seen in the current event
-        self._event = ""
-        self._last_id: str | None = None
-        self._retry: int | None = None
+        super().__init__(max_event_bytes)
         self._skip_lf = False  # the previous read ended in CR
         self._at_start = True  # a BOM may still come
-        self._skipping = False  # inside an oversized event, discarding
-        self._skipped = 0
-        self._midline = False  # skipping began inside a line whose tail is still to come
         self._ended = False
         self._names: dict[bytes, str] = {}
         # The last ``event: N`` line seen by the fast paths, with the ``data: `` that
@@ -112,11 +67,6 @@ class SSEFramer:
         # goes the long way, set again only where _feed ends with all of that
         # true (feed_one changes none of that state).
         self._idle = False
-
-    @property
-    def last_event_id(self) -> str | None:
-        """The last event id seen (kept across events, as the spec says)."""
-        return self._last_id
 
     @property
     def idle(self) -> bool:
@@ -145,15 +95,82 @@ class SSEFramer:
             )
         return self._idle
 
-    @property
-    def max_event_bytes(self) -> int:
-        """The cap on an event's pending bytes."""
-        return self._max
+    # -- the batch path's part (recorder.core.framing.Framer) -------------------
 
     @property
-    def pending_bytes(self) -> int:
-        """Bytes held for an event not yet dispatched (bounded by the cap)."""
-        return len(self._buf) + self._data_size
+    def piece_limit(self) -> int:
+        """The longest piece :meth:`feed_one` takes: the cap, and the blank line."""
+        return self._max + 2
+
+    def whole_event[T: Wrappable](self, template: T, name: str) -> T | None:
+        """The template of a piece that is exactly one event named ``name`` whose
+        data ``template`` reads: ``data: `` (or ``event: N`` then ``data: ``),
+        the data, a line end and a blank line. None if a literal of the template
+        holds a line end (an event learned from several data lines), or the name
+        one.
+
+        Such a piece is one event, as :meth:`feed_one` would return it, whenever
+        the framer is :attr:`idle` and the piece is at most :attr:`piece_limit`
+        long: the data is one line, because its literals hold no line end and
+        no hole nor text that a template's reader accepts holds a control
+        character (so neither CR nor LF)."""
+        if name == "message":
+            lead = b"data: "
+        else:
+            lead = b"event: " + name.encode("utf-8", "replace") + b"\ndata: "
+            if lead.count(b"\n") != 1 or lead.find(b"\r") >= 0:
+                return None
+        if any(lit.find(b"\n") >= 0 or lit.find(b"\r") >= 0 for lit in template.literals()):
+            return None
+        return template.enclosed(lead, b"\n\n")
+
+    def runner(self, read: EventReader) -> EventRun:
+        """``run(data, pos, limit)`` for a reader of :meth:`whole_event`'s
+        template: read the whole events of ``data`` from ``pos`` on while each is
+        at most ``limit`` bytes (its blank line included) and ``read`` reads it;
+        return where it stopped, the events read and how many carried output.
+        For the run to frame as :meth:`feed` would, the framer must be settled
+        at ``pos`` and ``data`` hold no CR (:meth:`splittable`).
+
+        The C reader's own ``run`` when ``read`` has one (it ends events at a
+        blank line, as here: no Python call per event), else the same loop in
+        Python."""
+        native: Any = getattr(read, "run", None)
+        if native is not None:
+            run: EventRun = native
+            return run
+
+        def python_run(data: bytes, pos: int, limit: int) -> tuple[int, int, int]:
+            events = outputs = 0
+            size = len(data)
+            while pos < size:
+                stop = data.find(b"\n\n", pos)
+                if stop < 0 or stop + 2 - pos > limit:
+                    break
+                n = read(data[pos : stop + 2])
+                if n < 0:
+                    break
+                events += 1
+                if n:
+                    outputs += 1
+                pos = stop + 2
+            return pos, events, outputs
+
+        return python_run
+
+    def splittable(self, data: bytes) -> bool:
+        """Whether ``data`` holds more than one event (a blank line before its
+        last two bytes) and no CR, so that a run may read its events."""
+        return 0 <= data.find(b"\n\n") < len(data) - 2 and data.find(b"\r") < 0
+
+    def feed_next(self, data: bytes, pos: int) -> tuple[list[Item], int]:
+        """:meth:`feed` the bytes of ``data`` from ``pos`` through its next blank
+        line (to its end if there is none): their items, and where they stopped."""
+        stop = data.find(b"\n\n", pos)
+        stop = len(data) if stop < 0 else stop + 2
+        return self.feed(data[pos:stop]), stop
+
+    # -- framing ---------------------------------------------------------------
 
     def feed(self, data: bytes) -> list[Item]:
         """Feed one received piece; ``b""`` ends the stream. Never raises."""
@@ -174,7 +191,7 @@ class SSEFramer:
             self._idle = False
             self._reset_event()
             self._buf.clear()
-            return [FramingIssue("internal_error", len(data))]
+            return [FramingIssue(IssueKind.INTERNAL_ERROR, len(data))]
 
     def feed_one(self, data: bytes) -> Event | None:
         """The piece's event if the piece is exactly one usual event, else None.
@@ -239,17 +256,9 @@ class SSEFramer:
 
     def _feed(self, data: bytes) -> list[Item]:
         if self._at_start:
-            if self._buf:
-                data = bytes(self._buf) + data
-                self._buf.clear()
-            if len(data) < 3 and _BOM.startswith(data):
-                self._buf += data  # could still become a BOM
+            data = self._after_bom(data)
+            if not data:
                 return []
-            self._at_start = False
-            if data.startswith(_BOM):
-                data = data[3:]
-                if not data:
-                    return []
         if self._skip_lf:
             self._skip_lf = False
             if data[0] == 0x0A:
@@ -267,21 +276,54 @@ class SSEFramer:
             nl = data.find(b"\n")
             if nl < 0:
                 return self._hold(data)
-            if self._midline:
-                self._midline = False
-                self._skipped += nl + 1  # the tail of the oversized line, not a blank line
-            else:
-                self._buf += data[:nl]
-                line = bytes(self._buf)
-                self._buf.clear()
-                self._lines([line], out)
+            self._end_held_line(data[:nl], out)
             pos = nl + 1
-        # Whole events from here on. The usual one, ``data: V`` or ``event: N`` +
-        # ``data: V`` then a blank line, found with nothing of another event
-        # pending and well under the cap, is built straight from the bytes: per
-        # event this is most of the framer's CPU on the proxy's event loop.
-        # Anything else goes through _lines, one stretch up to a blank line at a
-        # time, which is what the fast path does for the usual event.
+        end = len(data) - 1  # a line end at i < end can be followed by a blank line
+        pos, clean = self._events(data, pos, out)
+        if pos <= end:
+            nl = data.rfind(b"\n", pos)
+            if nl >= 0:  # complete lines of an event whose blank line is still to come
+                self._lines(data[pos:nl].split(b"\n"), out)
+                pos = nl + 1
+            if pos <= end:
+                out.extend(self._hold(data[pos:]))
+        else:  # the piece ended with a blank line: no line, nor maybe any event, pending
+            self._idle = clean and not self._skip_lf
+        return out
+
+    def _after_bom(self, data: bytes) -> bytes:
+        """The stream's first bytes without a BOM (b"": nothing to frame yet)."""
+        if self._buf:
+            data = bytes(self._buf) + data
+            self._buf.clear()
+        if len(data) < 3 and _BOM.startswith(data):
+            self._buf += data  # could still become a BOM
+            return b""
+        self._at_start = False
+        return data[3:] if data.startswith(_BOM) else data
+
+    def _end_held_line(self, tail: bytes, out: list[Item]) -> None:
+        """The end of the line an earlier piece began (``tail``: up to its line end)."""
+        if self._midline:
+            self._midline = False
+            self._skipped += len(tail) + 1  # the tail of the oversized line, not a blank line
+        else:
+            self._buf += tail
+            line = bytes(self._buf)
+            self._buf.clear()
+            self._lines([line], out)
+
+    def _events(self, data: bytes, pos: int, out: list[Item]) -> tuple[int, bool]:
+        """The whole events of ``data`` (line ends all LF) from ``pos``, a line's
+        start, into ``out``: where they stop, and whether nothing of an event is
+        pending there.
+
+        The usual event, ``data: V`` or ``event: N`` + ``data: V`` then a blank
+        line, found with nothing of another event pending and well under the
+        cap, is built straight from the bytes: per event this is most of the
+        framer's CPU on the proxy's event loop. Anything else goes through
+        _lines, one stretch up to a blank line at a time, which is what the fast
+        path does for the usual event."""
         end = len(data) - 1  # a line end at i < end can be followed by a blank line
         clean = not (
             self._data
@@ -329,102 +371,7 @@ class SSEFramer:
             pos = blank + 2
             # after a blank line nothing of an event is pending (at most its size)
             clean = not self._data_size
-        if pos <= end:
-            nl = data.rfind(b"\n", pos)
-            if nl >= 0:  # complete lines of an event whose blank line is still to come
-                self._lines(data[pos:nl].split(b"\n"), out)
-                pos = nl + 1
-            if pos <= end:
-                out.extend(self._hold(data[pos:]))
-        else:  # the piece ended with a blank line: no line, nor maybe any event, pending
-            self._idle = clean and not self._skip_lf
-        return out
-
-    def _hold(self, piece: bytes) -> list[Item]:
-        """Keep an incomplete line, enforcing the cap."""
-        if self._skipping:
-            self._skipped += len(piece)
-            self._midline = True
-            return []
-        self._buf += piece
-        if len(self._buf) + self._data_size > self._max:
-            self._midline = True
-            return self._start_skipping(len(self._buf))
-        return []
-
-    def _start_skipping(self, extra: int) -> list[Item]:
-        self._skipping = True
-        self._skipped = self._data_size + extra
-        self._buf.clear()
-        self._reset_event()
-        return [FramingIssue("oversized_event", self._skipped)]
-
-    def _lines(self, lines: list[bytes], out: list[Item]) -> None:
-        data = self._data
-        for line in lines:
-            if self._skipping:
-                if line:
-                    self._skipped += len(line) + 1
-                    continue
-                self._skipping = False  # the blank line ends the skipped event
-                self._skipped = 0
-                continue
-            if not line:
-                if self._has_data:
-                    out.append(
-                        Event(
-                            self._event or "message", b"\n".join(data), self._last_id, self._retry
-                        )
-                    )
-                    data.clear()
-                    self._has_data = False
-                # the spec resets the type (and our retry) even when nothing is dispatched
-                self._data_size = 0
-                self._event = ""
-                self._retry = None
-                continue
-            if len(line) + self._data_size > self._max:
-                # the test _hold applies to a partial line, so that the outcome
-                # does not depend on how the line was chunked
-                out.extend(self._start_skipping(len(line)))
-                continue
-            if line.startswith(b"data:"):
-                value = line[6:] if line[5:6] == b" " else line[5:]
-                self._data_size += len(value) + 1
-                if self._data_size > self._max:
-                    out.extend(self._start_skipping(0))
-                    continue
-                data.append(value)
-                self._has_data = True
-                continue
-            if line[0] == 0x3A:  # ':' starts a comment
-                out.append(Comment(line[1:].decode("utf-8", "replace")))
-                continue
-            name, colon, value = line.partition(b":")
-            if colon and value[:1] == b" ":
-                value = value[1:]
-            if name == b"event":
-                self._event = value.decode("utf-8", "replace")
-                self._data_size += len(value)
-            elif name == b"data":  # "data" with no colon: an empty data line
-                data.append(b"")
-                self._data_size += 1
-                self._has_data = True
-            elif name == b"id":
-                if b"\0" not in value:
-                    self._last_id = value.decode("utf-8", "replace")
-            elif name == b"retry" and value and value.isdigit():
-                # more digits than int() converts (sys.set_int_max_str_digits): ignored
-                with suppress(ValueError):
-                    self._retry = int(value)
-            # other field names are ignored, as the spec says
-
-    def _reset_event(self) -> None:
-        self._data.clear()
-        self._data_size = 0
-        self._has_data = False
-        self._event = ""
-        self._retry = None
+        return pos, clean
 
     def _finish(self) -> list[Item]:
         if self._ended:
@@ -435,9 +382,9 @@ class SSEFramer:
             pending = 0 if _BOM.startswith(bytes(self._buf)) else pending
         out: list[Item] = []
         if self._skipping:
-            out.append(FramingIssue("unterminated_event", self._skipped + pending))
+            out.append(FramingIssue(IssueKind.UNTERMINATED, self._skipped + pending))
         elif self._has_data or self._event or pending:
-            out.append(FramingIssue("unterminated_event", self._data_size + pending))
+            out.append(FramingIssue(IssueKind.UNTERMINATED, self._data_size + pending))
         self._buf.clear()
         self._reset_event()
         self._skipping = False

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from recorder.core.sse import Comment, Event, FramingIssue, SSEFramer
+from recorder.core.framing import Comment, Event, FramingIssue
+from recorder.core.json_object import json_object
+from recorder.core.sse import SSEFramer
 
 EVENT_WIDTH = 160  # characters of an event's data shown on its line
 _TEXT = "text"
@@ -108,11 +110,8 @@ def _output_text(event: Event, found: list[tuple[str, str]]) -> str:
 
 def _output(event: Event, endpoint: str) -> list[tuple[str, str]]:
     """The output an event carries, by kind (empty when none or unreadable)."""
-    try:
-        doc = orjson.loads(event.data)
-    except orjson.JSONDecodeError:
-        return []
-    if not isinstance(doc, dict):
+    doc = json_object(event.data)
+    if doc is None:
         return []
     found: list[tuple[str, str]] = []
     if endpoint == "chat.completions":

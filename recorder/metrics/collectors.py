@@ -1,30 +1,25 @@
-"""The exporter's building blocks: label and bucket definitions, the health
-metrics' table, and three collectors (the capped model labels, the one-pass
-interval histogram, the health read at scrape time). ``recorder.metrics.exporter``
-assembles them into :class:`~recorder.metrics.exporter.Metrics`; its docstring
-tells the theory of operation, docs/metrics.md the buckets."""
+"""The exporter's building blocks: the metrics' names, help, labels and buckets
+(:class:`Spec`), the health metrics' table, the capped model labels and the
+collector of the health read at scrape time. ``recorder.metrics.exporter``
+assembles them, with the families of ``recorder.metrics.record_series``, into
+:class:`~recorder.metrics.exporter.Metrics`; its docstring tells the theory of
+operation, docs/metrics.md the buckets."""
 
 from __future__ import annotations
 
-import bisect
 import logging
 import threading
-from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, NamedTuple
 
-import numpy as np
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString as _float_to_go_string
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
 log = logging.getLogger("recorder.metrics")
-# the library's own spelling of a bucket bound (untyped there)
-_go_float: Callable[[float], str] = _float_to_go_string
 
 DEFAULT_MAX_MODEL_LABELS = 50
 OTHER_MODEL = "other"
@@ -69,6 +64,97 @@ TOKEN_BUCKETS = (
     1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0,
     1048576.0, 4194304.0,
 )  # fmt: skip
+
+
+class Spec(NamedTuple):
+    """One metric: its name (without ``_total``), HELP, labels and, for a
+    histogram, its buckets."""
+
+    name: str
+    documentation: str
+    labels: tuple[str, ...] = STREAM_LABELS
+    buckets: tuple[float, ...] = ()
+
+
+# The metrics of the recorded streams, in the order of the exposition. The model
+# label is capped (ModelLabels); docs/metrics.md has each one.
+DURATION = Spec(
+    "gen_ai_client_operation_duration_seconds",
+    "Request start to end of stream, per finished request.",
+    (*STREAM_LABELS, "outcome"),
+    DURATION_BUCKETS,
+)
+TTFT = Spec(
+    "gen_ai_client_operation_time_to_first_chunk_seconds",
+    "Request start to the first output chunk, per streamed request that had output.",
+    buckets=TTFT_BUCKETS,
+)
+CHUNK_GAP = Spec(
+    "gen_ai_client_operation_time_per_output_chunk_seconds",
+    "Intervals between consecutive output chunks (observed when the stream ends).",
+    buckets=CHUNK_GAP_BUCKETS,
+)
+TOKEN_USAGE = Spec(
+    "gen_ai_client_token_usage",
+    "Tokens per request (reported or estimated), by token type.",
+    (*STREAM_LABELS, "token_type"),
+    TOKEN_BUCKETS,
+)
+STREAMS = Spec(
+    "llm_streams", "Finished requests, streamed or not, by outcome.", (*STREAM_LABELS, "outcome")
+)
+IN_FLIGHT = Spec(
+    "llm_streams_in_flight", "Requests being metered right now.", ("endpoint", "provider")
+)
+TOKENS = Spec(
+    "llm_tokens",
+    "Tokens by type and by source (reported by the provider or estimated).",
+    (*STREAM_LABELS, "token_type", "source"),
+)
+COST = Spec(
+    "llm_cost_usd",
+    "Cost in US dollars from the price table, by source of the usage it prices.",
+    (*STREAM_LABELS, "source"),
+)
+KEEPALIVES = Spec("llm_stream_keepalives", "SSE keepalive comments received.")
+KEEPALIVE_GAP = Spec(
+    "llm_stream_keepalive_gap_seconds",
+    "Intervals between consecutive keepalive comments of a stream.",
+    buckets=KEEPALIVE_GAP_BUCKETS,
+)
+STALLS = Spec(
+    "llm_stream_stalls", "Output silences of at least the stall threshold (--stall-after)."
+)
+MAX_OUTPUT_GAP = Spec(
+    "llm_stream_max_output_gap_seconds",
+    "Longest output silence of each stream.",
+    buckets=MAX_OUTPUT_GAP_BUCKETS,
+)
+# the model label only (under the same cap) and the kind of gap: "model" (no
+# price for it) or "tier" (none for its service tier)
+UNPRICED = Spec(
+    "llm_recorder_unpriced_streams",
+    "Records with known usage but no cost: no price for the model, or none for "
+    "its service tier (the record's unpriced_reason says which).",
+    ("model", "reason"),
+)
+# Set once a second by the live view's walk over the open streams
+# (recorder.proxy.live): a stall is seen while it lasts, not at its end.
+STREAMS_STALLED = Spec(
+    "llm_streams_stalled",
+    "Open streams whose output has been silent for at least --stall-after right now.",
+    ("endpoint", "provider"),
+)
+OLDEST_SILENCE = Spec(
+    "llm_stream_oldest_silence_seconds",
+    "The longest current output silence among open streams (0: none open).",
+    ("endpoint", "provider"),
+)
+MODEL_OVERFLOW = Spec(
+    "llm_recorder_model_label_overflow",
+    "Records whose model was reported as 'other' (past --max-model-labels).",
+    (),
+)
 
 # The recorder's own health, read at scrape time: source name -> (metric, type, help).
 HEALTH_METRICS: dict[str, tuple[str, str, str]] = {
@@ -130,7 +216,8 @@ HEALTH_METRICS: dict[str, tuple[str, str, str]] = {
 }
 
 
-def _label(value: str | None) -> str:
+def label(value: str | None) -> str:
+    """A label value: ``unknown`` for none, cut to ``MAX_LABEL_CHARS``."""
     if not value:
         return UNKNOWN
     return value[:MAX_LABEL_CHARS]
@@ -163,106 +250,6 @@ class ModelLabels:
     def in_use(self) -> int:
         """Distinct model names with their own label value."""
         return len(self._seen)
-
-
-class IntervalHistogram(Collector):
-    """A histogram that takes many values at once, bucketed in one pass.
-
-    The exposition is the same as a ``prometheus_client.Histogram``'s
-    (``_bucket``, ``_count``, ``_sum``).
-    """
-
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        labelnames: Sequence[str],
-        buckets: Sequence[float],
-        registry: CollectorRegistry | None,
-    ) -> None:
-        self.name = name
-        self.documentation = documentation
-        self.labelnames = tuple(labelnames)
-        self.bounds = tuple(float(b) for b in buckets)
-        self._bounds = np.array(self.bounds, dtype=np.float64)
-        self._les = [_go_float(b) for b in self.bounds] + ["+Inf"]
-        self._series: dict[tuple[str, ...], tuple[list[int], list[float]]] = {}
-        self._lock = threading.Lock()
-        # called first by collect and value (as record_series' families)
-        self.before_collect: Callable[[], None] | None = None
-        if registry is not None:
-            registry.register(self)
-
-    def observe_many(self, labels: tuple[str, ...], values: Iterable[float]) -> None:
-        """Add every value in ``values`` (seconds) to the series of ``labels``."""
-        if not isinstance(values, array | list | tuple):
-            values = array("d", values)
-        bounds = self.bounds
-        if len(values) < len(bounds):
-            # a short stream's few intervals one by one: a numpy call costs more
-            if not values:
-                return
-            counts: list[int] = [0] * (len(bounds) + 1)
-            find_le = bisect.bisect_left  # the first bound >= the value: its `le` bucket
-            total = 0.0
-            for value in values:
-                total += value
-                if value == value:  # a NaN goes to no bucket, only into the sum (as the library)
-                    counts[find_le(bounds, value)] += 1
-        else:
-            # many: in numpy, a view of the meter's array of doubles, one search of
-            # the bounds and one count per bucket in C (bench/bench_metrics.py: 200
-            # intervals 2.2x, 100,000 intervals 7x cheaper than sorted and bisected)
-            batch = np.asarray(values, dtype=np.float64)
-            total = float(np.add.reduce(batch))
-            if total != total:
-                batch = batch[~np.isnan(batch)]
-            # the first bound >= the value is its `le` bucket; past the last, +Inf's
-            counts = np.bincount(
-                self._bounds.searchsorted(batch), minlength=len(bounds) + 1
-            ).tolist()
-        with self._lock:
-            series = self._series.get(labels)
-            if series is None:
-                series = ([0] * (len(self.bounds) + 1), [0.0])
-                self._series[labels] = series
-            into, acc = series
-            for i, n in enumerate(counts):
-                if n:
-                    into[i] += n
-            acc[0] += total
-
-    def value(self, labels: tuple[str, ...]) -> tuple[int, float]:
-        """``(count, sum)`` of one series (for tests)."""
-        if self.before_collect is not None:
-            self.before_collect()
-        with self._lock:
-            series = self._series.get(labels)
-            return (0, 0.0) if series is None else (sum(series[0]), series[1][0])
-
-    def describe(self) -> Iterable[Metric]:
-        return [HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)]
-
-    def collect(self) -> Iterable[Metric]:
-        if self.before_collect is not None:
-            self.before_collect()
-        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        with self._lock:
-            snapshot = [(k, list(c), s[0]) for k, (c, s) in self._series.items()]
-        for labels, counts, total in snapshot:
-            family.add_metric(list(labels), cumulative_buckets(self._les, counts), total)
-        return [family]
-
-
-def cumulative_buckets(les: Sequence[str], counts: Sequence[int]) -> list[tuple[str, float]]:
-    """Per-bucket counts (the last one +Inf's) as the exposition's ``(le, count of
-    values <= le)`` pairs."""
-    cumulative = 0.0
-    buckets: list[tuple[str, float]] = []
-    for le, n in zip(les, counts, strict=True):
-        cumulative += n
-        buckets.append((le, cumulative))
-    return buckets
 
 
 class HealthCollector(Collector):

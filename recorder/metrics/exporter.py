@@ -27,7 +27,8 @@ importing this module registers nothing, starts nothing.
   prometheus_client's own ``Counter`` and ``Histogram`` would be.
 - The two per-interval histograms (gaps between output chunks, gaps between
   keepalives) may receive up to 100,000 values from one stream; they are
-  bucketed in one pass under one lock (:class:`IntervalHistogram`) instead of
+  bucketed in one pass under one lock
+  (:class:`~recorder.metrics.record_series.IntervalHistogram`) instead of
   one library ``observe`` call per value, which keeps a long stream's end cheap
   on the event loop.
 
@@ -53,20 +54,30 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from recorder.core.pricing import unpriced_kind
 from recorder.core.protocols import PROVIDERS
 from recorder.metrics.collectors import (
+    CHUNK_GAP,
     CHUNK_GAP_BUCKETS,
+    COST,
     DEFAULT_MAX_MODEL_LABELS,
-    DURATION_BUCKETS,
-    KEEPALIVE_GAP_BUCKETS,
-    MAX_OUTPUT_GAP_BUCKETS,
-    STREAM_LABELS,
-    TOKEN_BUCKETS,
-    TTFT_BUCKETS,
+    DURATION,
+    IN_FLIGHT,
+    KEEPALIVE_GAP,
+    KEEPALIVES,
+    MAX_OUTPUT_GAP,
+    MODEL_OVERFLOW,
+    OLDEST_SILENCE,
+    STALLS,
+    STREAMS,
+    STREAMS_STALLED,
+    TOKEN_USAGE,
+    TOKENS,
+    TTFT,
+    UNPRICED,
     HealthCollector,
-    IntervalHistogram,
     ModelLabels,
-    _label,
+    Spec,
+    label,
 )
-from recorder.metrics.record_series import CounterFamily, HistogramFamily
+from recorder.metrics.record_series import CounterFamily, HistogramFamily, IntervalHistogram
 
 if TYPE_CHECKING:
     from recorder.core.meter import StreamMeter
@@ -76,11 +87,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("recorder.metrics")
 
 # Finished records that wait for a scrape before the event loop counts them itself:
-# a bound on what is held, and on the loop's one block (some 20 µs a record in the
-# running proxy: about 0.6 ms, as long as a batch of four records completed) ...
+# a bound on what is held, and on the loop's one block (docs/performance.md) ...
 FOLD_RECORDS = 32
-# ... and on their intervals (bucketed in numpy at about 23 ns each: 0.5 ms). A
-# stream with more is counted at once, in its own callback, as before.
+# ... and on their intervals; a stream with more is counted at once, in its own callback.
 FOLD_INTERVALS = 20_000
 
 
@@ -97,128 +106,33 @@ class Metrics:
     ) -> None:
         self.registry = registry
         self.models = ModelLabels(max_model_labels)
-        labels = STREAM_LABELS
+        # Finished records not counted yet (``observe_later``), and the lock that
+        # lets one thread at a time count them (``fold``). Every family a record
+        # moves counts them first when it is collected, so no scrape misses one.
+        self._pending: deque[
+            tuple[StreamRecord, Sequence[float] | None, Sequence[float] | None]
+        ] = deque()
+        self._pending_intervals = 0  # (a bound, not a count: a race only folds sooner)
+        self._fold_lock = threading.Lock()
         # the series a finished record moves, all under this one lock (record_series)
-        self._lock = lock = threading.Lock()
-        self.duration = HistogramFamily(
-            "gen_ai_client_operation_duration_seconds",
-            "Request start to end of stream, per finished request.",
-            (*labels, "outcome"),
-            DURATION_BUCKETS,
-            lock,
-            registry,
-        )
-        self.ttft = HistogramFamily(
-            "gen_ai_client_operation_time_to_first_chunk_seconds",
-            "Request start to the first output chunk, per streamed request that had output.",
-            labels,
-            TTFT_BUCKETS,
-            lock,
-            registry,
-        )
-        self.chunk_gap = IntervalHistogram(
-            "gen_ai_client_operation_time_per_output_chunk_seconds",
-            "Intervals between consecutive output chunks (observed when the stream ends).",
-            labels,
-            CHUNK_GAP_BUCKETS,
-            registry,
-        )
-        self.token_usage = HistogramFamily(
-            "gen_ai_client_token_usage",
-            "Tokens per request (reported or estimated), by token type.",
-            (*labels, "token_type"),
-            TOKEN_BUCKETS,
-            lock,
-            registry,
-        )
-        self.streams = CounterFamily(
-            "llm_streams",
-            "Finished requests, streamed or not, by outcome.",
-            (*labels, "outcome"),
-            lock,
-            registry,
-        )
-        self.in_flight = Gauge(
-            "llm_streams_in_flight",
-            "Requests being metered right now.",
-            ("endpoint", "provider"),
-            registry=registry,
-        )
-        self.tokens = CounterFamily(
-            "llm_tokens",
-            "Tokens by type and by source (reported by the provider or estimated).",
-            (*labels, "token_type", "source"),
-            lock,
-            registry,
-        )
-        self.cost = CounterFamily(
-            "llm_cost_usd",
-            "Cost in US dollars from the price table, by source of the usage it prices.",
-            (*labels, "source"),
-            lock,
-            registry,
-        )
-        self.keepalives = CounterFamily(
-            "llm_stream_keepalives",
-            "SSE keepalive comments received.",
-            labels,
-            lock,
-            registry,
-        )
-        self.keepalive_gap = IntervalHistogram(
-            "llm_stream_keepalive_gap_seconds",
-            "Intervals between consecutive keepalive comments of a stream.",
-            labels,
-            KEEPALIVE_GAP_BUCKETS,
-            registry,
-        )
-        self.stalls = CounterFamily(
-            "llm_stream_stalls",
-            "Output silences of at least the stall threshold (--stall-after).",
-            labels,
-            lock,
-            registry,
-        )
-        self.max_output_gap = HistogramFamily(
-            "llm_stream_max_output_gap_seconds",
-            "Longest output silence of each stream.",
-            labels,
-            MAX_OUTPUT_GAP_BUCKETS,
-            lock,
-            registry,
-        )
-        # the model label only (under the same cap) and the kind of gap: "model"
-        # (no price for it) or "tier" (none for its service tier)
-        self.unpriced = CounterFamily(
-            "llm_recorder_unpriced_streams",
-            "Records with known usage but no cost: no price for the model, or none for "
-            "its service tier (the record's unpriced_reason says which).",
-            ("model", "reason"),
-            lock,
-            registry,
-        )
-        # Set once a second by the live view's walk over the open streams
-        # (recorder.proxy.live): a stall is seen while it lasts, not at its end.
-        self.streams_stalled = Gauge(
-            "llm_streams_stalled",
-            "Open streams whose output has been silent for at least --stall-after right now.",
-            ("endpoint", "provider"),
-            registry=registry,
-        )
-        self.oldest_silence = Gauge(
-            "llm_stream_oldest_silence_seconds",
-            "The longest current output silence among open streams (0: none open).",
-            ("endpoint", "provider"),
-            registry=registry,
-        )
-        self.model_overflow = CounterFamily(
-            "llm_recorder_model_label_overflow",
-            "Records whose model was reported as 'other' (past --max-model-labels).",
-            (),
-            lock,
-            registry,
-        )
-        with lock:
+        self._lock = threading.Lock()
+        self.duration = self._histogram(DURATION)
+        self.ttft = self._histogram(TTFT)
+        self.chunk_gap = self._intervals(CHUNK_GAP)
+        self.token_usage = self._histogram(TOKEN_USAGE)
+        self.streams = self._counter(STREAMS)
+        self.in_flight = self._gauge(IN_FLIGHT)
+        self.tokens = self._counter(TOKENS)
+        self.cost = self._counter(COST)
+        self.keepalives = self._counter(KEEPALIVES)
+        self.keepalive_gap = self._intervals(KEEPALIVE_GAP)
+        self.stalls = self._counter(STALLS)
+        self.max_output_gap = self._histogram(MAX_OUTPUT_GAP)
+        self.unpriced = self._counter(UNPRICED)
+        self.streams_stalled = self._gauge(STREAMS_STALLED)
+        self.oldest_silence = self._gauge(OLDEST_SILENCE)
+        self.model_overflow = self._counter(MODEL_OVERFLOW)
+        with self._lock:
             self._overflow = self.model_overflow.child()  # exposed from the start, as 0
         self.health = HealthCollector(registry)
         # labelled children by metric and label values: `labels()` takes a lock and
@@ -228,39 +142,44 @@ class Metrics:
         # a record's series for `observe`, by (endpoint, provider, model), then a
         # short key: one dict lookup per update, under the families' lock
         self._base_kids: dict[tuple[str, str, str], dict[object, Any]] = {}
-        # Finished records not counted yet (``observe_later``), and the lock that
-        # lets one thread at a time count them (``fold``). Every family a record
-        # moves counts them first when it is collected, so no scrape misses one.
-        self._pending: deque[
-            tuple[StreamRecord, Sequence[float] | None, Sequence[float] | None]
-        ] = deque()
-        self._pending_intervals = 0  # (a bound, not a count: a race only folds sooner)
-        self._fold_lock = threading.Lock()
         # called (inside the except) for a record that could not be counted; the
         # composition root wires the recorder's internal-error count to it
         self.on_error: Callable[[], None] | None = None
-        for family in (
-            self.duration,
-            self.ttft,
-            self.chunk_gap,
-            self.token_usage,
-            self.streams,
-            self.tokens,
-            self.cost,
-            self.keepalives,
-            self.keepalive_gap,
-            self.stalls,
-            self.max_output_gap,
-            self.unpriced,
-            self.model_overflow,
-        ):
-            family.before_collect = self.fold
         # (endpoint, provider) pairs the live gauges have a series for
         self._live_pairs: set[tuple[str, str]] = set(PROVIDERS.items())
         for endpoint, provider in PROVIDERS.items():
             self.in_flight.labels(endpoint, provider).set(0)
             self.streams_stalled.labels(endpoint, provider).set(0)
             self.oldest_silence.labels(endpoint, provider).set(0)
+
+    def _counter(self, spec: Spec) -> CounterFamily:
+        """A family a record moves: counted first (``fold``) when it is collected."""
+        family = CounterFamily(
+            spec.name, spec.documentation, spec.labels, self._lock, self.registry
+        )
+        family.before_collect = self.fold
+        return family
+
+    def _histogram(self, spec: Spec) -> HistogramFamily:
+        """As :meth:`_counter`, a histogram."""
+        family = HistogramFamily(
+            spec.name, spec.documentation, spec.labels, spec.buckets, self._lock, self.registry
+        )
+        family.before_collect = self.fold
+        return family
+
+    def _intervals(self, spec: Spec) -> IntervalHistogram:
+        """As :meth:`_counter`, a histogram of a stream's many intervals (its own lock)."""
+        lock = threading.Lock()
+        family = IntervalHistogram(
+            spec.name, spec.documentation, spec.labels, spec.buckets, lock, self.registry
+        )
+        family.before_collect = self.fold
+        return family
+
+    def _gauge(self, spec: Spec) -> Gauge:
+        """A gauge the addon or the live view sets (the library's own)."""
+        return Gauge(spec.name, spec.documentation, spec.labels, registry=self.registry)
 
     def _child(self, metric: Counter | Gauge, *values: str) -> Any:
         """``metric.labels(*values)``, remembered."""
@@ -276,23 +195,23 @@ class Metrics:
 
     def stream_started(self, endpoint: str | None, provider: str | None) -> None:
         """A tapped request arrived."""
-        self._child(self.in_flight, _label(endpoint), _label(provider)).inc()
+        self._child(self.in_flight, label(endpoint), label(provider)).inc()
 
     def stream_ended(self, endpoint: str | None, provider: str | None) -> None:
         """A tapped request's record was finished."""
-        self._child(self.in_flight, _label(endpoint), _label(provider)).dec()
+        self._child(self.in_flight, label(endpoint), label(provider)).dec()
 
     def observe_later(self, record: StreamRecord, meter: StreamMeter | None = None) -> None:
         """Count one finished record before the next scrape (the recorder's metrics
         observer, on the event loop).
 
         The record only joins a queue: the scrape counts what waits (``fold``), off
-        the loop and in one pass, where its code stays in the CPU's caches (in the
-        running proxy a record counted alone, between two of mitmproxy's callbacks,
-        took 45 µs of the loop; counted 32 at a time, 19 µs: bench/bench_in_situ.py).
-        With no scrape, the loop counts them itself once ``FOLD_RECORDS`` records or
-        ``FOLD_INTERVALS`` intervals wait, which bounds both what is held (the
-        records and their interval arrays, not their meters) and the loop's block.
+        the loop and in one pass, where its code stays in the CPU's caches (a record
+        counted alone, between two of mitmproxy's callbacks, finds them cold:
+        docs/performance.md has the figures). With no scrape, the loop counts them
+        itself once ``FOLD_RECORDS`` records or ``FOLD_INTERVALS`` intervals wait,
+        which bounds both what is held (the records and their interval arrays, not
+        their meters) and the loop's block.
         """
         if meter is None:
             out = keep = None
@@ -303,6 +222,11 @@ class Metrics:
         pending.append((record, out, keep))  # (a deque: appended and drained thread-safely)
         if len(pending) >= FOLD_RECORDS or self._pending_intervals >= FOLD_INTERVALS:
             self.fold(wait=False)  # a scrape counting them already: it takes these too
+
+    @property
+    def waiting(self) -> int:
+        """Finished records left by ``observe_later`` that are not counted yet."""
+        return len(self._pending)
 
     def fold(self, *, wait: bool = True) -> None:
         """Count the records that ``observe_later`` left waiting, in their order.
@@ -346,8 +270,8 @@ class Metrics:
         keepalive_intervals: Sequence[float] | None,
     ) -> None:
         model, folded = self.models(record.model or record.response_model)
-        base = (_label(record.endpoint), _label(record.provider), model)
-        outcome = _label(record.outcome)
+        base = (label(record.endpoint), label(record.provider), model)
+        outcome = label(record.outcome)
         cost = _cost(record.cost_usd)  # (may log: not under the lock)
         kind = unpriced_kind(record.unpriced_reason)
         with self._lock:
@@ -437,7 +361,7 @@ class Metrics:
         """The open streams as the live view's walk saw them (its ``on_tick``):
         stalled ones and the longest output silence, by (endpoint, provider)."""
         for pair in set(self._live_pairs) | stalled.keys() | oldest.keys():
-            endpoint, provider = _label(pair[0]), _label(pair[1])
+            endpoint, provider = label(pair[0]), label(pair[1])
             self._child(self.streams_stalled, endpoint, provider).set(stalled.get(pair, 0))
             self._child(self.oldest_silence, endpoint, provider).set(oldest.get(pair, 0.0))
             self._live_pairs.add(pair)

@@ -12,6 +12,7 @@ milliseconds; the span runs from the request's start to the stream's end.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -106,6 +107,14 @@ def plan_span(rec: StreamRecord, now_ns: int) -> SpanPlan:
         start = now_ns - int((rec.duration_ms or 0.0) * 1_000_000)
     end = _at(start, rec.duration_ms) or start
     err = error_type(rec)
+    events = _events(rec, start, end, err)
+    name = f"{_OPERATION} {rec.model}" if rec.model else _OPERATION
+    return SpanPlan(name, start, max(end, start), _attributes(rec, err), events, err)
+
+
+def _attributes(rec: StreamRecord, err: str | None) -> dict[str, AttributeValue]:
+    """The span's attributes: the conventions' names first, then ``recorder.``'s;
+    a figure the record does not have is left out."""
     host, port = server_address(rec.upstream)
     attrs: dict[str, AttributeValue] = {
         "gen_ai.operation.name": _OPERATION,
@@ -152,8 +161,13 @@ def plan_span(rec: StreamRecord, now_ns: int) -> SpanPlan:
         "recorder.request_id": rec.request_id,
         "recorder.error_code": rec.error_code,
     }
-    attrs.update({k: v for k, v in optional.items() if v is not None})
+    attrs.update(_present(optional))
+    return attrs
 
+
+def _events(rec: StreamRecord, start: int, end: int, err: str | None) -> list[SpanEvent]:
+    """The span's events in time order: first event, first output, stalls, and
+    the error or cut that ended the stream."""
     events: list[SpanEvent] = []
     first_event = _at(start, rec.first_event_ms)
     if first_event is not None:
@@ -166,22 +180,21 @@ def plan_span(rec: StreamRecord, now_ns: int) -> SpanPlan:
         events.append(SpanEvent("recorder.stall", at, {"recorder.stall.length_ms": gap.length_ms}))
     if rec.outcome == "error" and rec.http_status == 200:
         # an error event inside a stream that had begun well; it ends the stream
-        details: dict[str, AttributeValue | None] = {
+        details = {
             "error.type": err,
             "recorder.error_code": rec.error_code,
             "recorder.error_message": _cut(rec.error_message),
         }
-        events.append(
-            SpanEvent("recorder.error", end, {k: v for k, v in details.items() if v is not None})
-        )
+        events.append(SpanEvent("recorder.error", end, _present(details)))
     if rec.outcome in INTERRUPTED_OUTCOMES:
-        cut: dict[str, AttributeValue | None] = {
+        cut = {
             "recorder.outcome": rec.outcome,
             "recorder.transport_error": _cut(rec.transport_error),
         }
-        events.append(
-            SpanEvent("recorder.interrupted", end, {k: v for k, v in cut.items() if v is not None})
-        )
+        events.append(SpanEvent("recorder.interrupted", end, _present(cut)))
     events.sort(key=lambda e: e.time_ns)
-    name = f"{_OPERATION} {rec.model}" if rec.model else _OPERATION
-    return SpanPlan(name, start, max(end, start), attrs, events, err)
+    return events
+
+
+def _present(values: Mapping[str, AttributeValue | None]) -> dict[str, AttributeValue]:
+    return {k: v for k, v in values.items() if v is not None}

@@ -39,6 +39,7 @@ from recorder.core.endpoints import endpoint_for
 from recorder.core.estimate import Estimator
 from recorder.core.sink import Sink
 from recorder.metrics.health import Health
+from recorder.proxy.config import RecorderConfig
 from recorder.proxy.decoding import decoder_for
 from recorder.proxy.finishing import Finishing
 from recorder.proxy.internal_errors import InternalErrors
@@ -59,7 +60,6 @@ from recorder.proxy.state import (
     Answer,
     Ending,
     FlowState,
-    RecorderConfig,
     apply_facts,
     read_encoded_request,
     read_request_facts,

@@ -1,14 +1,19 @@
 """The checks of option values: each takes the value as given (text from a flag
 or a variable, or a mitmproxy option's own type) and where it came from (the flag,
 the variable, the option), and returns the value or raises OptionError naming
-that place. The option table (``recorder.proxy.options``) names one per option."""
+that place. The option table (``recorder.proxy.options``) names one per option;
+the type a check returns is the type of the option's value."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from recorder.core.errors import UsageError
+from recorder.core.price_files import load_price_file
+from recorder.core.pricing import PriceTable, PriceTableError
 
 
 class OptionError(UsageError):
@@ -22,6 +27,42 @@ class OptionError(UsageError):
 def text(value: Any, what: str) -> str:
     """Any text, as given."""
     return str(value)
+
+
+def optional_text(value: Any, what: str) -> str | None:
+    """Any text; none when empty."""
+    return str(value) or None
+
+
+def optional_path(value: Any, what: str) -> Path | None:
+    """A file or directory (``~`` is the home directory); none when empty."""
+    return Path(str(value)).expanduser() if value else None
+
+
+def parse_prices(value: Any, what: str) -> PriceTable:
+    """A price file overlaid on the shipped table (the shipped one alone when empty)."""
+    try:
+        return load_price_file(str(value) if value else None)
+    except PriceTableError as e:
+        raise OptionError(f"{what} {e}") from None
+
+
+# What a file that is a SQLite database is called, given where a database URL is due.
+SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+
+
+def parse_db(value: Any, what: str) -> str:
+    """A database URL (checked by the store when it opens it), or the path of a
+    SQLite file (``recorder.db``, ``~/data/llm.sqlite``), read as its URL."""
+    given = str(value).strip()
+    if "://" not in given and given.lower().endswith(SQLITE_SUFFIXES):
+        return "sqlite:///" + os.path.expanduser(given)
+    return given
+
+
+def db_note(value: Any, url: str) -> str | None:
+    """What to say once when a path was read as a SQLite URL."""
+    return None if str(value).strip() == url else f"read as {url} (a SQLite file)"
 
 
 def parse_port(value: Any, what: str) -> int:
@@ -82,26 +123,37 @@ def parse_switch(value: Any, what: str) -> bool:
     return str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
-def choice(*allowed: str) -> Callable[[Any, str], str]:
-    """One of ``allowed``."""
+class Choice:
+    """One of ``choices``; when empty, what ``unset`` says (if it is given)."""
 
-    def parse(value: Any, what: str) -> str:
-        if value not in allowed:
-            raise OptionError(f"{what} must be {' or '.join(allowed)}, not {value!r}")
+    def __init__(self, *choices: str, unset: Callable[[], str] | None = None) -> None:
+        self.choices = choices
+        self.unset = unset
+
+    def __call__(self, value: Any, what: str) -> str:
+        if value == "" and self.unset is not None:
+            return self.unset()
+        if value not in self.choices:
+            raise OptionError(f"{what} must be {' or '.join(self.choices)}, not {value!r}")
         return str(value)
-
-    return parse
 
 
 def parse_modes(value: Any, what: str) -> list[str]:
     """mitmproxy mode specs (a list, or text with several separated by spaces or
-    commas), each checked by mitmproxy's own parser."""
-    from mitmproxy.proxy.mode_specs import ProxyMode
+    commas), each checked by mitmproxy's own parser; a reverse target needs its
+    scheme (mitmproxy would take ``reverse:127.0.0.1:9000`` as HTTPS, and every
+    request to a plain-HTTP upstream would fail its TLS handshake)."""
+    from mitmproxy.proxy.mode_specs import ProxyMode, ReverseMode
 
     specs = list(value) if isinstance(value, list | tuple) else str(value).replace(",", " ").split()
     for spec in specs:
         try:
-            ProxyMode.parse(spec)
+            mode = ProxyMode.parse(spec)
         except ValueError as e:
             raise OptionError(f"invalid {what} {spec!r}: {e}") from None
+        if isinstance(mode, ReverseMode) and "://" not in mode.data:
+            raise OptionError(
+                f"{what} {spec}: the reverse target needs its scheme:"
+                f" reverse:http://{mode.data} or reverse:https://{mode.data}"
+            )
     return specs or ["regular"]

@@ -30,19 +30,26 @@ def is_loopback(host: str) -> bool:
 
 
 def exposure_warnings(
-    listeners: list[tuple[str, str, int]], metrics: tuple[str, int] | None
+    listeners: list[tuple[str, str, int]],
+    metrics: tuple[str, int] | None,
+    *,
+    listen_hint: str = "the default",
 ) -> list[str]:
     """Banner lines warning of every listener bound beyond loopback: (mode, host,
     port) of the proxy's listeners, (host, port) of /metrics (None: not served).
-    Empty if none is."""
+    Empty if none is. ``listen_hint`` says how the proxy listens on 127.0.0.1
+    where that is not the default (mitmproxy's own listens on every interface);
+    /metrics is on 127.0.0.1 by default everywhere."""
 
     def where(host: str, port: int) -> str:
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     warnings = []
+    hint = "the default"
     for mode, host, port in listeners:
         if is_loopback(host):
             continue
+        hint = listen_hint
         if mode.startswith("reverse:"):
             upstream = mode.split(":", 1)[1].split("@", 1)[0]
             what = f"send requests to {upstream} through it, with their own keys"
@@ -65,7 +72,10 @@ def exposure_warnings(
     for line in warnings:
         lines += textwrap.wrap(line, 88, initial_indent="  WARNING: ", subsequent_indent=" " * 11)
     if lines:
-        lines.append(
-            " " * 11 + "Keep them behind a firewall, or listen on 127.0.0.1 (the default)."
+        lines += textwrap.wrap(
+            f"Keep them behind a firewall, or listen on 127.0.0.1 ({hint}).",
+            88,
+            initial_indent=" " * 11,
+            subsequent_indent=" " * 11,
         )
     return lines

@@ -30,6 +30,7 @@ from recorder.core.record import StreamRecord, ending_outcome
 from recorder.core.request import read_error_body
 from recorder.core.sink import Sink
 from recorder.metrics.health import Health
+from recorder.proxy.config import RecorderConfig
 from recorder.proxy.internal_errors import InternalErrors
 from recorder.proxy.lifecycle import (
     CLOSED,
@@ -42,7 +43,7 @@ from recorder.proxy.lifecycle import (
 )
 from recorder.proxy.observers import Done, Observers
 from recorder.proxy.scheduling import Scheduler, Sliced
-from recorder.proxy.state import Ending, FlowState, RecorderConfig, RequestNotRead, apply_facts
+from recorder.proxy.state import Ending, FlowState, RequestNotRead, apply_facts
 from recorder.proxy.tap import BodyKind
 from recorder.proxy.unpriced import WARNINGS as UNPRICED
 

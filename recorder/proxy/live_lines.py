@@ -14,16 +14,13 @@ from typing import Any, TextIO
 
 from mitmproxy.contrib import click as miniclick
 
+from recorder.core.printable import printable
 from recorder.core.record import StreamRecord
+from recorder.core.short_id import SHORT_ID_CHARS
+from recorder.core.short_id import short_id as short_id
 
-# Characters of the record id shown: a UUIDv7's time (to the millisecond) and
-# 12 random bits, a unique prefix `recorder show` takes in practice.
-ID_CHARS = 18
-
-
-def short_id(record_id: str | None) -> str:
-    """The first characters of a record id, as the console shows them."""
-    return (record_id or "-")[:ID_CHARS]
+# The characters of a record id the console shows (recorder.core.short_id: its end)
+ID_CHARS = SHORT_ID_CHARS
 
 
 def key_last4(api_key_id: str | None) -> str | None:
@@ -70,11 +67,18 @@ def _paint(text: str, colour: str | None, on: bool) -> str:
     return str(miniclick.style(text, fg=colour))
 
 
-def _secs(ms: float | None) -> str:
+def duration(ms: float | None) -> str:
+    """A duration as the console line and `recorder top` show it: milliseconds
+    under a second (``3.2ms``, ``28ms``: a stream of a few milliseconds is not
+    ``0.00s``), then seconds (``1.52s``, ``80.2s``, ``123s``)."""
     if ms is None:
         return "-"
+    if ms < 9.95:
+        return f"{ms:.1f}ms"
+    if ms < 999.5:
+        return f"{ms:.0f}ms"
     s = ms / 1000.0
-    return f"{s:.2f}s" if s < 10 else f"{s:.1f}s" if s < 100 else f"{s:.0f}s"
+    return f"{s:.2f}s" if s < 9.995 else f"{s:.1f}s" if s < 99.95 else f"{s:.0f}s"
 
 
 def _tokens(value: int | None, source: str) -> str:
@@ -102,17 +106,19 @@ def _outcome_colour(outcome: str | None) -> str:
 
 
 def stream_line(s: dict[str, Any], *, colour: bool = False, clock: str = "") -> str:
-    """One finished stream, the way ``mitmdump`` prints a flow (estimated figures ``~``)."""
+    """One finished stream, the way ``mitmdump`` prints a flow (estimated figures
+    ``~``; what came from the wire with its control characters escaped)."""
     cost = s["cost_usd"]
     stalls = s["stalls"] or 0
     parts = [
         clock,
-        _paint(str(s["endpoint"]), "cyan", colour),
-        str(s["model"] or "-"),
+        # the model is the client's (or the upstream's): shown, never obeyed
+        _paint(printable(str(s["endpoint"])), "cyan", colour),
+        printable(str(s["model"] or "-")),
         str(s["http_status"] if s["http_status"] is not None else "-"),
-        _paint(str(s["outcome"]), _outcome_colour(s["outcome"]), colour),
-        f"ttft {_secs(s['ttft_ms'])}",
-        f"dur {_secs(s['duration_ms'])}",
+        _paint(printable(str(s["outcome"])), _outcome_colour(s["outcome"]), colour),
+        f"ttft {duration(s['ttft_ms'])}",
+        f"dur {duration(s['duration_ms'])}",
         f"in {_tokens(s['input_tokens'], s['input_source'])}",
         f"out {_tokens(s['output_tokens'], s['output_source'])}",
         money(cost),

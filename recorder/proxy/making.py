@@ -20,6 +20,7 @@ from recorder.core.captured import CapturedRecord
 from recorder.core.keys import KeyMask, authenticating_key, fingerprint, request_keys
 from recorder.core.meter import StreamMeter
 from recorder.core.record import StreamRecord
+from recorder.proxy.config import RecorderConfig
 from recorder.proxy.ids import new_record_start
 from recorder.proxy.internal_errors import InternalErrors
 from recorder.proxy.lifecycle import DROPPED
@@ -27,7 +28,6 @@ from recorder.proxy.state import (
     Answer,
     FlowState,
     Pending,
-    RecorderConfig,
     apply_facts,
     read_request_facts,
 )

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from mitmproxy import http
 
-from recorder.core.protocols.base import Observations
+from recorder.core.protocols.observations import Observations
 from recorder.metrics.health import Health
 from recorder.proxy.state import FlowState
 

@@ -1,4 +1,5 @@
-"""What the addon holds: its configuration, and the state of one metered exchange.
+"""The state of one metered exchange (the addon's configuration:
+``recorder.proxy.config``).
 
 An exchange's phase (``recorder.proxy.lifecycle``) says which of its parts are
 there: until its record is made (NOTED) only what the hooks read of it
@@ -14,46 +15,15 @@ from typing import Protocol
 
 from mitmproxy import http
 
-from recorder.core.captured import DEFAULT_CAPTURE_MAX_BYTES
 from recorder.core.counts import InputCounts, count_request
 from recorder.core.keys import KeyMask
-from recorder.core.meter import DEFAULT_STALL_AFTER_S, StreamMeter
-from recorder.core.pricing import PriceTable
+from recorder.core.meter import StreamMeter
 from recorder.core.record import StreamRecord
 from recorder.core.request import RequestFacts, read_request
-from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES
 from recorder.proxy.decoding import decoder_for
 from recorder.proxy.lifecycle import LIVE, NOTED, OPEN, Phase, move
 from recorder.proxy.tap import REQUEST_MAX_BYTES, Tap
 from recorder.proxy.tokenizers import counter_for
-
-
-@dataclass(slots=True)
-class RecorderConfig:
-    """How the addon meters."""
-
-    key_secret: bytes
-    prices: PriceTable | None = None  # None: records are not costed
-    stall_after: float = DEFAULT_STALL_AFTER_S
-    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
-    strip_accept_encoding: bool = True
-    # Keep raw SSE response bodies (decoded, compressed later) for `recorder replay
-    # --id`; never request bodies. Pieces past the cap are counted, not kept.
-    capture_bodies: bool = False
-    capture_max_bytes: int = DEFAULT_CAPTURE_MAX_BYTES
-    # Seconds a finished stream waits before its usage, cost, metrics and record are
-    # completed, together with the others that ended meanwhile (0: at once). In a
-    # batch that work runs hot, and it is done in slices between the loop's other
-    # callbacks instead of as one block in mitmproxy's `response` hook.
-    finish_delay: float = 0.0
-    # Seconds a new flow's record, meter and key mask wait to be made, together with
-    # those of the flows that started meanwhile (0: in ``requestheaders``). What the
-    # hooks read of the request and the response meanwhile is kept as they read it,
-    # and anything that needs the record sooner makes it then.
-    start_delay: float = 0.0
-    # Under mitmweb (recorder.proxy.webview): keep each tapped body with its arrival
-    # times, capped at capture_max_bytes, for the flow shown in the UI; not stored.
-    keep_for_ui: bool = False
 
 
 class Maker(Protocol):

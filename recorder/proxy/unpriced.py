@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 
+from recorder.core.printable import printable
 from recorder.core.record import StreamRecord
 
 MAX_NAMED = 100
@@ -52,8 +53,8 @@ class UnpricedWarnings:
         log.warning(
             "recorder: %s streams are recorded without a cost: %s (add it with --prices FILE; "
             "`recorder prices missing` lists every unpriced model)",
-            model,
-            reason,
+            printable(model),  # a client's name for it: it must not write to the terminal
+            printable(reason),
         )
         return True
 

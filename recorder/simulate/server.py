@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import ssl
 import threading
@@ -100,9 +101,16 @@ class Simulator:
     async def start(self) -> int:
         """Listen; return the actual port."""
         self.loop = asyncio.get_running_loop()
-        self._server = await asyncio.start_server(
-            self._connection, self.host, self.port, ssl=self.tls, limit=MAX_HEAD
-        )
+        try:
+            self._server = await asyncio.start_server(
+                self._connection, self.host, self.port, ssl=self.tls, limit=MAX_HEAD
+            )
+        except OSError as e:
+            # asyncio words it "[Errno 98] error while attempting to bind on address
+            # (...): [errno 98] address already in use": the reason once is enough
+            if e.errno is None:
+                raise
+            raise OSError(e.errno, os.strerror(e.errno)) from None
         self.port = int(self._server.sockets[0].getsockname()[1])
         return self.port
 

@@ -18,13 +18,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
-from sqlalchemy import ColumnElement, Engine, delete, func, select
+from sqlalchemy import ColumnElement, Engine, delete, func, or_, select
 from sqlalchemy.orm import Session, selectinload
 
 from recorder.core.captured import PackedBody
 from recorder.core.errors import RecorderError, UsageError
 from recorder.core.keys import fingerprint
 from recorder.core.record import OUTCOMES, StreamRecord
+from recorder.core.short_id import dashed_end, dashed_start, short_id
 from recorder.store.models import (
     STREAM_BODIES,
     STREAM_GAPS,
@@ -39,6 +40,7 @@ _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _HEX12 = re.compile(r"^[0-9a-f]{12}$")
 MIN_PREFIX = 4
+CANDIDATES = 3  # the streams an ambiguous id names
 
 
 class QueryError(UsageError):
@@ -161,15 +163,16 @@ def count_sessions(
 
 
 def get_stream(engine: Engine, ident: str) -> StreamRecord:
-    """One stream with its gaps, by id, by a unique part of it (at least 4
-    characters): its start, its end, or both as tables print a shortened id
-    (``01a2321e…6f250f2``, also with ``...``). Raises QueryError when there is
-    none, or several."""
+    """One stream with its gaps, by id or by a part of it (at least 4 characters)
+    that only its id holds: the short form every screen shows (its last 12
+    characters), its start or end with or without the dashes, any part between,
+    or both ends as an older table printed them (``01a2321e…6f250f2``, also with
+    ``...``). Raises NoSuchStream when there is none, or several (naming a few)."""
     ident = ident.strip()
     with Session(engine) as session:
         stream = session.get(Stream, ident, options=[selectinload(Stream.gaps)])
         if stream is None and len(ident.replace("…", "").replace("...", "")) >= MIN_PREFIX:
-            stream = _by_pattern(session, ident)
+            stream = _by_part(session, ident)
         if stream is None:
             raise NoSuchStream(f"no stream with id {ident!r}")
         return to_record(stream)
@@ -179,29 +182,36 @@ def _like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", r"\%").replace("_", r"\_")
 
 
-def _by_pattern(session: Session, ident: str) -> Stream | None:
-    """The one stream whose id starts (or ends) as ``ident`` says."""
+def _by_part(session: Session, ident: str) -> Stream | None:
+    """The one stream whose id holds ``ident`` (see get_stream)."""
+    part = ident.lower()  # ids are lower-case hex; PostgreSQL's LIKE minds the case
     for sep in ("…", "..."):
-        if sep in ident:
-            head, _, tail = ident.partition(sep)
-            patterns = [_like(head) + "%" + _like(tail)]
+        if sep in part:
+            head, _, tail = part.partition(sep)
+            patterns = {_like(head) + "%" + _like(tail)}
             break
     else:
-        patterns = [_like(ident) + "%", "%" + _like(ident)]
-    for pattern in patterns:
-        found = session.scalars(
-            select(Stream)
-            .where(Stream.id.like(pattern, escape="\\"))
-            .options(selectinload(Stream.gaps))
-            .limit(2)
-        ).all()
-        if len(found) > 1:
-            raise NoSuchStream(
-                f"id {ident!r} matches several streams; give more of it (or its last characters)"
-            )
-        if found:
-            return found[0]
-    return None
+        patterns = {"%" + _like(part) + "%"}
+        start, end = dashed_start(part), dashed_end(part)
+        if start is not None and end is not None:  # hex typed without its dashes
+            patterns |= {_like(start) + "%", "%" + _like(end)}
+    found = session.scalars(
+        select(Stream)
+        .where(or_(*(Stream.id.like(p, escape="\\") for p in sorted(patterns))))
+        .order_by(Stream.started_at.desc())
+        .options(selectinload(Stream.gaps))
+        .limit(CANDIDATES + 1)
+    ).all()
+    if len(found) > 1:
+        named = ", ".join(
+            f"{short_id(s.id)} ({s.started_at:%m-%d %H:%M:%S})" for s in found[:CANDIDATES]
+        )
+        more = ", …" if len(found) > CANDIDATES else ""
+        raise NoSuchStream(
+            f"id {ident!r} matches several streams: {named}{more}; give more of it,"
+            " such as the short id the screens show"
+        )
+    return found[0] if found else None
 
 
 def count_before(engine: Engine, before: datetime) -> int:

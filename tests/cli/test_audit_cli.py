@@ -19,6 +19,7 @@ from recorder.cli import audit
 from recorder.core.record import StreamRecord
 from tests.kit.billing import PER_STREAM, row_sums, store
 from tests.kit.cli import Cli
+from tests.kit.hostile import HOSTILE_MODEL, assert_inert
 from tests.kit.records import random_records, rec
 
 
@@ -215,3 +216,21 @@ def test_an_unpriced_model_shows_no_cost_rather_than_zero(
     line = next(x for x in lines if x.startswith("gpt-9-preview"))
     cost = line.split()[header.split().index("cost_usd")]
     assert cost == "-"  # not 0.000000 (its estimated and interrupted costs are 0: none)
+
+
+def test_a_hostile_model_name_is_escaped_in_the_table_and_exact_in_json(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, db_url: str, tmp_path: Path
+) -> None:
+    """Issue 34 §4: a group named by a client's model prints escaped in the table
+    (piped: every column whole), exact in JSON and CSV."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    store(db_url, tmp_path / "spool", [rec(model=HOSTILE_MODEL), rec()])
+    code, out, _ = cli("audit", "--db", db_url, "--by", "model", "--format", "table")
+    assert code == 0
+    assert_inert(out)
+    assert len(out.splitlines()) == 4  # header, two models, totals: no forged line
+    code, out, _ = cli("audit", "--db", db_url, "--by", "model", "--format", "json")
+    assert code == 0 and "\x1b" not in out
+    assert HOSTILE_MODEL in {g["model"] for g in json.loads(out)}
+    code, out, _ = cli("audit", "--db", db_url, "--by", "model", "--format", "csv")
+    assert HOSTILE_MODEL in {r["model"] for r in csv.DictReader(io.StringIO(out, newline=""))}

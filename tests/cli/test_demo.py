@@ -49,12 +49,18 @@ EXPECTED = [
 
 def test_every_scenario_shows_its_outcome(tmp_path: Path) -> None:
     sink = MemorySink()
-    records = run_demo(sink, b"demo-secret", confdir=str(tmp_path))
+    said: list[str] = []
+    records = run_demo(sink, b"demo-secret", confdir=str(tmp_path), progress=said.append)
     assert len(SCENARIOS) == len(EXPECTED)
     assert [r.outcome for r in records] == EXPECTED
     assert [r.id for r in sink.records] == [r.id for r in records]
     stall = records[3]
     assert stall.stalls == 1 and (stall.keepalives or 0) >= 4
+    # what it calls a stall, it says by which threshold (time is scaled)
+    (line,) = [s for s in said if "is still a stall" in s]
+    assert f"a stall is {demo_cli.DEMO_STALL_AFTER:g} s of output silence" in line
+    assert stall.max_output_gap_ms is not None
+    assert stall.max_output_gap_ms >= demo_cli.DEMO_STALL_AFTER * 1000
     assert records[2].tool_calls == 2
     assert records[9].error_message == "Response stream interrupted, please retry"
     assert records[10].streamed is False
@@ -143,9 +149,12 @@ def test_demo_is_for_people_piped_or_in_a_terminal(
     # every hint runs as printed, from where the demo ran
     monkeypatch.chdir(tmp_path)
     after = piped.stderr.split("Where to look next:", 1)[1]
-    hints = [h.strip() for h in after.splitlines() if h.strip().startswith("recorder ")]
-    assert {h.split()[1] for h in hints} == {"sessions", "show", "proxy"}
-    for hint in hints:
+    hints = [h.strip() for h in after.splitlines() if h.startswith("    ")]
+    commands = [h for h in hints if h.startswith("recorder ")]
+    # nothing that leads nowhere once the demo is over (its proxy and /metrics are gone)
+    assert [h for h in hints if h not in commands] == ["docs/record.md"], hints
+    assert {h.split()[1] for h in commands} == {"sessions", "show", "audit", "proxy"}
+    for hint in commands:
         if hint.split()[1] == "proxy":
             continue  # a server: its own tests start it
         argv = shlex.split(hint)[1:]
@@ -155,6 +164,10 @@ def test_demo_is_for_people_piped_or_in_a_terminal(
         doc = json.loads(out)
         if argv[0] == "show":
             assert doc["stalls"] == 1  # the demo points at its stall
+        elif argv[0] == "audit":  # the demo's models, and the total
+            assert (
+                sum(row["requests"] for row in doc if row["model"] != "TOTAL") == len(EXPECTED) + 1
+            )
         else:
             assert len(doc) == len(EXPECTED) + 1
 
@@ -172,6 +185,16 @@ def test_demo_is_for_people_piped_or_in_a_terminal(
     stored = json.loads(ran.out)
     assert len(stored) == 2 * len(EXPECTED) + 1  # this run and the terminal's, and the other
     assert foreign.id in {s["id"] for s in stored}
+
+
+def test_demo_help_is_plain_text(cli: Cli) -> None:
+    """`demo --help` is for people: no reStructuredText markup, and it says how
+    time is scaled."""
+    ran = cli("demo", "--help")
+    assert ran.code == 0
+    assert "`" not in ran.out, ran.out
+    text = " ".join(ran.out.split())
+    assert f"a stall is {demo_cli.DEMO_STALL_AFTER:g} s of output silence here" in text
 
 
 def test_demo_piped_as_json_is_one_document_without_hints(

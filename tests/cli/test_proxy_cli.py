@@ -143,6 +143,7 @@ def test_bad_options_give_one_line_and_a_nonzero_exit(tmp_path: Path) -> None:
     for args in (
         ["--listen-port", "70000"],
         ["--mode", "bogus:thing"],
+        ["--mode", "reverse:127.0.0.1:9000"],  # no scheme: it would be taken as HTTPS
         ["--stall-after", "-3"],
         ["--prices", str(tmp_path / "missing.json")],
         ["--db", "nosuchdriver://x"],
@@ -216,9 +217,8 @@ def test_database_url_mistakes_are_one_line(tmp_path: Path) -> None:
             1,
         ),
         (
-            "/tmp/rev.db",
-            "--db not a database URL: '/tmp/rev.db' (for a SQLite file, write"
-            " sqlite:////tmp/rev.db)",
+            "/tmp/rev",
+            "--db not a database URL: '/tmp/rev' (for a SQLite file, write sqlite:////tmp/rev)",
             2,
         ),
     ]
@@ -228,6 +228,28 @@ def test_database_url_mistakes_are_one_line(tmp_path: Path) -> None:
         lines = res.stderr.splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"recorder proxy: {want}"), (db, lines)
     assert not (tmp_path / "no").exists()  # no directory made up
+
+
+def test_a_sqlite_file_given_as_db_is_that_file(tmp_path: Path, sim: Simulator) -> None:
+    """`--db r.db` (no URL): recorded in that SQLite file, and said so once."""
+    proc, port, _, banner = start_proxy(tmp_path, sim, "--db", "r.db")
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-path-1234")
+        client.with_options(max_retries=0).chat.completions.create(
+            model="gpt-4o",
+            messages=MESSAGES,  # type: ignore[arg-type]
+        )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    said = "recorder proxy: --db r.db: read as sqlite:///r.db (a SQLite file)"
+    assert (banner + out).count(said) == 1, banner + out
+    assert "records:  sqlite:///r.db" in banner
+    assert "1 records: 1 written to the database" in out
+    with sa.create_engine(f"sqlite:///{tmp_path / 'r.db'}").connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM streams")).scalar_one() == 1
+    assert not (tmp_path / "recorder.db").exists()
 
 
 def test_the_files_holding_records_are_private(tmp_path: Path, sim: Simulator) -> None:

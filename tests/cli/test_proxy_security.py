@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from recorder.cli.proxy import exposure_warnings, is_loopback
+from recorder.proxy.exposure import exposure_warnings, is_loopback
 from tests.kit.ports import free_port
 from tests.kit.processes import start_proxy, stop
 

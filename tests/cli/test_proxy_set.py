@@ -14,7 +14,9 @@ import pytest
 import sqlalchemy as sa
 
 from recorder.cli import proxy
-from recorder.proxy.options import OptionError, from_args, mitmproxy_sets, parse_sets, resolve
+from recorder.proxy.checks import OptionError, parse_modes
+from recorder.proxy.option_table import parse_sets
+from recorder.proxy.options import AppConfig
 from recorder.proxy.runner import SetError, check_sets
 from recorder.simulate import run_in_thread
 from tests.kit.processes import RECORDER, start_proxy
@@ -38,23 +40,32 @@ def test_set_specs_are_name_value_pairs() -> None:
     with pytest.raises(OptionError, match="NAME=VALUE"):
         parse_sets(["=1"])
     # the recorder's own options are not mitmproxy's: they are read as their flags
-    assert mitmproxy_sets(["ssl_insecure=true", "recorder_stall_after=2"]) == ["ssl_insecure=true"]
+    assert AppConfig.mitmproxy_sets(["ssl_insecure=true", "recorder_stall_after=2"]) == [
+        "ssl_insecure=true"
+    ]
 
 
 def test_a_recorder_option_through_set_is_its_flag() -> None:
     args = proxy_args("--set", "recorder_stall_after=2", "--set", "recorder_capture_bodies")
-    config = resolve(from_args(args, environ={}))
+    config = AppConfig.resolve(AppConfig.from_args(args, environ={}))
     assert config.stall_after == 2.0 and config.capture_bodies is True
     # the flag wins over --set, which wins over the variable
     args = proxy_args("--stall-after", "5", "--set", "recorder_stall_after=2")
-    assert resolve(from_args(args, environ={})).stall_after == 5.0
+    assert AppConfig.resolve(AppConfig.from_args(args, environ={})).stall_after == 5.0
     args = proxy_args("--set", "recorder_stall_after=2")
-    assert resolve(from_args(args, environ={"RECORDER_STALL_AFTER": "7"})).stall_after == 2.0
+    assert (
+        AppConfig.resolve(
+            AppConfig.from_args(args, environ={"RECORDER_STALL_AFTER": "7"})
+        ).stall_after
+        == 2.0
+    )
     # and its errors name the --set
     with pytest.raises(OptionError, match=r"^--set recorder_stall_after must be positive"):
-        resolve(from_args(proxy_args("--set", "recorder_stall_after=-1"), environ={}))
+        AppConfig.resolve(
+            AppConfig.from_args(proxy_args("--set", "recorder_stall_after=-1"), environ={})
+        )
     with pytest.raises(OptionError, match="no such recorder option"):
-        from_args(proxy_args("--set", "recorder_nosuch=1"), environ={})
+        AppConfig.from_args(proxy_args("--set", "recorder_nosuch=1"), environ={})
 
 
 def test_mitmproxy_checks_the_names_and_values_of_set() -> None:
@@ -70,13 +81,15 @@ def test_mitmproxy_checks_the_names_and_values_of_set() -> None:
 
 
 def test_upstream_mode_is_a_mode() -> None:
-    assert proxy.parse_modes(["upstream:http://127.0.0.1:3128"]) == [
+    assert parse_modes(["upstream:http://127.0.0.1:3128"], "--mode") == [
         "upstream:http://127.0.0.1:3128"
     ]
-    config = resolve(from_args(proxy_args("--mode", "upstream:http://corp-proxy:3128"), {}))
+    config = AppConfig.resolve(
+        AppConfig.from_args(proxy_args("--mode", "upstream:http://corp-proxy:3128"), {})
+    )
     assert config.modes == ["upstream:http://corp-proxy:3128"]
     with pytest.raises(OptionError, match=r"^invalid --mode 'upstream:'"):
-        proxy.parse_modes(["upstream:"])
+        parse_modes(["upstream:"], "--mode")
 
 
 @pytest.mark.parametrize(
@@ -89,6 +102,14 @@ def test_upstream_mode_is_a_mode() -> None:
         (["--set", "ssl_insecure=maybe"], "recorder proxy: --set ssl_insecure: "),
         (["--set", "recorder_nosuch=1"], "recorder proxy: --set recorder_nosuch: no such"),
         (["--mode", "upstream:"], "recorder proxy: invalid --mode 'upstream:'"),
+        (
+            ["--mode", "reverse:127.0.0.1:9000"],
+            "recorder proxy: --mode reverse:127.0.0.1:9000: the reverse target needs its scheme",
+        ),
+        (
+            ["--set", "mode=reverse:127.0.0.1:9000"],
+            "recorder proxy: --set mode reverse:127.0.0.1:9000: the reverse target needs",
+        ),
     ],
 )
 def test_a_bad_set_or_mode_is_one_line_and_creates_nothing(

@@ -5,16 +5,24 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
-from recorder.cli import sessions
+from recorder.cli import sessions, top
 from recorder.cli.main import main
 from recorder.core.record import FIELDS, Gap, StreamRecord
+from recorder.core.short_id import short_id
+from recorder.proxy.ids import new_record_start
+from recorder.proxy.live_lines import stream_line, summary
 from recorder.store.writer import SqlSink
 from tests.kit.cli import Cli
+from tests.kit.hostile import ESCAPED_MODEL, HOSTILE_MODEL, assert_inert
+from tests.kit.processes import RECORDER
 from tests.kit.records import full_record, simple_record
+from tests.kit.terminal import Tmux
 
 
 @pytest.fixture
@@ -80,7 +88,8 @@ def test_table(cli: Cli, db_url: str, stored: list[StreamRecord]) -> None:
     lines = out.splitlines()
     assert lines[0].split() == list(sessions.TABLE_COLUMNS)
     assert len(lines) == 5  # header, three streams, the legend of "~"
-    assert stored[2].id in lines[1] and "~890" in lines[1]  # estimated output tokens
+    assert lines[1].split()[0] == short_id(stored[2].id)  # the id as every screen shows it
+    assert "~890" in lines[1]  # estimated output tokens
     assert "01-12 00:00:00" in lines[1]  # month-day and time
     assert lines[4] == sessions.LEGEND
 
@@ -191,3 +200,125 @@ def test_an_unknown_option_shows_the_usage_of_its_command(
     name = "recorder " + " ".join(command)
     assert err.startswith(f"usage: {name} "), err
     assert err.rstrip().endswith(f"{name}: error: unrecognized arguments: --bogus"), err
+
+
+@pytest.fixture
+def hostile(db_url: str, tmp_path: Path) -> StreamRecord:
+    """A stream whose model (the client's) and error message (the upstream's) were
+    built to attack the terminal they are printed on."""
+    rec = simple_record(1, model=HOSTILE_MODEL, error_message=HOSTILE_MODEL)
+    sink = SqlSink(db_url, tmp_path / "spool")
+    sink.submit(rec)
+    sink.close()
+    return rec
+
+
+@pytest.mark.parametrize("columns", [None, "80"])
+def test_a_hostile_value_is_escaped_in_the_table(
+    cli: Cli,
+    monkeypatch: pytest.MonkeyPatch,
+    db_url: str,
+    hostile: StreamRecord,
+    columns: str | None,
+) -> None:
+    """Issue 34 §4: `recorder sessions` as a table, piped (every column whole) and
+    fitted to 80 columns (the model shortened), shows the model escaped."""
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    code, out, err = cli("sessions", "--db", db_url, "--format", "table")
+    assert code == 0, err
+    assert_inert(out, shortened=columns is not None)
+    rows = [line for line in out.splitlines() if not line.startswith(("(", " "))]
+    assert len(rows) == 2  # the header and the stream (then notes): no forged line
+
+
+def test_a_hostile_value_is_escaped_by_show_and_exact_in_json_and_csv(
+    cli: Cli, db_url: str, hostile: StreamRecord
+) -> None:
+    assert hostile.id is not None
+    code, out, _ = cli("show", hostile.id, "--db", db_url, "--format", "table")
+    assert code == 0
+    assert_inert(out)
+    (line,) = [x for x in out.splitlines() if x.startswith("error_message ")]
+    assert line.split(maxsplit=1)[1] == ESCAPED_MODEL
+    code, out, _ = cli("show", hostile.id, "--db", db_url, "--format", "json")
+    assert code == 0 and "\x1b" not in out and "\r" not in out
+    assert json.loads(out)["model"] == HOSTILE_MODEL
+    code, out, _ = cli("sessions", "--db", db_url, "--format", "csv")
+    assert code == 0
+    (row,) = csv.DictReader(io.StringIO(out))
+    assert row["model"] == HOSTILE_MODEL  # CSV is data: the value exact
+
+
+@pytest.mark.slow
+def test_a_hostile_value_never_acts_on_a_real_terminal(
+    db_url: str, hostile: StreamRecord, tmux: Callable[..., Tmux]
+) -> None:
+    """`recorder sessions` on a terminal (tmux): the title is not set, nothing is
+    cleared, the model shows escaped."""
+    screen = tmux([RECORDER, "sessions", "--db", db_url], width=200)
+    text = screen.wait_for(lambda s: "completed" in s)
+    assert_inert(text)
+    assert "PWNED" not in screen.title()
+    assert text.splitlines()[0].startswith("id ")  # the header still on the first line
+
+
+def test_csv_cells_a_spreadsheet_would_run_are_quoted_as_text(
+    cli: Cli, db_url: str, tmp_path: Path
+) -> None:
+    """A model like ``=HYPERLINK(…)`` opens as text in a spreadsheet, not as a
+    formula; numbers, negative ones too, are written as they are."""
+    recs = [
+        simple_record(1, model='=HYPERLINK("http://x","y")', error_message="@SUM(A1)"),
+        simple_record(2, model="+cmd", error_message="-2+3"),
+    ]
+    sink = SqlSink(db_url, tmp_path / "spool")
+    for r in recs:
+        sink.submit(r)
+    sink.close()
+    code, out, _ = cli("sessions", "--db", db_url, "--format", "csv")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [r["model"] for r in rows] == ["'+cmd", '\'=HYPERLINK("http://x","y")']
+    assert [r["error_message"] for r in rows] == ["'-2+3", "'@SUM(A1)"]
+    assert all(r["input_tokens"] == "100" for r in rows)
+
+
+def test_one_short_id_on_every_screen_tells_streams_of_one_millisecond_apart(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, db_url: str, tmp_path: Path
+) -> None:
+    """Issue 33 §2: the console line, `sessions` and `top` show one short form of
+    a stream's id, two streams started in the same millisecond get different ones,
+    and `show` takes it."""
+    monkeypatch.setenv("COLUMNS", "120")
+    ms = 1_790_000_000_123
+    recs = []
+    for i in range(2):
+        ident, started = new_record_start(ms)
+        recs.append(simple_record(i, id=ident, started_at=started))
+    a, b = recs
+    assert a.id is not None and b.id is not None and a.id[:14] == b.id[:14]
+    sink = SqlSink(db_url, tmp_path / "spool")
+    for r in recs:
+        sink.submit(r)
+    sink.close()
+
+    _, table_out, _ = cli("sessions", "--db", db_url, "--format", "table")
+    console = Console(file=io.StringIO(), width=160)
+    console.print(top.render({"finished": [summary(r) for r in recs]}, "http://x", "silence"))
+    top_out = console.file.getvalue()  # type: ignore[attr-defined]
+    for r in recs:
+        shown = stream_line(summary(r)).split()[-1]  # the console line's last word
+        assert shown == short_id(r.id)
+        assert any(line.split()[:1] == [shown] for line in table_out.splitlines())
+        assert any(line.split()[:1] == [shown] for line in top_out.splitlines())
+        code, out, err = cli("show", shown, "--db", db_url, "--format", "json")
+        assert code == 0, err
+        assert json.loads(out)["id"] == r.id
+    # their common start names both, so that one can be picked
+    code, _, err = cli("show", a.id[:13], "--db", db_url)
+    assert code == 1 and err.count("\n") == 1
+    assert "matches several streams" in err
+    assert short_id(a.id) in err and short_id(b.id) in err

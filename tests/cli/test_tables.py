@@ -19,25 +19,28 @@ from rich.cells import cell_len
 from recorder.cli import sessions
 from recorder.cli.render import Fit, shorten, table
 from recorder.core.record import FIELDS, StreamRecord
+from recorder.core.short_id import short_id
 from recorder.store.writer import SqlSink
 from tests.kit.cli import Cli
 from tests.kit.records import simple_record
 
-WIDTHS = (80, 120, 200)
+WIDTHS = (80, 100, 120, 200)
 LONG_MODEL = "claude-sonnet-4-5-20250929-with-a-very-long-deployment-name"
 
 
 @pytest.fixture
 def many(db_url: str, tmp_path: Path) -> list[StreamRecord]:
     """57 streams (more than the default limit of 50), some with long names,
-    estimated tokens and wide (CJK) text."""
+    estimated tokens, wide (CJK) text, stalls and the longest outcome."""
     recs = [
         simple_record(
             i,
             model=LONG_MODEL if i % 3 == 0 else "gpt-4o-mini",
             project="プロジェクト-音楽" if i % 5 == 0 else None,
             output_source="estimated" if i % 4 == 0 else "reported",
-            outcome="client_disconnect" if i % 7 == 0 else "completed",
+            outcome="upstream_disconnect" if i % 7 == 0 else "completed",
+            stalls=i % 3,
+            keepalives=i,
             api_key_id="…3456:0a1b2c3d4e5f",
         )
         for i in range(57)
@@ -67,9 +70,14 @@ def test_sessions_fit_the_terminal(
     assert widest(out) <= width
     lines = out.splitlines()
     header = lines[0].split()
-    # the most useful columns come first, and a narrow terminal keeps them
+    # the most useful columns come first, and a narrow terminal keeps them: how
+    # each stream went and what it cost always (issue 33 §3), whole
     assert header == list(sessions.TABLE_COLUMNS[: len(header)])
-    assert {"id", "model", "outcome", "ttft_ms", "output", "cost_usd"} <= set(header)
+    assert {"id", "model", "outcome", "stalls", "cost_usd", "ttft_ms"} <= set(header)
+    if width >= 100:
+        assert "output" in header
+    at = lines[0].index("outcome")
+    assert {line[at:].split()[0] for line in lines[1:51]} == {"completed", "upstream_disconnect"}
     rows = lines[1:51]
     assert len(rows) == 50 and all(not line.startswith("(") for line in rows)
     hidden = [c for c in sessions.TABLE_COLUMNS if c not in header]
@@ -84,7 +92,7 @@ def test_sessions_fit_the_terminal(
         assert any(line.split()[1].startswith("claude-") and "…" in line for line in rows)
 
 
-def test_a_shortened_id_shows_its_stream(
+def test_the_short_id_in_a_table_shows_its_stream(
     cli: Cli,
     monkeypatch: pytest.MonkeyPatch,
     db_url: str,
@@ -93,19 +101,78 @@ def test_a_shortened_id_shows_its_stream(
     monkeypatch.setenv("COLUMNS", "80")
     _, out, _ = cli("sessions", "--db", db_url, "--format", "table", "--limit", "0")
     shown = [line.split()[0] for line in out.splitlines()[1:58]]
-    assert all("…" in ident for ident in shown)  # ids of one millisecond share their start
+    # ids of one millisecond share their start: the table shows their ends, whole
+    assert shown == [short_id(r.id) for r in reversed(many)]
+    assert len(set(shown)) == 57 and not any("…" in ident for ident in shown)
     by_id = {r.id: r for r in many}
     for ident in shown[:10]:
         code, out, err = cli("show", ident, "--db", db_url, "--format", "json")
         assert code == 0, err
         found = json.loads(out)["id"]
-        head, _, tail = ident.partition("…")
-        assert found in by_id and found.startswith(head) and found.endswith(tail)
-    # the end alone works too, and an ambiguous part says so
-    code, out, _ = cli("show", many[5].id[-12:], "--db", db_url, "--format", "json")
-    assert code == 0 and json.loads(out)["id"] == many[5].id
-    code, _, err = cli("show", many[5].id[:8], "--db", db_url)
+        assert found in by_id and found.endswith(ident)
+    # the start works too, with its dashes or without; an ambiguous part says so
+    whole = many[5].id or ""
+    for part in (whole[:-4], whole.replace("-", "")[:26], whole.upper()):
+        code, out, err = cli("show", part, "--db", db_url, "--format", "json")
+        assert code == 0 and json.loads(out)["id"] == whole, (part, err)
+    code, _, err = cli("show", whole[:8], "--db", db_url)
     assert code == 1 and "matches several streams" in err
+
+
+@pytest.mark.parametrize("width", [80, 100, 120])
+def test_an_audit_keeps_its_cost_at_any_width(
+    cli: Cli,
+    monkeypatch: pytest.MonkeyPatch,
+    db_url: str,
+    many: list[StreamRecord],
+    width: int,
+) -> None:
+    """Issue 33 §3: at 120 columns `audit --by day,model` left out cost_usd."""
+    monkeypatch.setenv("COLUMNS", str(width))
+    code, out, err = cli("audit", "--db", db_url, "--format", "table", "--by", "day,model")
+    assert code == 0, err
+    assert widest(out) <= width
+    header = out.splitlines()[0].split()
+    assert header[:3] == ["day", "model", "requests"] and "cost_usd" in header
+    (total,) = [line for line in out.splitlines() if line.startswith("TOTAL")]
+    assert total.split()[header.index("cost_usd")] == "0.001539"  # whole, to the micro-dollar
+
+
+@pytest.mark.parametrize("fmt", ["table", "json", "csv"])
+def test_every_field_can_be_chosen_in_every_format(
+    cli: Cli,
+    monkeypatch: pytest.MonkeyPatch,
+    db_url: str,
+    many: list[StreamRecord],
+    fmt: str,
+) -> None:
+    """Issue 33 §3: `--columns …,keepalives` said "no column keepalives", and
+    `--columns` was ignored by JSON and CSV."""
+    monkeypatch.setenv("COLUMNS", "80")
+    chosen = "id,keepalives,model,key,error_type"
+    code, out, err = cli("sessions", "--db", db_url, "--format", fmt, "--columns", chosen)
+    assert code == 0, err
+    newest = many[-1]
+    if fmt == "table":
+        lines = out.splitlines()
+        assert lines[0].split() == chosen.split(",")
+        assert lines[1].split()[:2] == [short_id(newest.id), str(newest.keepalives)]
+        return
+    names = ["id", "keepalives", "model", "api_key_id", "error_type"]  # key: its field
+    if fmt == "json":
+        doc = json.loads(out)
+        assert [list(d) for d in doc] == [names] * 50
+        assert doc[0] == {n: newest.to_dict()[n] for n in names}
+    else:
+        rows = list(csv.DictReader(io.StringIO(out)))
+        assert len(rows) == 50 and list(rows[0]) == names
+        assert rows[0]["keepalives"] == str(newest.keepalives) and rows[0]["id"] == newest.id
+    code, out, err = cli("sessions", "--db", db_url, "--format", fmt, "--columns", "id,nope")
+    assert code == 2 and out == "" and "no column nope" in err
+    code, out, _ = cli("audit", "--db", db_url, "--format", fmt, "--columns", "day,cost_usd")
+    assert code == 0
+    if fmt == "json":
+        assert [list(d) for d in json.loads(out)] == [["day", "cost_usd"]] * 3  # 2 models, TOTAL
 
 
 def test_wide_and_columns_choose(
@@ -119,7 +186,7 @@ def test_wide_and_columns_choose(
     code, out, _ = cli("sessions", "--db", db_url, "--format", "table", "--wide")
     assert code == 0
     assert out.splitlines()[0].split() == list(sessions.TABLE_COLUMNS)
-    assert LONG_MODEL in out and many[-1].id in out and "left out" not in out
+    assert LONG_MODEL in out and short_id(many[-1].id) in out and "left out" not in out
 
     code, out, _ = cli("sessions", "--db", db_url, "--format", "table", "--columns", "model,key")
     assert code == 0
@@ -160,7 +227,8 @@ def test_every_row_shown_needs_no_note(
     monkeypatch.setenv("COLUMNS", "200")
     code, out, _ = cli("sessions", "--db", db_url, "--format", "table", "--limit", "0")
     assert code == 0 and "streams shown" not in out
-    assert len([line for line in out.splitlines() if line.startswith("01")]) == 57
+    ids = {short_id(r.id) for r in many}
+    assert len([line for line in out.splitlines() if line.split()[0] in ids]) == 57
 
 
 @pytest.mark.parametrize("width", WIDTHS)

@@ -13,7 +13,7 @@ import pytest
 from mitmproxy import http
 from mitmproxy.test import taddons, tflow, tutils
 
-from recorder.cli.proxy import OptionError, Settings, _banner, parse_size
+from recorder.cli.proxy import Settings, _banner
 from recorder.core.captured import (
     DEFAULT_CAPTURE_MAX_BYTES,
     BodyFormatError,
@@ -26,7 +26,9 @@ from recorder.core.captured import (
 )
 from recorder.core.price_files import shipped_prices
 from recorder.core.record import StreamRecord
-from recorder.proxy.addon import Recorder, RecorderConfig
+from recorder.proxy.addon import Recorder
+from recorder.proxy.checks import OptionError, parse_size
+from recorder.proxy.config import RecorderConfig
 from recorder.store.sinks import MemorySink, record_json
 from tests.kit.flows import (
     CHAT_SSE,

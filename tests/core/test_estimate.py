@@ -12,10 +12,14 @@ from hypothesis import strategies as st
 
 from recorder.core import StreamMeter, model_families
 from recorder.core.counts import InputCounts, OutputCounts, count_request
-from recorder.core.estimate import Calibration, Estimator
+from recorder.core.estimate import FRAMING_WHOLE_AT, Calibration, Estimator
 from recorder.core.model_families import PROFILES, family_for, hides_reasoning, model_base
 from recorder.core.protocols.base import Observations
 from recorder.core.record import StreamRecord
+from recorder.simulate import Simulator
+from tests.kit.exchanges import MESSAGES, RESPONSES, exchange, request_bytes, sim
+
+__all__ = ["sim"]  # the simulator that keeps what it sent (a fixture)
 
 
 def by_width(text: str) -> tuple[int, int, int]:
@@ -310,6 +314,111 @@ def test_unstreamed_arguments_are_counted_in_either_method() -> None:
     counts = OutputCounts(latin=40, deltas=10, unstreamed=30, tool_calls=1)
     est = Estimator().output("gpt-4o", "responses", counts)
     assert est.tokens == 10 + 10 + PROFILES["openai-o200k"].call_tokens
+
+
+def cut_by_the_simulator(
+    sim: Simulator, path: str, body: dict[str, Any], output_tokens: int
+) -> tuple[int, OutputCounts, StreamRecord]:
+    """The simulator's stream reset once it has sent ``output_tokens`` by its token
+    rule (one per output delta): that truth, and the counts and record a meter
+    makes of the bytes it wrote."""
+    model = str(body["model"])
+    for events in range(1, 40):
+        wanted = {**body, "model": f"{model}+rst={events}"}
+        n = len(sim.sent)
+        exchange(sim.port, request_bytes(path, json.dumps(wanted).encode()))
+        sent = sim.wait_sent_blocking(list(sim.sent)[n])
+        if sent.output_tokens_sent < output_tokens:
+            continue
+        assert sent.output_tokens_sent == output_tokens and sent.body is not None
+        endpoint = sent.endpoint
+        meter = StreamMeter(endpoint, start=0.0)
+        meter.headers(0.01, 200)
+        meter.feed(bytes(sent.body), 0.1)
+        record = meter.finish(0.2, ending="upstream_disconnect")
+        return output_tokens, OutputCounts.from_observations(meter.interpreter.obs), record
+    raise AssertionError(f"the simulator never sent {output_tokens} output tokens")
+
+
+HARMONY = [{"role": "user", "content": "hi"}]
+
+
+def test_a_short_cut_is_not_billed_at_several_times_what_was_streamed(sim: Simulator) -> None:
+    """Against the simulator's truth, a Messages stream reset after 5 output tokens
+    and a Responses stream cut after 2 deltas. A cut stream never produced its
+    closing framing: its per-response allowance is scaled to what it produced
+    (at most 1/5 of it below FRAMING_WHOLE_AT tokens), where the whole allowance
+    billed these at 2.4 and 3 times what was streamed.
+
+    The bounds: on Responses the deltas are the tokens and the allowance adds at
+    most a fifth of them (2 * 1.2, rounded: 2). On Messages the count comes from
+    characters: the simulator's deltas are whole words of plain prose (32
+    characters for 5 tokens), which Claude's built-in ratio (3.6 characters a
+    token, fitted on captures rich in code and markup) makes 8.9 tokens, and the
+    allowance adds at most 15 % of that: twice the truth at most."""
+    truth, counts, record = cut_by_the_simulator(
+        sim,
+        MESSAGES,
+        {"model": "claude-sonnet-4-5", "max_tokens": 100, "stream": True, "messages": HARMONY},
+        5,
+    )
+    assert record.interrupted
+    cut = Estimator().output("claude-sonnet-4-5", "messages", counts, cut=True)
+    assert truth <= cut.tokens <= 2 * truth, (cut, counts)
+    whole = Estimator().output("claude-sonnet-4-5", "messages", counts)
+    assert whole.tokens - cut.tokens >= 2  # the allowance was most of the excess
+
+    truth, counts, record = cut_by_the_simulator(
+        sim,
+        RESPONSES,
+        {"model": "gpt-5", "stream": True, "input": "Tell me about harmony in music."},
+        2,
+    )
+    assert record.interrupted and counts.deltas == 2
+    cut = Estimator().output("gpt-5", "responses", counts, cut=True)
+    assert cut.method == "deltas+hidden-reasoning"
+    assert truth <= cut.tokens <= truth * (1 + 4 / FRAMING_WHOLE_AT), cut
+
+
+def test_a_complete_short_response_keeps_its_whole_allowance() -> None:
+    """Complete responses of a handful of tokens carry the allowance whole (a
+    captured Responses stream of 8 deltas reported 12 output tokens)."""
+    counts = OutputCounts(latin=40, deltas=8)
+    est = Estimator().output("gpt-5", "responses", counts)
+    assert est.tokens == 8 + PROFILES["openai-reasoning"].response_tokens == 12
+
+
+@given(
+    st.integers(0, 400),
+    st.integers(0, 400),
+    st.integers(0, 200),
+    st.integers(0, 3),
+    st.sampled_from(
+        [
+            ("gpt-5", "responses"),
+            ("claude-sonnet-4-5", "messages"),
+            ("claude-opus-4-7", "messages"),
+            ("gpt-4o", "chat.completions"),
+        ]
+    ),
+)
+def test_a_cut_streams_allowance_is_in_proportion_to_what_it_produced(
+    latin: int, tool: int, deltas: int, calls: int, where: tuple[str, str]
+) -> None:
+    model, endpoint = where
+    counts = OutputCounts(latin=latin, tool=tool, deltas=deltas, tool_calls=calls)
+    est = Estimator()
+    whole = est.output(model, endpoint, counts).tokens
+    cut = est.output(model, endpoint, counts, cut=True).tokens
+    profile = PROFILES[model_families.family_for(model, endpoint)]
+    bare = est.output(model, endpoint, OutputCounts(latin=latin, tool=tool, deltas=deltas))
+    produced = bare.tokens - (profile.response_tokens if latin else 0)
+    allowance = cut - produced - calls * profile.call_tokens
+    # never more than the whole allowance, never more than a fifth of the output
+    assert cut <= whole
+    assert allowance <= min(profile.response_tokens, produced / 5) + 1  # rounding
+    if produced >= FRAMING_WHOLE_AT + 1:
+        assert cut == whole
 
 
 # -- request bodies ----------------------------------------------------------------

@@ -35,9 +35,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from recorder.core.framing import Comment, Event, FramingIssue
 from recorder.core.meter import MAX_INTERVALS, MAX_STALL_GAPS, StreamMeter
 from recorder.core.record import INTERRUPTED_OUTCOMES, OUTCOMES, SOURCES
-from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES, Comment, Event, FramingIssue, SSEFramer
+from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES, SSEFramer
 from tests.kit import framing
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

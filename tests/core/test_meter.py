@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from recorder.core import meter as meter_mod
+from recorder.core import rhythm
 from recorder.core.meter import StreamMeter
 from recorder.core.record import INTERRUPTED_OUTCOMES, Gap, StreamRecord
 from tests.kit.records import TIMING_FIELDS
@@ -1096,6 +1097,8 @@ def test_start_none_and_no_times_at_all() -> None:
 def test_output_intervals_capped_but_every_interval_counted(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # the cap is the rhythm's, applied by the meter's fast paths too
+    monkeypatch.setattr(rhythm, "MAX_INTERVALS", 10)
     monkeypatch.setattr(meter_mod, "MAX_INTERVALS", 10)
     m = meter(stall_after=5.0)
     m.feed(ROLE, 100.0)
@@ -1121,7 +1124,7 @@ def test_output_intervals_capped_but_every_interval_counted(
 
 
 def test_stall_gaps_capped_but_every_stall_counted(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(meter_mod, "MAX_STALL_GAPS", 3)
+    monkeypatch.setattr(rhythm, "MAX_STALL_GAPS", 3)
     m = meter(stall_after=1.0)
     t = 100.5
     m.feed(ROLE + text("x"), t)

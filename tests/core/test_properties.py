@@ -23,15 +23,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from recorder.core.framing import Comment, Event, FramingIssue, Item
 from recorder.core.meter import StreamMeter
-from recorder.core.sse import (
-    DEFAULT_MAX_EVENT_BYTES,
-    Comment,
-    Event,
-    FramingIssue,
-    Item,
-    SSEFramer,
-)
+from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES, SSEFramer
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 BOM = b"\xef\xbb\xbf"

@@ -16,14 +16,8 @@ from collections.abc import Callable, Iterable
 
 import pytest
 
-from recorder.core.sse import (
-    DEFAULT_MAX_EVENT_BYTES,
-    Comment,
-    Event,
-    FramingIssue,
-    Item,
-    SSEFramer,
-)
+from recorder.core.framing import Comment, Event, FramingIssue, Item
+from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES, SSEFramer
 
 BOM = "\ufeff".encode()
 JA = "こんにちは、世界".encode()  # 3 bytes per character

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import itertools
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from recorder.core.framing import Event, Item
 from recorder.core.meter import StreamMeter
-from recorder.core.sse import Event, Item, SSEFramer
+from recorder.core.protocols.observations import Observations, OutputKind
+from recorder.core.protocols.template import HoleKind, Template, learn
+from recorder.core.sse import SSEFramer
 
 SETTINGS = settings(
     max_examples=1500,
@@ -57,17 +61,19 @@ _piece = st.one_of(_block, _block, _block, _other, st.binary(max_size=5))
 streams = st.lists(st.lists(_piece, min_size=1, max_size=3).map(b"".join), max_size=20)
 
 
-def long_way(framer: SSEFramer, piece: bytes) -> list[Item]:
-    framer._idle = False  # as if the shortcut never applied
-    return framer.feed(piece)
+class LongWay(SSEFramer):
+    """A framer whose shortcut never applies: ``feed`` always goes the long way."""
+
+    def feed_one(self, data: bytes) -> Event | None:
+        return None
 
 
 @SETTINGS
 @given(pieces=streams, cap=st.sampled_from([4, 8, 12, 20, 64, 4 * 1024 * 1024]))
 def test_the_shortcut_changes_nothing(pieces: list[bytes], cap: int) -> None:
-    slow, fast, meterlike = SSEFramer(cap), SSEFramer(cap), SSEFramer(cap)
+    slow, fast, meterlike = LongWay(cap), SSEFramer(cap), SSEFramer(cap)
     for piece in [*pieces, b""]:
-        expected = long_way(slow, piece)
+        expected: list[Item] = slow.feed(piece)
         assert fast.feed(piece) == expected
         event = meterlike.feed_one(piece)
         if event is not None:
@@ -143,3 +149,65 @@ def test_meter_matches_the_long_way(monkeypatch: pytest.MonkeyPatch) -> None:
     assert fast["stalls"] and fast["ttft_ms"] and len(fast["_intervals"]) > 20
     monkeypatch.setattr(SSEFramer, "feed_one", lambda self, data: None)
     assert run() == fast
+
+
+def _learned(data: bytes) -> Template:
+    obj = orjson.loads(data)
+    ignored = (("obfuscation", HoleKind.STRING),)
+    found = learn(data, obj, ("choices", 0, "delta", "content"), ignored)
+    assert found is not None
+    return found
+
+
+CHAT = b'{"id":"c1","choices":[{"index":0,"delta":{"content":"%s"}}],"obfuscation":"%s"}'
+TEMPLATE = _learned(CHAT % (b"Hi", b"pq"))
+_texts = st.one_of(
+    st.sampled_from([b"a", b"", b"\\n", b"\xe6\x97\xa5", b"\n", b"\r", b'"', b"\\", b"\x01"]),
+    st.binary(max_size=6),
+)
+
+
+@SETTINGS
+@given(
+    name=st.sampled_from(["message", "delta", "a b"]),
+    text=_texts,
+    obf=st.sampled_from([b"pq", b"", b"x\ny", b"\r"]),
+    cut=st.sampled_from([None, 1, 3, -1, -2]),
+    tail=st.sampled_from([b"", b"\n", b"data: x\n\n", b": c\n\n"]),
+    cap=st.sampled_from([20, 64, 4 * 1024 * 1024]),
+)
+def test_a_piece_the_whole_event_template_reads_is_one_event_as_feed_one_frames_it(
+    name: str, text: bytes, obf: bytes, cut: int | None, tail: bytes, cap: int
+) -> None:
+    """What the framer says of SSE (``whole_event``): where its template reads a
+    piece, with the framer idle and the piece within ``piece_limit``, the piece is
+    exactly one event, as ``feed_one`` returns it, and the plain template reads
+    that event's data alike."""
+    framer = SSEFramer(cap)
+    whole = framer.whole_event(TEMPLATE, name)
+    assert whole is not None
+    lead = b"data: " if name == "message" else b"event: " + name.encode() + b"\ndata: "
+    piece = lead + CHAT % (text, obf) + b"\n\n"
+    if cut is not None:
+        piece = piece[:cut] + piece[cut + 1 :]
+    piece += tail
+    framer.feed(b"data: first\n\n")
+    assert framer.idle
+    whole_obs, plain_obs = Observations(), Observations()
+    n = whole.reader(whole_obs, OutputKind.TEXT)(piece)
+    if n < 0 or len(piece) > framer.piece_limit:
+        return
+    event = framer.feed_one(piece)
+    assert event is not None and event.event == name
+    assert TEMPLATE.reader(plain_obs, OutputKind.TEXT)(event.data) == n
+    slots = Observations.__slots__
+    assert [getattr(whole_obs, s) for s in slots] == [getattr(plain_obs, s) for s in slots]
+
+
+def test_no_whole_event_where_a_literal_or_the_name_holds_a_line_end() -> None:
+    framer = SSEFramer()
+    several_lines = _learned(CHAT.replace(b'"choices"', b'\n"choices"') % (b"Hi", b"pq"))
+    assert framer.whole_event(several_lines, "message") is None
+    assert framer.whole_event(TEMPLATE, "a\nb") is None
+    assert framer.whole_event(TEMPLATE, "a\rb") is None
+    assert framer.whole_event(TEMPLATE, "message") is not None

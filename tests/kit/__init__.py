@@ -7,6 +7,8 @@ from one another; tests/conftest.py registers the kit's fixtures.
 - ``records``: the record factories (``simple_record``, ``full_record`` …);
 - ``prices`` / ``billing``: price tables and the billing tests' oracles;
 - ``cli``: the ``cli`` fixture, `recorder` run in-process through ``main()``;
+- ``terminal``: a real terminal (tmux) whose screen and title a test reads;
+- ``hostile``: a model name built to attack the terminal it is printed on;
 - ``processes``: `recorder proxy`, `mitmdump -s`, `mitmweb -s` as subprocesses;
 - ``proxy_thread``: mitmproxy with the recorder on a thread (``running_proxy``);
 - ``flows``: the addon's hooks driven with mitmproxy's test flows and a fake clock;

@@ -11,7 +11,8 @@ import orjson
 from mitmproxy import http
 from mitmproxy.test import tflow, tutils
 
-from recorder.proxy.addon import Recorder, RecorderConfig
+from recorder.proxy.addon import Recorder
+from recorder.proxy.config import RecorderConfig
 from recorder.proxy.scheduling import Scheduler
 from recorder.store.sinks import MemorySink
 from tests.kit.timers import Timers

@@ -12,7 +12,8 @@ from typing import Any
 from recorder.core.price_files import shipped_prices
 from recorder.core.record import StreamRecord
 from recorder.core.sink import Sink
-from recorder.proxy.addon import Recorder, RecorderConfig
+from recorder.proxy.addon import Recorder
+from recorder.proxy.config import RecorderConfig
 from recorder.proxy.runner import Listener, ProxySettings, run_in_thread
 from recorder.store.sinks import FanoutSink, MemorySink
 

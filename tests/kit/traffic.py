@@ -31,7 +31,8 @@ from mitmproxy.test import tflow, tutils
 from recorder.core.meter import StreamMeter
 from recorder.core.record import StreamRecord, combine_sources
 from recorder.metrics import Metrics
-from recorder.proxy.addon import Recorder, RecorderConfig
+from recorder.proxy.addon import Recorder
+from recorder.proxy.config import RecorderConfig
 from recorder.proxy.observers import RecordCallback
 from recorder.store.sinks import MemorySink
 from tests.kit import framing

@@ -21,7 +21,6 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import RestrictedRegistry
 
-from recorder.core.record import StreamRecord
 from recorder.metrics import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -289,7 +288,9 @@ def test_live_gauges_follow_each_walk_and_fall_back_to_zero() -> None:
 def test_interval_histogram_matches_the_library_histogram() -> None:
     values = [0.0, 0.001, 0.0011, 0.02, 0.5, 1.0, 29.9, 30.0, 31.0, 150.0, 301.0, 1e6]
     ours_registry, lib_registry = CollectorRegistry(), CollectorRegistry()
-    ours = IntervalHistogram("h_seconds", "h", ["a"], CHUNK_GAP_BUCKETS, ours_registry)
+    ours = IntervalHistogram(
+        "h_seconds", "h", ["a"], CHUNK_GAP_BUCKETS, threading.Lock(), ours_registry
+    )
     lib = Histogram("h_seconds", "h", ["a"], registry=lib_registry, buckets=CHUNK_GAP_BUCKETS)
     # a short stream's few intervals (bucketed one by one), and a long stream's
     # (more than the bounds: sorted, then bisected per bound); values on the bounds
@@ -319,7 +320,7 @@ def test_interval_histogram_puts_a_nan_in_no_bucket_as_the_library_does(many: bo
     """A few intervals are bucketed one by one, many in numpy: a NaN (which no
     meter makes) counts in neither, and makes the sum NaN, as the library's."""
     registry = CollectorRegistry()
-    ours = IntervalHistogram("h_seconds", "h", ["a"], CHUNK_GAP_BUCKETS, registry)
+    ours = IntervalHistogram("h_seconds", "h", ["a"], CHUNK_GAP_BUCKETS, threading.Lock(), registry)
     ours.observe_many(("x",), array("d", [0.5, math.nan, 2000.0] * (20 if many else 1)))
     ours.observe_many(("x",), [])  # nothing: no change, no error
     get = registry.get_sample_value
@@ -583,7 +584,7 @@ def test_a_record_left_for_later_is_in_the_next_scrape_even_of_one_family(name: 
 def test_with_no_scrape_the_records_held_are_bounded() -> None:
     metrics = Metrics(CollectorRegistry())
     _later(metrics, 3 * FOLD_RECORDS + 1)
-    assert len(metrics._pending) < FOLD_RECORDS
+    assert metrics.waiting < FOLD_RECORDS
     assert metrics.streams.series  # counted by the loop itself
 
 
@@ -622,7 +623,7 @@ def test_a_stream_with_many_intervals_is_counted_at_once() -> None:
     metrics = Metrics(registry)
     _later(metrics, 2)
     metrics.observe_later(record(id="long"), FakeMeter([0.01] * FOLD_INTERVALS, []))  # type: ignore[arg-type]
-    assert not metrics._pending  # counted, with the two before it
+    assert metrics.waiting == 0  # counted, with the two before it
     assert metrics.chunk_gap.value(("chat.completions", "openai", "gpt-4o")) == (
         FOLD_INTERVALS,
         pytest.approx(0.01 * FOLD_INTERVALS),
@@ -631,22 +632,17 @@ def test_a_stream_with_many_intervals_is_counted_at_once() -> None:
 
 @pytest.mark.parametrize("wired", [False, True], ids=["logged", "internal-error"])
 def test_a_record_that_cannot_be_counted_costs_only_itself(
-    wired: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    wired: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     registry = CollectorRegistry()
     metrics = Metrics(registry)
     errors: list[int] = []
     if wired:
         metrics.on_error = lambda: errors.append(1)
-    count = metrics._count
-
-    def failing(rec: StreamRecord, *intervals: object) -> None:
-        if rec.id == "r1":
-            raise RuntimeError("a bug")
-        count(rec, *intervals)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(metrics, "_count", failing)
-    _later(metrics, 3)
+    # r1's model is no string (as no record of ours has): no label is made of it
+    for rec in (record(id="r0"), record(id="r1", model=7), record(id="r2")):  # type: ignore[arg-type]
+        metrics.observe_later(rec, FakeMeter([0.01, 0.02], [5.0]))  # type: ignore[arg-type]
+    assert metrics.waiting == 3
     assert _totals(registry)["llm_streams_total"] == 2
     assert errors == ([1] if wired else [])
     assert ("cannot count record r1" in caplog.text) is not wired

@@ -14,7 +14,8 @@ from mitmproxy.test import taddons, tflow, tutils
 
 from recorder.core.keys import fingerprint
 from recorder.core.record import StreamRecord
-from recorder.proxy.addon import INLINE_PARSE_LIMIT, Recorder, RecorderConfig
+from recorder.proxy.addon import INLINE_PARSE_LIMIT, Recorder
+from recorder.proxy.config import RecorderConfig
 from recorder.proxy.tap import BATCH_BYTES, BATCH_PIECES, Tap
 from recorder.proxy.walk import WALK_S
 from recorder.store.sinks import MemorySink

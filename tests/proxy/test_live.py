@@ -15,8 +15,10 @@ from mitmproxy import http
 from mitmproxy.test import taddons, tflow, tutils
 
 from recorder.core.record import FIELDS
+from recorder.core.short_id import short_id
 from recorder.proxy.addon import BATCH_PIECES, Recorder
-from recorder.proxy.live import ID_CHARS, SNAPSHOT_SLICE, Live, Printer
+from recorder.proxy.live import SNAPSHOT_SLICE, Live, Printer
+from recorder.proxy.live_lines import duration
 from recorder.proxy.scheduling import LoopScheduler, Scheduler
 from recorder.proxy.state import FlowState
 from recorder.store.sinks import MemorySink
@@ -30,6 +32,7 @@ from tests.kit.flows import (
     start,
     stream_through,
 )
+from tests.kit.hostile import HOSTILE_MODEL, assert_inert
 
 KEY = b"Bearer sk-test-abcdef1234wxyz"
 ROLE = (
@@ -109,15 +112,39 @@ async def test_a_finished_stream_prints_one_line_with_its_figures() -> None:
         addon.response(flow)
     (rec,) = sink.records
     (line,) = lines(out)
-    assert rec.id is not None and line.endswith(rec.id[:ID_CHARS])
+    assert rec.id is not None and line.endswith(" " + short_id(rec.id))  # as `show` takes it
     words = line.split()
     assert words[1:5] == ["chat.completions", "gpt-4o", "200", "completed"]
     assert f"in {rec.input_tokens}" in line and f"out {rec.output_tokens}" in line
     assert "~" not in line  # reported usage is not marked
-    assert f"ttft {rec.ttft_ms / 1000:.2f}s" in line  # type: ignore[operator]
+    assert rec.ttft_ms is not None and rec.ttft_ms < 1000  # the test's clock: milliseconds
+    assert f"ttft {rec.ttft_ms:.0f}ms" in line
     assert "stalls 0" in line and "ka 0" in line
     assert "\x1b[" not in line  # not a terminal: no colour
     assert "sk-test" not in out.getvalue() and "wxyz" not in line
+
+
+async def test_a_stream_of_a_few_milliseconds_shows_them() -> None:
+    """Issue 33 §4: a stream under 5 ms printed ``ttft 0.00s dur 0.00s``."""
+    addon, sink, clock, live, out, _ = wired()
+    with taddons.context(addon, live):
+        flow = make_flow(headers=[(b"authorization", KEY)])
+        await start(addon, flow, clock)
+        clock.now -= 0.25  # an upstream that answers at once (start lets 0.25 s pass)
+        flow.response = sse_response()
+        addon.responseheaders(flow)
+        stream_through(flow, pieces_of(CHAT_SSE, 4096), clock, step=0.0004)
+        addon.response(flow)
+    (rec,) = sink.records
+    assert rec.ttft_ms is not None and rec.duration_ms is not None and rec.duration_ms < 5
+    (line,) = lines(out)
+    assert f" ttft {rec.ttft_ms:.1f}ms dur {rec.duration_ms:.1f}ms " in line
+
+
+def test_durations_show_milliseconds_under_a_second_then_seconds() -> None:
+    shown = [duration(ms) for ms in (None, 0.04, 3.24, 9.96, 28.4, 999.4, 999.6, 1520, 80_200)]
+    assert shown == ["-", "0.0ms", "3.2ms", "10ms", "28ms", "999ms", "1.00s", "1.52s", "80.2s"]
+    assert [duration(ms) for ms in (9_996, 99_960, 123_456)] == ["10.0s", "100s", "123s"]
 
 
 async def test_estimated_figures_are_marked_and_a_terminal_gets_colour() -> None:
@@ -149,6 +176,30 @@ async def test_json_log_format_is_one_object_per_line_with_the_records_figures()
         for name in ("id", "outcome", "ttft_ms", "output_tokens", "cost_usd", "http_status"):
             assert obj[name] == getattr(rec, name)
         assert obj["key_last4"] == "wxyz"
+
+
+async def test_a_hostile_model_name_is_escaped_on_the_line_and_exact_in_json() -> None:
+    """Issue 34 §4: the model the client named prints escaped, on a terminal (with
+    colour) or not, and as the exact value in a JSON line."""
+    for out, log_format in ((io.StringIO(), "text"), (Tty(), "text"), (io.StringIO(), "json")):
+        addon, sink, clock, live, out, _ = wired(out=out, log_format=log_format)
+        with taddons.context(addon, live):
+            body = {"model": HOSTILE_MODEL, "stream": True, "messages": []}
+            flow = make_flow(body=body, headers=[(b"authorization", KEY)])
+            await start(addon, flow, clock)
+            flow.response = sse_response()
+            addon.responseheaders(flow)
+            stream_through(flow, pieces_of(CHAT_SSE, 97), clock)
+            addon.response(flow)
+        (rec,) = sink.records
+        assert rec.model == HOSTILE_MODEL  # recorded as sent
+        if log_format == "json":
+            (line,) = lines(out)
+            assert "\x1b" not in line and "\x07" not in line and "\r" not in line
+            assert orjson.loads(line)["model"] == HOSTILE_MODEL
+        else:
+            assert_inert(out.getvalue())
+            assert len(lines(out)) == 1
 
 
 async def test_quiet_prints_nothing() -> None:
@@ -204,7 +255,7 @@ async def test_a_stall_is_reported_when_it_starts_and_when_output_resumes() -> N
         (began,) = lines(out)
         rid = state_of(addon, flow).record.id
         assert rid is not None
-        assert f"stall: {rid[:ID_CHARS]}… chat.completions gpt-4o silent 30 s" in began
+        assert f"stall: {short_id(rid)}… chat.completions gpt-4o silent 30 s" in began
         assert "3 keepalives meanwhile" in began
         assert ticks.stalled == {("chat.completions", "openai"): 1}
         live.tick()  # still stalled: no second line
@@ -215,7 +266,7 @@ async def test_a_stall_is_reported_when_it_starts_and_when_output_resumes() -> N
         live.tick()
         assert ticks.stalled == {}
         over = lines(out)[1]
-        assert f"stall over: {rid[:ID_CHARS]}…" in over
+        assert f"stall over: {short_id(rid)}…" in over
         assert "output resumed after 40 s silent" in over
         feed(flow, clock, b"data: [DONE]\n\n")
         flow.response.stream(b"")  # type: ignore[union-attr,operator]
@@ -399,10 +450,7 @@ async def test_a_console_that_does_not_read_never_holds_the_proxy() -> None:
         console.go.set()
         live.flush()
     assert set(console.writers) == {"recorder-console"}  # never the event loop's thread
-    assert [line.split()[-1] for line in lines(console)] == [
-        r.id[:ID_CHARS]  # type: ignore[index]
-        for r in sink.records
-    ]
+    assert [line.split()[-1] for line in lines(console)] == [short_id(r.id) for r in sink.records]
 
 
 def test_printer_writes_every_line_in_order_across_idle_and_busy_spells() -> None:

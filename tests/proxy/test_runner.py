@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from recorder.proxy.addon import Recorder, RecorderConfig
+from recorder.proxy.addon import Recorder
+from recorder.proxy.config import RecorderConfig
 from recorder.proxy.runner import ProxySettings, run_in_thread
 from recorder.store.sinks import MemorySink
 

@@ -18,7 +18,7 @@ from mitmproxy.test import taddons
 
 from recorder.app.banner import banner_lines
 from recorder.app.script import ScriptRecorder
-from recorder.proxy.options import OPTIONS, from_mitmproxy, resolve
+from recorder.proxy.options import AppConfig
 from recorder.simulate import run_in_thread
 from tests.kit.processes import wait_listening
 
@@ -60,12 +60,15 @@ def get(url: str) -> str:
         return body.decode()
 
 
-def test_the_options_are_generated_from_the_table(tmp_path: Path) -> None:
+def test_the_options_are_generated_from_the_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # a change of options builds the recorder: its store here
     addon = ScriptRecorder()
     with taddons.context(addon) as tctx:
-        for opt in OPTIONS:
-            if opt.mitm is not None:
-                assert getattr(tctx.options, opt.mitm) == opt.default, opt.mitm
+        for opt in AppConfig.options():
+            if opt.declared is not None:
+                assert getattr(tctx.options, opt.declared) == opt.default, opt.declared
         # the names the script always had still exist
         for name in (
             "recorder_db",
@@ -83,18 +86,27 @@ def test_the_options_are_generated_from_the_table(tmp_path: Path) -> None:
         assert tctx.options.recorder_metrics_host == "127.0.0.1"
         assert tctx.options.recorder_metrics_port == 9464
         # the older HOST:PORT option is read as the two
-        tctx.options.update(recorder_metrics="[::1]:9999")
-        config = resolve(from_mitmproxy(tctx.options), under="mitmproxy")
-        assert (config.metrics_host, config.metrics_port) == ("::1", 9999)
+        # (the change builds the recorder, which serves /metrics there: a free port)
+        port = free_port()
+        tctx.options.update(recorder_metrics=f"[::1]:{port}")
+        config = AppConfig.resolve(AppConfig.from_mitmproxy(tctx.options), under="mitmproxy")
+        assert (config.metrics_host, config.metrics_port) == ("::1", port)
         # messages name the mitmproxy option
         assert config.where("db") == "recorder_db"
+        addon.close()
 
 
-def test_the_banner_warns_of_metrics_beyond_loopback_under_mitmproxy() -> None:
+def test_the_banner_warns_of_metrics_beyond_loopback_under_mitmproxy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
     addon = ScriptRecorder()
     with taddons.context(addon) as tctx:
-        tctx.options.update(recorder_metrics_host="0.0.0.0")
-        config = resolve(from_mitmproxy(tctx.options), under="mitmproxy")
+        # (not served: the recorder this change builds must not bind 0.0.0.0)
+        tctx.options.update(recorder_metrics_host="0.0.0.0", recorder_metrics_port=0)
+        config = AppConfig.resolve(AppConfig.from_mitmproxy(tctx.options), under="mitmproxy")
+        addon.close()
+    config.metrics_port_bound = 9464
     config.metrics_url = "http://0.0.0.0:9464/metrics"
     lines = banner_lines(config, [], "/conf")
     assert any("WARNING: /metrics is served on 0.0.0.0:9464" in line for line in lines), lines

@@ -6,6 +6,7 @@ import pytest
 
 from recorder.core.record import StreamRecord
 from recorder.proxy.unpriced import UnpricedWarnings
+from tests.kit.hostile import ESCAPED_MODEL, HOSTILE_MODEL, assert_inert
 
 
 def unpriced(model: str, reason: str | None = "no price for model") -> StreamRecord:
@@ -30,3 +31,14 @@ def test_junk_model_names_cannot_flood_the_log(caplog: pytest.LogCaptureFixture)
     said = [w.check(unpriced(f"junk-{i}")) for i in range(50)]
     assert said.count(True) == 4  # three named, then one line saying no more are named
     assert "further ones are not named" in caplog.records[-1].getMessage()
+
+
+def test_a_hostile_model_name_is_escaped_in_the_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 34 §4: the warning names the model escaped (the end-to-end test in
+    tests/cli/test_top.py reads it off the proxy's console, in both log formats)."""
+    caplog.set_level("WARNING", logger="recorder.prices")
+    reason = f"no price for model {HOSTILE_MODEL!r}"
+    assert UnpricedWarnings().check(unpriced(HOSTILE_MODEL, reason=reason))
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert_inert(message)
+    assert message.startswith(f"recorder: {ESCAPED_MODEL} streams are recorded without a cost")

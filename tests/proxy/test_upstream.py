@@ -26,6 +26,7 @@ import openai
 import pytest
 import sqlalchemy as sa
 
+from recorder.core.short_id import short_id
 from recorder.simulate import SentRecord, Simulator, run_in_thread, server_context
 from tests.kit.ports import free_port
 from tests.kit.processes import start_mitmdump, start_proxy, wait_listening
@@ -207,7 +208,8 @@ def test_https_upstream_with_an_untrusted_ca_is_refused_and_said(
     assert row["http_status"] is None and row["ttft_ms"] is None
     assert "certificate verify failed" in (row["transport_error"] or "").lower(), row
     # the console's line of the stream says it failed...
-    assert "upstream_disconnect" in rec.output and row["id"][:18] in rec.output, rec.output
+    line = next(x for x in rec.output.splitlines() if "upstream_disconnect" in x)
+    assert line.endswith(" " + short_id(row["id"])), rec.output
     if launcher == "recorder-proxy":
         # ...and mitmproxy's log says why (`mitmdump -q`, as started here, silences it)
         assert "certificate verify failed" in rec.output.lower(), rec.output

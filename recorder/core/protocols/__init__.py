@@ -2,12 +2,13 @@
 
 Each turns framed SSE events into facts (output deltas, tool calls, finish
 reason, usage, errors, the terminal event) accumulated on an
-:class:`~recorder.core.protocols.base.Observations`.
+:class:`~recorder.core.protocols.observations.Observations`.
 """
 
-from recorder.core.protocols.base import Interpreter, Observations
+from recorder.core.protocols.base import Interpreter
 from recorder.core.protocols.chat import ChatCompletionsInterpreter
 from recorder.core.protocols.messages import AnthropicMessagesInterpreter
+from recorder.core.protocols.observations import Observations
 from recorder.core.protocols.responses import ResponsesInterpreter
 
 INTERPRETERS: dict[str, type[Interpreter]] = {

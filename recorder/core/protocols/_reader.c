@@ -3,7 +3,8 @@
  * A Reader does for one event's data exactly what the Python reader made by
  * Template.reader does (the same return value, the same counts added to the
  * Observations), and Reader.run does it for a run of whole SSE events in one
- * piece, which is where the Python reader spends most of the meter's time
+ * piece (the run's loop in Python is SSEFramer.runner's in sse.py, which hands
+ * out this one instead), where the Python reader spends most of the meter's time
  * (docs/performance.md). The Python reader stays the reference: the tests run
  * both on the same bytes (tests/core/protocols/test_native_reader.py), and
  * without this module (no C compiler at install) the Python one is used.
@@ -22,10 +23,10 @@
 #include <stddef.h>
 #include <string.h>
 
-/* hole kinds (template.py: _TEXT, STRING, INT) */
+/* hole kinds (template.py: HoleKind) */
 #define HOLE_STRING 1
 #define HOLE_INT 2
-/* kinds of output (base.py: TEXT, REASONING, TOOL, SUMMARY) */
+/* kinds of output (observations.py: OutputKind) */
 #define OUT_TEXT 0
 #define OUT_REASONING 1
 #define OUT_TOOL 2
@@ -320,7 +321,7 @@ bump(PyObject *obs, PyObject *name, long long by)
     return rc;
 }
 
-/* Add the counts to the Observations as add_ascii, add_decoded and add do. */
+/* Add the counts to the Observations as Observations.add does. */
 static int
 flush(Reader *r, const Counts *c)
 {

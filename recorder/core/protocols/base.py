@@ -1,268 +1,65 @@
-"""What every protocol interpreter shares: the facts it accumulates.
+"""The base of every protocol interpreter: the template fast path, parsing, learning.
 
-Outcome precedence (docs/record.md, "Outcomes"): the first terminal or error event decides;
-whatever follows it is still counted (events, output, usage) but cannot change
-the outcome. Error fields are filled by the first event that carries them.
+An interpreter is fed a stream's events in order (:meth:`Interpreter.handle`)
+and records what they say on its :class:`Observations`. Whatever the
+protocol, most events of a stream are output deltas that differ only in their
+text: once an interpreter has learned a byte template from one
+(:meth:`Interpreter.learn_from`, see ``recorder.core.protocols.template``),
+``handle`` reads a later event that matches it without a parse, and only
+the events that miss it reach the protocol's own :meth:`Interpreter.interpret`.
 
-What estimation needs of the output (``recorder.core.estimate``) is counted as
-the deltas pass, never kept: the interpreters hand every output string to one of
-the ``add_*`` methods, which count its characters by kind (text, reasoning, tool
-arguments, reasoning summaries) and by writing system, and count the deltas. An
-ASCII string costs one ``str.isascii`` check (constant time in CPython); only
-other strings are classified, by UTF-8 width:
-
-- ``alphabetic``: U+0080..U+07FF (accented Latin, Greek, Cyrillic, Hebrew, Arabic, ...);
-- ``cjk``: U+0800 and above (CJK, kana, Hangul, Indic scripts, Thai, typographic
-  punctuation, emoji): the wide scripts, at one or two characters a token.
-
-ASCII (``latin``) is what remains: ``text + reasoning - alphabetic - cjk``.
+The meter's batch path also reads whole pieces with the template, framed as
+the stream's framer writes one event (:meth:`Interpreter.piece_reader`): the
+interpreter knows the template and the event's name, the framer how an event
+is written (``recorder.core.framing``).
 """
 
 from __future__ import annotations
 
-from codecs import utf_16_le_encode
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-import orjson
+from orjson import JSONDecodeError, loads
 
-from recorder.core.record import Outcome
-from recorder.core.sse import Event
-from recorder.core.usage import Usage
-
-if TYPE_CHECKING:
-    from recorder.core.protocols.template import Template
-
-JSONDecodeError = orjson.JSONDecodeError
-loads = orjson.loads
-
-# Kinds of output, each counted by one add_* method (see Observations.add).
-TEXT, REASONING, TOOL, SUMMARY = 0, 1, 2, 3
-
-
-class Observations:
-    """Facts derived from the events of one stream (or from one JSON body)."""
-
-    __slots__ = (
-        "alphabetic_chars",
-        "cjk_chars",
-        "error_code",
-        "error_message",
-        "error_type",
-        "finish_reason",
-        "output_chars",
-        "output_deltas",
-        "output_final",
-        "parse_issues",
-        "raw_usage",
-        "reasoning_chars",
-        "response_id",
-        "response_model",
-        "server_tools",
-        "service_tier",
-        "summary_chars",
-        "terminal",
-        "text_chars",
-        "tool_calls",
-        "tool_chars",
-        "unstreamed_chars",
-        "usage",
-    )
-
-    def __init__(self) -> None:
-        self.output_chars = 0
-        self.tool_calls = 0
-        self.finish_reason: str | None = None
-        self.response_model: str | None = None
-        self.response_id: str | None = None
-        self.usage: Usage | None = None
-        self.raw_usage: dict[str, Any] | None = None
-        self.output_final = False
-        self.terminal: Outcome | None = None  # completed | incomplete | error
-        self.error_type: str | None = None
-        self.error_code: str | None = None
-        self.error_message: str | None = None
-        self.parse_issues = 0
-        # the output, by kind (their sum is output_chars) and writing system
-        self.text_chars = 0  # text, refusal, transcripts, reasoning (billed output)
-        self.reasoning_chars = 0  # the part of text_chars that is full reasoning
-        self.tool_chars = 0  # tool-call arguments, code, commands
-        self.summary_chars = 0  # reasoning summaries (not billed as output tokens)
-        self.alphabetic_chars = 0  # of text_chars: U+0080..U+07FF
-        self.cjk_chars = 0  # of text_chars: U+0800 and above
-        self.output_deltas = 0  # non-empty output strings, summaries excluded
-        self.unstreamed_chars = 0  # tool arguments that came whole in an item, not as deltas
-        self.service_tier: str | None = None
-        self.server_tools: dict[str, int] | None = None  # e.g. {"web_search": 2}
-
-    def decide(self, outcome: Outcome) -> None:
-        """Record a terminal or error event; only the first one counts."""
-        if self.terminal is None:
-            self.terminal = outcome
-
-    def set_error(self, etype: Any, code: Any, message: Any) -> None:
-        """Fill the error fields that are still empty."""
-        if self.error_type is None and etype is not None:
-            self.error_type = str(etype)
-        if self.error_code is None and code is not None:
-            self.error_code = str(code)
-        if self.error_message is None and message is not None:
-            self.error_message = str(message)
-
-    def add_text(self, value: Any) -> int:
-        """Count one piece of output text (or refusal); return its length."""
-        if type(value) is not str or not value:
-            return 0
-        n = len(value)
-        self.text_chars += n
-        self.output_deltas += 1
-        if not value.isascii():
-            self._scripts(value, n, len(value.encode("utf-8", "surrogatepass")))
-        return n
-
-    def add_reasoning(self, value: Any) -> int:
-        """Count one piece of full reasoning text (billed as output); return its length."""
-        n = self.add_text(value)
-        self.reasoning_chars += n
-        return n
-
-    def add_tool(self, value: Any) -> int:
-        """Count one piece of tool-call arguments (or code, commands); return its length."""
-        if type(value) is not str or not value:
-            return 0
-        n = len(value)
-        self.tool_chars += n
-        self.output_deltas += 1
-        return n
-
-    def add_unstreamed(self, value: str) -> None:
-        """Count tool arguments the model wrote but the stream sent whole, not as deltas."""
-        self.unstreamed_chars += len(value)
-
-    def add_summary(self, value: Any) -> int:
-        """Count one piece of a reasoning summary (output, but not billed); return its length."""
-        if type(value) is not str:
-            return 0
-        n = len(value)
-        self.summary_chars += n
-        return n
-
-    def add(self, kind: int, value: Any) -> int:
-        """Count one piece of output of this kind with its add_* method; return its length."""
-        if kind == TEXT:
-            return self.add_text(value)
-        if kind == REASONING:
-            return self.add_reasoning(value)
-        if kind == TOOL:
-            return self.add_tool(value)
-        return self.add_summary(value)
-
-    def add_ascii(self, kind: int, n: int) -> None:
-        """Count what ``add(kind, value)`` counts for an ASCII ``value`` of ``n`` characters,
-        without the string (``n`` > 0; the caller adds ``n`` to ``output_chars``)."""
-        if kind == SUMMARY:
-            self.summary_chars += n
-            return
-        if kind == TOOL:
-            self.tool_chars += n
-        else:
-            self.text_chars += n
-            if kind == REASONING:
-                self.reasoning_chars += n
-        self.output_deltas += 1
-
-    def add_decoded(self, kind: int, value: str, size: int) -> int:
-        """``add(kind, value)`` for a non-empty, non-ASCII ``value`` that the caller
-        decoded from ``size`` bytes of UTF-8 (so it need not be encoded again)."""
-        n = len(value)
-        if kind in (TEXT, REASONING):
-            self.text_chars += n
-            self.output_deltas += 1
-            self._scripts(value, n, size)
-            if kind == REASONING:
-                self.reasoning_chars += n
-        elif kind == TOOL:
-            self.tool_chars += n
-            self.output_deltas += 1
-        else:
-            self.summary_chars += n
-        return n
-
-    def add_server_tool(self, name: str) -> None:
-        """Count one request of a provider-side tool (web search, file search, ...)."""
-        tools = self.server_tools
-        if tools is None:
-            self.server_tools = {name: 1}
-        else:
-            tools[name] = tools.get(name, 0) + 1
-
-    def _scripts(self, value: str, n: int, utf8: int) -> None:
-        # Exact counts from encodings done in C (``utf8`` is the length of
-        # value.encode("utf-8", "surrogatepass")): ``ascii`` ASCII characters;
-        # UTF-8 minus UTF-16 length is (alphabetic + 2 cjk) less what astral
-        # characters (4 UTF-8 bytes, 2 UTF-16 units) cancel, hence the formula.
-        # (utf_16_le_encode is what str.encode("utf-16-le") calls, without the
-        # codec lookup that costs more than the encoding of a short string)
-        ascii_n = len(value.encode("ascii", "ignore"))
-        extra = utf8 - (len(utf_16_le_encode(value, "surrogatepass")[0]) >> 1)
-        rest = n - ascii_n
-        cjk = extra - rest
-        self.cjk_chars += cjk
-        self.alphabetic_chars += rest - cjk
+from recorder.core.framing import Event, EventReader, Framer
+from recorder.core.protocols.observations import Observations, OutputKind
+from recorder.core.protocols.template import MAX_LEARNED, HoleKind, Path, Template, learn
 
 
 class Interpreter:
-    """Base class: one instance per stream, fed events in order."""
+    """Base class: one instance per stream, fed events in order.
+
+    A protocol implements :meth:`interpret` (an event that the template did not
+    read) and :meth:`read_body`, and calls :meth:`learn_from` with an event
+    whose whole effect was its text."""
 
     endpoint: ClassVar[str]
     provider: ClassVar[str]
 
-    __slots__ = ("_kind", "_name", "_read", "_template", "obs")
+    __slots__ = ("_kind", "_learnable", "_name", "_read", "_template", "obs")
 
-    def __init__(self) -> None:
+    def __init__(self, *, fast: bool = True) -> None:
+        """``fast``: learn templates (tests turn it off to compare both paths)."""
         self.obs = Observations()
-        # The byte template of the last output delta learned (see
-        # recorder.core.protocols.template), its kind of output, the name of the
-        # event it was learned from, and the function that reads an event's data
-        # with it (None: none learned yet).
+        # The byte template of the last output delta learned, its kind of output,
+        # the name of the event it was learned from, and the function that reads
+        # an event's data with it (None: none learned yet).
         self._template: Template | None = None
-        self._kind = TEXT
+        self._kind = OutputKind.TEXT
         self._name = "message"
-        self._read: Callable[[bytes], int] | None = None
-
-    def _use(self, template: Template, kind: int, name: str) -> None:
-        """Read later events with this template, learned from an event so named."""
-        self._template = template
-        self._kind = kind
-        self._name = name
-        self._read = template.reader(self.obs, kind)
-
-    @property
-    def template(self) -> Template | None:
-        """The template in use (a new object whenever another is learned)."""
-        return self._template
-
-    def framed_reader(self) -> Callable[[bytes], int] | None:
-        """What ``handle`` does for a whole SSE piece, ``data: `` (or the event line
-        of the event the template was learned from, then ``data: ``), data that the
-        template reads, a line end and a blank line, without the framing: see
-        :meth:`recorder.core.protocols.template.Template.framed`. None if there is
-        no template, or none that can read whole pieces."""
-        template = self._template
-        if template is None:
-            return None
-        name = self._name
-        if name == "message":
-            lead = b"data: "
-        else:  # (a name comes from one line: it holds no line end)
-            lead = b"event: " + name.encode() + b"\ndata: "
-            if lead.count(b"\n") != 1 or lead.find(b"\r") >= 0:
-                return None
-        framed = template.framed(lead)
-        return None if framed is None else framed.reader(self.obs, self._kind)
+        self._read: EventReader | None = None
+        self._learnable = MAX_LEARNED if fast else 0  # see learn_from
 
     def handle(self, event: Event) -> int:
         """Interpret one event; return the output characters it carried (0: no output)."""
+        read = self._read
+        if read is not None:
+            n = read(event.data)
+            if n >= 0:
+                return n
+        return self.interpret(event)
+
+    def interpret(self, event: Event) -> int:
+        """:meth:`handle` for an event the template did not read: the protocol's own."""
         raise NotImplementedError
 
     def read_body(self, body: bytes) -> int:
@@ -281,7 +78,38 @@ class Interpreter:
             return None
         return obj
 
+    def learn_from(
+        self,
+        event: Event,
+        obj: dict[str, Any],
+        text: Path,
+        kind: OutputKind,
+        ignored: tuple[tuple[str, HoleKind], ...] = (),
+    ) -> None:
+        """Read later events like ``event`` (parsed: ``obj``; its text at the path
+        ``text``, of this kind) with a template, if one can be made of it. Call
+        it only for an event whose whole effect was its text, while
+        ``self._learnable`` (the templates it may still learn, ``MAX_LEARNED`` a
+        stream at most) is not 0."""
+        self._learnable -= 1
+        template = learn(event.data, obj, text, ignored)
+        if template is not None:
+            self._template = template
+            self._kind = kind
+            self._name = event.event
+            self._read = template.reader(self.obs, kind)
 
-def text_len(value: Any) -> int:
-    """Length of an output string; anything else (None, numbers) is no output."""
-    return len(value) if isinstance(value, str) else 0
+    @property
+    def template(self) -> Template | None:
+        """The template in use (a new object whenever another is learned)."""
+        return self._template
+
+    def piece_reader(self, framer: Framer) -> EventReader | None:
+        """What :meth:`handle` does for a whole piece that is one event read by the
+        template, as ``framer`` writes it (``Framer.whole_event``), without the
+        framing. None if there is no template, or ``framer`` has no such piece."""
+        template = self._template
+        if template is None:
+            return None
+        whole = framer.whole_event(template, self._name)
+        return None if whole is None else whole.reader(self.obs, self._kind)

@@ -21,15 +21,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from recorder.core.protocols.base import REASONING, TEXT, Interpreter
-from recorder.core.protocols.template import MAX_LEARNED, STRING, learn
-from recorder.core.sse import Event
+from recorder.core.framing import Event
+from recorder.core.protocols.base import Interpreter
+from recorder.core.protocols.observations import OutputKind
+from recorder.core.protocols.template import HoleKind
 from recorder.core.usage import from_openai_chat
 
 _DONE = b"[DONE]"
 _TEXT_KEYS = frozenset({"content", "refusal"})
 _REASONING_KEYS = frozenset({"reasoning_content", "reasoning"})  # DeepSeek, xAI / OpenRouter
-_IGNORED = (("obfuscation", STRING),)  # OpenAI's padding, another on every event
+_IGNORED = (("obfuscation", HoleKind.STRING),)  # OpenAI's padding, another on every event
 FAST_PATH = True  # tests turn it off to check that both paths agree
 
 
@@ -39,22 +40,15 @@ class ChatCompletionsInterpreter(Interpreter):
     endpoint = "chat.completions"
     provider = "openai"
 
-    __slots__ = ("_fast", "_finish", "_learned", "_tools")
+    __slots__ = ("_finish", "_tools")
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(fast=FAST_PATH)
         self._tools: dict[tuple[int, int], Any] = {}  # (choice, tool index) -> last call id
         self._finish: dict[int, str] = {}  # choice index -> finish reason
-        self._fast = FAST_PATH
-        self._learned = 0
 
-    def handle(self, event: Event) -> int:
+    def interpret(self, event: Event) -> int:
         data = event.data
-        read = self._read
-        if read is not None:
-            n = read(data)
-            if n >= 0:
-                return n
         if data == _DONE:
             self.obs.decide("completed")
             return 0
@@ -62,12 +56,12 @@ class ChatCompletionsInterpreter(Interpreter):
         if obj is None:
             return 0
         chars = self._chunk(obj, streamed=True)
-        if chars and self._fast and self._learned < MAX_LEARNED:
-            self._learn(data, obj, event.event)
+        if chars and self._learnable:
+            self._learn(event, obj)
         return chars
 
-    def _learn(self, data: bytes, obj: dict[str, Any], name: str) -> None:
-        """Keep ``data`` as the template if it is a plain text delta and nothing else."""
+    def _learn(self, event: Event, obj: dict[str, Any]) -> None:
+        """Learn from the event if it is a plain text delta and nothing else."""
         choices = obj.get("choices")
         if obj.get("usage") is not None or "error" in obj or type(choices) is not list:
             return
@@ -80,10 +74,8 @@ class ChatCompletionsInterpreter(Interpreter):
         ((key, value),) = delta.items()
         if type(value) is not str or not value or key not in _TEXT_KEYS | _REASONING_KEYS:
             return
-        self._learned += 1
-        template = learn(data, obj, ("choices", 0, "delta", key), _IGNORED)
-        if template is not None:
-            self._use(template, REASONING if key in _REASONING_KEYS else TEXT, name)
+        kind = OutputKind.REASONING if key in _REASONING_KEYS else OutputKind.TEXT
+        self.learn_from(event, obj, ("choices", 0, "delta", key), kind, _IGNORED)
 
     def read_body(self, body: bytes) -> int:
         obj = self.parse(body)
@@ -117,9 +109,7 @@ class ChatCompletionsInterpreter(Interpreter):
                 obs.service_tier = tier
         usage = obj.get("usage")
         if isinstance(usage, dict):
-            obs.usage = from_openai_chat(usage)
-            obs.raw_usage = usage
-            obs.output_final = True
+            obs.report_usage(from_openai_chat(usage), usage)
         choices = obj.get("choices")
         chars = 0
         if isinstance(choices, list):

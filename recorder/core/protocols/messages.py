@@ -28,12 +28,19 @@ from typing import Any
 
 import orjson
 
-from recorder.core.protocols.base import REASONING, TEXT, TOOL, Interpreter
-from recorder.core.protocols.template import MAX_LEARNED, learn
-from recorder.core.sse import Event
+from recorder.core.framing import Event
+from recorder.core.protocols.base import Interpreter
+from recorder.core.protocols.observations import OutputKind
 from recorder.core.usage import from_anthropic
 
 _TOOL_BLOCKS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
+# The content_block_delta types that carry output: their kind, and the key of the text.
+_DELTAS = {
+    "text_delta": (OutputKind.TEXT, "text"),
+    "input_json_delta": (OutputKind.TOOL, "partial_json"),
+    "thinking_delta": (OutputKind.REASONING, "thinking"),
+    "compaction_delta": (OutputKind.TEXT, "content"),  # a summary the model wrote: billed
+}
 FAST_PATH = True  # tests turn it off to check that both paths agree
 
 
@@ -43,22 +50,14 @@ class AnthropicMessagesInterpreter(Interpreter):
     endpoint = "messages"
     provider = "anthropic"
 
-    __slots__ = ("_fast", "_learned", "_usage")
+    __slots__ = ("_usage",)
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(fast=FAST_PATH)
         self._usage: dict[str, Any] = {}
-        self._fast = FAST_PATH
-        self._learned = 0
 
-    def handle(self, event: Event) -> int:
-        data = event.data
-        read = self._read
-        if read is not None:
-            n = read(data)
-            if n >= 0:
-                return n
-        obj = self.parse(data)
+    def interpret(self, event: Event) -> int:
+        obj = self.parse(event.data)
         if obj is None:
             if event.event == "message_stop":  # unreadable, but the event line says it
                 self.obs.decide("completed")
@@ -74,25 +73,16 @@ class AnthropicMessagesInterpreter(Interpreter):
             if not isinstance(delta, dict):
                 return 0
             dtype = delta.get("type")
-            if dtype == "text_delta":
-                kind, key = TEXT, "text"
-            elif dtype == "input_json_delta":
-                kind, key = TOOL, "partial_json"
-            elif dtype == "thinking_delta":
-                kind, key = REASONING, "thinking"
-            elif dtype == "compaction_delta":  # a summary the model wrote: billed output
-                kind, key = TEXT, "content"
-            else:
+            found = _DELTAS.get(dtype) if type(dtype) is str else None
+            if found is None:
                 return 0
+            kind, key = found
             chars = self.obs.add(kind, delta.get(key))
             self.obs.output_chars += chars
-            if chars and self._fast and self._learned < MAX_LEARNED and obj.get("type") == typ:
+            if chars and self._learnable and obj.get("type") == typ:
                 # the event's whole effect is its text (the type is its own, not
                 # the event line's): later ones like it need no full parse
-                self._learned += 1
-                template = learn(data, obj, ("delta", key))
-                if template is not None:
-                    self._use(template, kind, event.event)
+                self.learn_from(event, obj, ("delta", key), kind)
             return chars
         if typ == "content_block_start":
             block = obj.get("content_block")

@@ -27,10 +27,11 @@ from typing import Any
 
 import orjson
 
-from recorder.core.protocols.base import REASONING, SUMMARY, TEXT, TOOL, Interpreter
-from recorder.core.protocols.template import INT, MAX_LEARNED, STRING, learn
+from recorder.core.framing import Event
+from recorder.core.protocols.base import Interpreter
+from recorder.core.protocols.observations import OutputKind
+from recorder.core.protocols.template import HoleKind
 from recorder.core.record import Outcome
-from recorder.core.sse import Event
 from recorder.core.usage import from_openai_responses
 
 _NOT_OUTPUT = frozenset(
@@ -43,19 +44,18 @@ _STARTED = frozenset({"response.created", "response.in_progress", "response.queu
 # Output deltas by kind, for estimation (recorder.core.estimate). A reasoning
 # SUMMARY is written by a summariser and is not billed as output tokens; other
 # unknown ``*.delta`` types are classed by their name (see _delta_kind).
-_TEXT, _REASONING, _TOOL, _SUMMARY = TEXT, REASONING, TOOL, SUMMARY
 _DELTA_KINDS = {
-    "response.output_text.delta": _TEXT,
-    "response.refusal.delta": _TEXT,
-    "response.audio.transcript.delta": _TEXT,
-    "response.reasoning_text.delta": _REASONING,
-    "response.reasoning_summary_text.delta": _SUMMARY,
-    "response.function_call_arguments.delta": _TOOL,
-    "response.custom_tool_call_input.delta": _TOOL,
-    "response.mcp_call_arguments.delta": _TOOL,
-    "response.code_interpreter_call_code.delta": _TOOL,
-    "response.shell_call_command.delta": _TOOL,
-    "response.apply_patch_call_operation_diff.delta": _TOOL,
+    "response.output_text.delta": OutputKind.TEXT,
+    "response.refusal.delta": OutputKind.TEXT,
+    "response.audio.transcript.delta": OutputKind.TEXT,
+    "response.reasoning_text.delta": OutputKind.REASONING,
+    "response.reasoning_summary_text.delta": OutputKind.SUMMARY,
+    "response.function_call_arguments.delta": OutputKind.TOOL,
+    "response.custom_tool_call_input.delta": OutputKind.TOOL,
+    "response.mcp_call_arguments.delta": OutputKind.TOOL,
+    "response.code_interpreter_call_code.delta": OutputKind.TOOL,
+    "response.shell_call_command.delta": OutputKind.TOOL,
+    "response.apply_patch_call_operation_diff.delta": OutputKind.TOOL,
 }
 # Items whose arguments the model wrote but the stream may send only whole, in
 # ``response.output_item.done`` (a local shell's action, an MCP approval
@@ -83,14 +83,15 @@ _SERVER_TOOLS = {
 }
 # Fields of an output delta that change from one delta to the next and that
 # nothing here reads: holes of the fast path's template, like the text.
-_IGNORED = (("obfuscation", STRING), ("sequence_number", INT))
+_IGNORED = (("obfuscation", HoleKind.STRING), ("sequence_number", HoleKind.INT))
 FAST_PATH = True  # tests turn it off to check that both paths agree
-_UNREADABLE_TERMINAL: dict[str | None, Outcome] = {
+# The terminal events, by their type (the outcome they decide).
+_TERMINAL: dict[str, Outcome] = {
     "response.completed": "completed",
     "response.incomplete": "incomplete",
     "response.failed": "error",
-    "error": "error",
 }
+_UNREADABLE_TERMINAL: dict[str, Outcome] = {**_TERMINAL, "error": "error"}
 
 
 class ResponsesInterpreter(Interpreter):
@@ -99,21 +100,14 @@ class ResponsesInterpreter(Interpreter):
     endpoint = "responses"
     provider = "openai"
 
-    __slots__ = ("_fast", "_learned", "_tool_mark")
+    __slots__ = ("_tool_mark",)
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(fast=FAST_PATH)
         self._tool_mark = 0  # tool_chars when the current output item was added
-        self._fast = FAST_PATH
-        self._learned = 0
 
-    def handle(self, event: Event) -> int:
+    def interpret(self, event: Event) -> int:
         data = event.data
-        read = self._read
-        if read is not None:
-            n = read(data)
-            if n >= 0:
-                return n
         if data == b"[DONE]":
             return 0
         obj = self.parse(data)
@@ -136,13 +130,10 @@ class ResponsesInterpreter(Interpreter):
             obs = self.obs
             chars = obs.add(kind, obj.get("delta"))
             obs.output_chars += chars
-            if chars and self._fast and self._learned < MAX_LEARNED and obj.get("type") == typ:
+            if chars and self._learnable and obj.get("type") == typ:
                 # the event's whole effect is its text (the type is its own, not
                 # the event line's): later ones like it need no full parse
-                self._learned += 1
-                template = learn(data, obj, ("delta",), _IGNORED)
-                if template is not None:
-                    self._use(template, kind, event.event)
+                self.learn_from(event, obj, ("delta",), kind, _IGNORED)
             return chars
         if typ == "response.output_item.added":
             self._tool_mark = self.obs.tool_chars
@@ -158,14 +149,8 @@ class ResponsesInterpreter(Interpreter):
                 self._whole_arguments(item)
         elif typ in _STARTED:
             self._response(obj.get("response"))
-        elif typ == "response.completed":
-            self.obs.decide("completed")
-            self._response(obj.get("response"), final=True)
-        elif typ == "response.incomplete":
-            self.obs.decide("incomplete")
-            self._response(obj.get("response"), final=True)
-        elif typ == "response.failed":
-            self.obs.decide("error")
+        elif typ in _TERMINAL:
+            self.obs.decide(_TERMINAL[typ])
             self._response(obj.get("response"), final=True)
         elif typ == "error":
             self.obs.decide("error")
@@ -258,9 +243,7 @@ class ResponsesInterpreter(Interpreter):
             return
         usage = resp.get("usage")
         if isinstance(usage, dict):
-            obs.usage = from_openai_responses(usage)
-            obs.raw_usage = usage
-            obs.output_final = True
+            obs.report_usage(from_openai_responses(usage), usage)
         status = resp.get("status")
         details = resp.get("incomplete_details")
         if isinstance(details, dict) and details.get("reason"):
@@ -278,12 +261,12 @@ def _is_call(item_type: Any) -> bool:
     return isinstance(item_type, str) and item_type.endswith("_call")
 
 
-def _delta_kind(typ: str) -> int:
+def _delta_kind(typ: str) -> OutputKind:
     """The kind of an output delta type not in the table, by its name."""
     if "reasoning_summary" in typ:
-        return _SUMMARY
+        return OutputKind.SUMMARY
     if "reasoning" in typ:
-        return _REASONING
+        return OutputKind.REASONING
     if "text" in typ or "refusal" in typ or "transcript" in typ:
-        return _TEXT
-    return _TOOL  # arguments, inputs, code, commands, diffs
+        return OutputKind.TEXT
+    return OutputKind.TOOL  # arguments, inputs, code, commands, diffs

@@ -31,26 +31,32 @@ Why a hit says exactly what a full parse would:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from enum import IntEnum
 from typing import Any
 
-from recorder.core.protocols.base import TEXT, JSONDecodeError, Observations, loads
+from orjson import JSONDecodeError, loads
+
+from recorder.core.framing import EventReader
+from recorder.core.protocols.observations import Observations, OutputKind
 
 try:  # the same reader in C (_reader.c), built at install when a C compiler is there
-    from recorder.core.protocols import _reader as native
+    import recorder.core.protocols._reader as native
 except ImportError:  # pragma: no cover - an install without a compiler
     native = None  # type: ignore[assignment]
 
-_TEXT, STRING, INT = 0, 1, 2  # hole kinds: the output text, an ignored string, an ignored integer
+
+class HoleKind(IntEnum):
+    """What a template's hole holds. Integers because the C reader takes them as such."""
+
+    TEXT = 0  # the output text: the inside of a JSON string
+    STRING = 1  # an ignored string: printable ASCII, no quote nor backslash
+    INT = 2  # an ignored integer: 1 to 18 digits, no leading zero
+
+
 MAX_LEARNED = 32  # templates learned per stream at most: a stream that never repeats a
 # shape (an id rotated on every event) would otherwise learn on every delta
 
 Path = tuple[str | int, ...]
-# a reader: an event's data -> the output characters it carried, or -1 (not read);
-# a run: (a piece, where to start, the events' size cap) -> (where it stopped,
-# events read, events that carried output); see Template.reader and runner
-EventReader = Callable[[bytes], int]
-EventRun = Callable[[bytes, int, int], tuple[int, int, int]]
 
 _MAX_DIGITS = 18  # orjson reads an integer past 64 bits as a float; 18 digits never are
 # A byte that a string's inside cannot hold as itself (a control character, the
@@ -76,8 +82,8 @@ class Template:
     def __init__(
         self,
         head: bytes,
-        left: tuple[tuple[int, bytes], ...],
-        right: tuple[tuple[bytes, int], ...],
+        left: tuple[tuple[HoleKind, bytes], ...],
+        right: tuple[tuple[bytes, HoleKind], ...],
         tail: bytes,
     ) -> None:
         self.head = head
@@ -117,177 +123,54 @@ class Template:
             return None
         return pos, end
 
-    def framed(self, lead: bytes) -> Template | None:
-        """This template for a whole SSE piece: ``lead`` (the lines before the
-        data, ``data: `` or ``event: N`` + ``data: ``) and the event's data, then
-        the line end and the blank line. None if a literal holds a line end (an
-        event learned from several data lines).
+    def literals(self) -> tuple[bytes, ...]:
+        """The fixed bytes: the head, those after and before the holes, the tail."""
+        return (
+            self.head,
+            *(lit for _, lit in self.left),
+            *(lit for lit, _ in self.right),
+            self.tail,
+        )
 
-        A piece this template reads is exactly one event whose data the plain
-        template reads alike: the literals hold no line end, and no hole nor
-        text that a reader accepts holds a control character (so neither CR
-        nor LF), so the data is one line. The caller must still check the
-        framer's conditions that are not in the bytes (nothing pending, the
-        size cap) and that ``lead`` is the start of one event as above."""
-        literals = [self.head, self.tail]
-        literals += [lit for _, lit in self.left]
-        literals += [lit for lit, _ in self.right]
-        if any(lit.find(b"\n") >= 0 or lit.find(b"\r") >= 0 for lit in literals):
-            return None
-        return Template(lead + self.head, self.left, self.right, self.tail + b"\n\n")
+    def enclosed(self, lead: bytes, trail: bytes) -> Template:
+        """This template with ``lead`` before it and ``trail`` after it (a framer
+        writes an event's data so as one piece: ``SSEFramer.whole_event``)."""
+        return Template(lead + self.head, self.left, self.right, self.tail + trail)
 
-    def reader(self, obs: Observations, kind: int, *, in_c: bool = True) -> EventReader:
+    def reader(self, obs: Observations, kind: OutputKind, *, in_c: bool = True) -> EventReader:
         """A function of an event's data that, if the event matches the template
         and its text is a valid string, counts the text into ``obs`` as
         ``obs.add(kind, text)`` would, adds its length to ``output_chars`` and
-        returns it; else it returns -1 and has counted nothing.
+        returns it; else it returns -1 and has counted nothing. No hole nor text
+        that it reads holds a control character.
 
         The C reader (``_reader.Reader``) when the extension is built and
-        ``in_c``, else the Python one below, which is its reference: both read
+        ``in_c``, else :meth:`python_reader`, which is its reference: both read
         the same bytes alike (tests/core/protocols/test_native_reader.py).
         """
         if in_c and native is not None:
             return native.Reader(obs, kind, self.head, self.left, self.right, self.tail)
         return self.python_reader(obs, kind)
 
-    def python_reader(self, obs: Observations, kind: int) -> EventReader:
-        """:meth:`reader` in Python. One call per event: :meth:`match` unrolled
-        for the usual layouts (at most one hole before the text and two after
-        it), then the tests of :func:`string_at` in the order that costs least,
-        and the counting."""
-        match = self.match if len(self.left) > 1 or len(self.right) > 2 else None
-        head, tail = self.head, self.tail
-        head_n, tail_n = len(head), len(tail)
-        # b"": no such hole; else the literal after the hole before the text, the
-        # literal before the hole next to the text, the one before the last hole
-        # (with more holes than that, ``match`` reads the event and these go unused)
-        kind0, lit0 = self.left[0] if self.left else (INT, b"")
-        (lit2, kind2), (lit1, kind1) = (((b"", INT),) * 2 + self.right)[-2:]
-        n0, n1, n2 = len(lit0), len(lit1), len(lit2)
+    def python_reader(self, obs: Observations, kind: OutputKind) -> EventReader:
+        """:meth:`reader` in Python, the definition the C reader is held to: the
+        event is the template with a valid token in each ignored hole
+        (:meth:`match`) and one JSON string's inside in the text's
+        (:func:`string_at`); its text counts as ``obs.add(kind, text)``."""
+        match = self.match
 
         def read(data: bytes) -> int:
-            if match is not None:
-                span = match(data)
-                if span is None:
-                    return -1
-                pos, end = span
-            elif not data.startswith(head) or not data.endswith(tail):
+            span = match(data)
+            if span is None:
                 return -1
-            else:
-                pos = head_n
-                end = len(data) - tail_n
-                if lit0:
-                    at = data.find(lit0, pos)
-                    if at < 0:
-                        return -1
-                    hole = data[pos:at]
-                    if kind0 == STRING:
-                        if not hole.isalnum() and _NOT_PLAIN(hole) is not None:
-                            return -1
-                    elif (
-                        not hole.isdigit()
-                        or len(hole) > _MAX_DIGITS
-                        or (hole[0] == 48 and len(hole) > 1)
-                    ):
-                        return -1
-                    pos = at + n0
-                if lit2:  # the last hole
-                    at = data.rfind(lit2, pos, end)
-                    if at < 0:
-                        return -1
-                    hole = data[at + n2 : end]
-                    if kind2 == STRING:
-                        if not hole.isalnum() and _NOT_PLAIN(hole) is not None:
-                            return -1
-                    elif (
-                        not hole.isdigit()
-                        or len(hole) > _MAX_DIGITS
-                        or (hole[0] == 48 and len(hole) > 1)
-                    ):
-                        return -1
-                    end = at
-                if lit1:  # the hole next to the text
-                    at = data.rfind(lit1, pos, end)
-                    if at < 0:
-                        return -1
-                    hole = data[at + n1 : end]
-                    if kind1 == STRING:
-                        if not hole.isalnum() and _NOT_PLAIN(hole) is not None:
-                            return -1
-                    elif (
-                        not hole.isdigit()
-                        or len(hole) > _MAX_DIGITS
-                        or (hole[0] == 48 and len(hole) > 1)
-                    ):
-                        return -1
-                    end = at
-                elif end < pos:
-                    return -1
-            # the text: data[pos:end], between two quotes
-            raw = data[pos:end]
-            if raw.find(b"\\") < 0:
-                if raw.isascii():  # the commonest of all: a character a byte
-                    if SPECIAL(raw) is not None:
-                        return -1  # a quote or a control character, unescaped
-                    n = end - pos
-                    if n:
-                        if kind == TEXT:
-                            obs.text_chars += n
-                            obs.output_deltas += 1
-                        else:
-                            obs.add_ascii(kind, n)
-                        obs.output_chars += n
-                    return n
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    return -1
-                # (cheaper than the regular expression on multibyte text: isprintable
-                # is false for every control character, and for a few others)
-                if raw.find(b'"') >= 0 or (not text.isprintable() and SPECIAL(raw) is not None):
-                    return -1
-                n = obs.add_decoded(kind, text, end - pos)
-            else:  # escapes: orjson reads them, and checks the rest
-                try:
-                    text = loads(data[pos - 1 : end + 1])  # the string with its quotes
-                except JSONDecodeError:
-                    return -1
-                if type(text) is not str:
-                    return -1
-                n = obs.add_text(text) if kind == TEXT else obs.add(kind, text)
+            text = string_at(data, *span)
+            if text is None:
+                return -1
+            n = obs.add(kind, text)
             obs.output_chars += n
             return n
 
         return read
-
-
-def runner(read: EventReader) -> EventRun:
-    """``run(data, pos, limit)`` for a reader of framed events (see
-    :meth:`Template.framed`): read the whole events of ``data`` from ``pos`` on
-    while each is at most ``limit`` bytes (its blank line included) and ``read``
-    reads it; return where it stopped, the events read and how many carried
-    output. The C reader's own ``run`` when ``read`` is one (no Python call per
-    event), else the same loop in Python."""
-    if native is not None and type(read) is native.Reader:
-        return read.run
-
-    def run(data: bytes, pos: int, limit: int) -> tuple[int, int, int]:
-        events = outputs = 0
-        size = len(data)
-        while pos < size:
-            stop = data.find(b"\n\n", pos)
-            if stop < 0 or stop + 2 - pos > limit:
-                break
-            n = read(data[pos : stop + 2])
-            if n < 0:
-                break
-            events += 1
-            if n:
-                outputs += 1
-            pos = stop + 2
-        return pos, events, outputs
-
-    return run
 
 
 def string_at(data: bytes, start: int, end: int) -> str | None:
@@ -314,19 +197,19 @@ def learn(
     data: bytes,
     obj: dict[str, Any],
     text: Path,
-    ignored: tuple[tuple[str, int], ...] = (),
+    ignored: tuple[tuple[str, HoleKind], ...] = (),
 ) -> Template | None:
     """A template of the event ``data`` (parsed: ``obj``), its text at the path
     ``text`` (whose last key names it in the bytes), with a hole for each
     top-level key of ``ignored`` that the event has, of the given kind. None if
     the event cannot be one (a key written twice or with escapes, spaced JSON
     this does not read, a probe that does not parse as it should, ...)."""
-    holes: list[tuple[int, int, int, Path]] = []
+    holes: list[tuple[int, int, HoleKind, Path]] = []
     key = text[-1]
-    span = _locate(data, key, _TEXT) if type(key) is str else None
+    span = _locate(data, key, HoleKind.TEXT) if type(key) is str else None
     if span is None:
         return None
-    holes.append((span[0], span[1], _TEXT, text))
+    holes.append((span[0], span[1], HoleKind.TEXT, text))
     for name, kind in ignored:
         if name in obj:
             span = _locate(data, name, kind)
@@ -345,12 +228,12 @@ def learn(
             learned = _get(obj, path)
             raw = data[start:end]
             value: str | int
-            if kind == INT:
-                if type(learned) is not int or not _valid(INT, raw):
+            if kind is HoleKind.INT:
+                if type(learned) is not int or not _valid(kind, raw):
                     return None
                 value = 100 + i if learned != 100 + i else 200 + i
             else:
-                if type(learned) is not str or (kind == STRING and not _valid(STRING, raw)):
+                if type(learned) is not str or (kind is HoleKind.STRING and not _valid(kind, raw)):
                     return None
                 value = f"q{i}" if learned != f"q{i}" else f"w{i}"
             probe += data[pos:start]
@@ -366,7 +249,7 @@ def learn(
     lits = [data[: holes[0][0]]]
     lits += [data[holes[i][1] : holes[i + 1][0]] for i in range(len(holes) - 1)]
     lits.append(data[holes[-1][1] :])
-    at = next(i for i, hole in enumerate(holes) if hole[2] == _TEXT)
+    at = next(i for i, hole in enumerate(holes) if hole[2] is HoleKind.TEXT)
     left = tuple((holes[i][2], lits[i + 1]) for i in range(at))
     right = tuple((lits[i], holes[i][2]) for i in range(len(holes) - 1, at, -1))
     template = Template(lits[0], left, right, lits[-1])
@@ -376,14 +259,14 @@ def learn(
     return template
 
 
-def _valid(kind: int, raw: bytes) -> bool:
+def _valid(kind: HoleKind, raw: bytes) -> bool:
     """Whether ``raw`` is a whole token of an ignored hole of this kind."""
-    if kind == STRING:
+    if kind is HoleKind.STRING:
         return raw.isalnum() or _NOT_PLAIN(raw) is None
     return raw.isdigit() and len(raw) <= _MAX_DIGITS and (raw[0] != 0x30 or len(raw) == 1)
 
 
-def _locate(data: bytes, key: str, kind: int) -> tuple[int, int] | None:
+def _locate(data: bytes, key: str, kind: HoleKind) -> tuple[int, int] | None:
     """The span of the value of ``"key":`` in ``data`` (a string's inside, or an
     integer's digits), if the key is written once, plainly; else None."""
     marker = b'"' + key.encode() + b'":'
@@ -393,7 +276,7 @@ def _locate(data: bytes, key: str, kind: int) -> tuple[int, int] | None:
     start = at + len(marker)
     while data[start : start + 1] in (b" ", b"\t"):
         start += 1
-    if kind == INT:
+    if kind is HoleKind.INT:
         end = start
         while data[end : end + 1].isdigit():
             end += 1

@@ -17,18 +17,22 @@ from __future__ import annotations
 import random
 import shutil
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recorder.core.protocols import template
-from recorder.core.protocols.base import REASONING, SUMMARY, TEXT, TOOL, Observations
-from recorder.core.protocols.template import INT, STRING, Template, learn, runner
+from recorder.core.protocols.observations import Observations, OutputKind
+from recorder.core.protocols.template import HoleKind, Template, learn
+from recorder.core.sse import SSEFramer
 
 native = template.native
 needs_c = pytest.mark.skipif(native is None, reason="the C reader is not built")
 
-KINDS = (TEXT, REASONING, TOOL, SUMMARY)
+KINDS = tuple(OutputKind)
+TEXT = OutputKind.TEXT
+STRING, INT = HoleKind.STRING, HoleKind.INT
 TEXT_PARTS = [
     b"a", b"Hi", b" ", b'"', b"\\", b"\\n", b'\\"', b"\\\\", b"\\/", b"\\b\\f\\r\\t",
     b"\\u00e9", b"\\u65E5", b"\\u0000", b"\\u001f", b"\\u007f", b"\\u0800", b"\\uFFFF",
@@ -83,31 +87,32 @@ def learned() -> list[tuple[str, Template, object]]:
     """(name, template, a function making an event of its shape) for each shape."""
     made: list[tuple[str, Template, object]] = []
     data = chat(b"Hello")
-    t = learn(data, template.loads(data), ("choices", 0, "delta", "content"))
+    t = learn(data, orjson.loads(data), ("choices", 0, "delta", "content"))
     assert t is not None and not t.left and not t.right
     made.append(("chat", t, lambda text, seq, obf: chat(text)))
     ignored = (("obfuscation", STRING), ("sequence_number", INT))
     data = responses(b"Hello", b"12", b"pq")
-    t = learn(data, template.loads(data), ("delta",), ignored)
+    t = learn(data, orjson.loads(data), ("delta",), ignored)
     assert t is not None and len(t.left) == 1 and len(t.right) == 1
     made.append(("responses", t, responses))
     data = two_after(b"Hello", b"12", b"pq")
-    t = learn(data, template.loads(data), ("delta",), (*ignored, ("n", INT)))
+    t = learn(data, orjson.loads(data), ("delta",), (*ignored, ("n", INT)))
     assert t is not None and len(t.left) == 1 and len(t.right) == 2
     made.append(("two after", t, two_after))
     data = three_after(b"Hello", b"12", b"pq")
-    t = learn(data, template.loads(data), ("delta",), (*ignored, ("n", INT)))
+    t = learn(data, orjson.loads(data), ("delta",), (*ignored, ("n", INT)))
     assert t is not None and not t.left and len(t.right) == 3
     made.append(("three after", t, three_after))
     return made
 
 
 SHAPES = learned()
+FRAMER = SSEFramer()
 FRAMED = [
     (name, framed, make)
     for name, t, make in SHAPES
-    for lead in (b"data: ", b"event: delta\ndata: ")
-    if (framed := t.framed(lead)) is not None
+    for event_name in ("message", "delta")
+    if (framed := FRAMER.whole_event(t, event_name)) is not None
 ]
 
 
@@ -210,9 +215,9 @@ def test_a_run_of_events_reads_alike(
         c_obs, py_obs = Observations(), Observations()
         c_read = tmpl.reader(c_obs, kind)
         py_read = tmpl.python_reader(py_obs, kind)
-        assert runner(c_read) == c_read.run  # type: ignore[attr-defined]
-        expected = runner(py_read)(piece, start, limit)
-        assert runner(c_read)(piece, start, limit) == expected
+        assert FRAMER.runner(c_read) == c_read.run  # type: ignore[attr-defined]
+        expected = FRAMER.runner(py_read)(piece, start, limit)
+        assert FRAMER.runner(c_read)(piece, start, limit) == expected
         assert slots(c_obs) == slots(py_obs)
         pos, read, outputs = expected
         assert start <= pos <= len(piece) and outputs <= read

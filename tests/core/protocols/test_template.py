@@ -23,15 +23,9 @@ from hypothesis import strategies as st
 
 from recorder.core import StreamMeter
 from recorder.core.protocols import chat, messages, responses
-from recorder.core.protocols.base import (
-    REASONING,
-    SUMMARY,
-    TEXT,
-    TOOL,
-    Interpreter,
-    Observations,
-)
-from recorder.core.protocols.template import INT, STRING, Template, learn, string_at
+from recorder.core.protocols.base import Interpreter
+from recorder.core.protocols.observations import Observations, OutputKind
+from recorder.core.protocols.template import HoleKind, Template, learn, string_at
 from tests.kit.framing import endpoint_for, fixture_files, load_body
 
 # every test twice: the template reader in C, then in Python (tests/core/conftest.py)
@@ -287,10 +281,11 @@ def test_learn_refuses_a_hole_that_is_not_its_value() -> None:
 def test_learn_and_read() -> None:
     data = b'{"type":"x.delta","sequence_number":12,"delta":"Hi","obfuscation":"pq"}'
     obj = orjson.loads(data)
-    template = learn(data, obj, ("delta",), (("obfuscation", STRING), ("sequence_number", INT)))
+    ignored = (("obfuscation", HoleKind.STRING), ("sequence_number", HoleKind.INT))
+    template = learn(data, obj, ("delta",), ignored)
     assert template is not None
     obs = Observations()
-    read = template.reader(obs, TEXT)
+    read = template.reader(obs, OutputKind.TEXT)
     assert read(b'{"type":"x.delta","sequence_number":7,"delta":"Hello","obfuscation":""}') == 5
     assert read(b'{"type":"x.delta","sequence_number":07,"delta":"Hello","obfuscation":""}') == -1
     assert read(b'{"type":"y.delta","sequence_number":7,"delta":"Hello","obfuscation":""}') == -1
@@ -326,7 +321,7 @@ def test_a_string_reads_as_orjson_reads_it(raw: bytes) -> None:
     except orjson.JSONDecodeError:
         expected = None
     assert string_at(data, 6, 6 + len(raw)) == expected
-    for kind in (TEXT, REASONING, TOOL, SUMMARY):
+    for kind in OutputKind:
         fast, slow = Observations(), Observations()
         n = TEMPLATE.reader(fast, kind)(data)
         if expected is None:
