@@ -48,6 +48,7 @@ from mitmproxy.utils import vt_codes
 
 from recorder.core.counts import OutputCounts
 from recorder.core.endpoints import endpoint_for
+from recorder.core.printable import json_text, printable
 from recorder.core.record import StreamRecord
 from recorder.proxy.live_lines import (
     ID_CHARS,
@@ -83,14 +84,15 @@ TickCallback = Callable[[dict[LabelKey, int], dict[LabelKey, float]], None]
 
 
 @dataclass(slots=True)
-class _Stall:
-    """A stall in progress: since when its stream's output is silent."""
+class _Watched:
+    """What the console has been told of one open stream's stalls."""
 
-    since: float  # last output (or request start), on the recorder's clock
-    t0: float
-    keepalives: int  # the stream's keepalives when the silence began (as last seen)
-    endpoint: str | None
-    model: str | None
+    told: int = 0  # of the meter's stalls over, how many were said to be over
+    since: float | None = None  # the stall under way that was said to begin (its start)
+    kas: int = 0  # the keepalives when the silence under way began (as near as seen)
+    last: float | None = None  # the silence's start at the walk before
+    endpoint: str | None = None
+    model: str | None = None
 
 
 class Live(Observer):
@@ -130,9 +132,8 @@ class Live(Observer):
         self.on_tick = on_tick
         self._clock = clock or recorder.clock
         self._wall = wall
-        self._stalls: dict[str, _Stall] = {}
-        # per open stream: (last output, keepalives) as the previous tick saw them
-        self._seen: dict[str, tuple[float | None, int]] = {}
+        # per open stream: what the console has been told of its stalls
+        self._watched: dict[str, _Watched] = {}
         self.finished: collections.deque[dict[str, Any]] = collections.deque(maxlen=FINISHED_KEPT)
         # the last minute by second: second -> [streams, tokens, cost]
         self._window: dict[int, list[float]] = {}
@@ -168,7 +169,8 @@ class Live(Observer):
         line: Line
         if self.log_format == "json":
             obj = {"type": kind, "time": self._wall(), **fields}
-            line = lambda: orjson.dumps(obj, default=str).decode()  # noqa: E731
+            # (orjson leaves C1 and bidi controls raw: a terminal must never get them)
+            line = lambda: json_text(orjson.dumps(obj, default=str).decode())  # noqa: E731
         else:
             line = text
         if self._printer is not None:
@@ -226,7 +228,10 @@ class Live(Observer):
                 "error": err,
             }
             what = str(status) if status is not None else f"error: {err}"
-            text = f"{self._clock_text()} unmetered {req.method} {req.pretty_host}{path} {what}"
+            where = printable(f"{req.pretty_host}{path}")
+            text = (
+                f"{self._clock_text()} unmetered {printable(req.method)} {where} {printable(what)}"
+            )
             self._emit("unmetered", _paint(text, "dim", self._use_colour()), fields)
         except Exception:
             self.recorder.internal_error("live unmetered line")
@@ -235,17 +240,16 @@ class Live(Observer):
 
     def stream_finished(self, done: Done) -> None:
         """The recorder's observer call: the completed record."""
-        self.finished_record(done.record)
+        self.finished_record(done.record, done.meter.last_output_ms)
 
-    def finished_record(self, rec: StreamRecord) -> None:
-        """A record was completed: its line, its stall's end, the finished list."""
+    def finished_record(self, rec: StreamRecord, last_output_ms: float | None = None) -> None:
+        """A record was completed: its line, its stalls not said yet, the finished list."""
         s = summary(rec)
         self.finished.append(s)
         self._count(s)
-        self._seen.pop(rec.id or "", None)
-        stall = self._stalls.pop(rec.id or "", None)
-        if stall is not None and rec.duration_ms is not None:
-            self._stall_ended_with(rec, stall)
+        watched = self._watched.pop(rec.id or "", None)
+        if rec.stalls and rec.duration_ms is not None:
+            self._stalls_ended_with(rec, watched or _Watched(), last_output_ms)
         if self.quiet:
             return
         # made on the console's thread: the loop only notes the time and the colour
@@ -258,23 +262,22 @@ class Live(Observer):
             s,
         )
 
-    def _stall_ended_with(self, rec: StreamRecord, stall: _Stall) -> None:
-        """The end of a stall still open when its stream ended: the record's own stall
-        gap says whether output came back first (between two ticks) and how long."""
+    def _stalls_ended_with(
+        self, rec: StreamRecord, watched: _Watched, last_output_ms: float | None
+    ) -> None:
+        """The stalls of a stream that ended that were not said to be over (between
+        two walks, or running into its end): the record's own, as it counts them."""
         assert rec.duration_ms is not None
-        start_ms = (stall.since - stall.t0) * 1000.0
-        length = stall.t0 + rec.duration_ms / 1000.0 - stall.since
-        how = f"stream ended ({rec.outcome})"
-        for gap in rec.gaps:
-            if gap.kind == "stall" and abs(gap.start_ms - start_ms) < 1.0:
-                length = gap.length_ms / 1000.0
-                # a whole stream's stall gaps end at an output; an interrupted one's
-                # last gap may end at the cut instead
-                ended_at_cut = gap.start_ms + gap.length_ms >= rec.duration_ms - 1.0
-                if not (rec.interrupted and ended_at_cut):
-                    how = "output resumed"
-                break
-        self._stall_over(rec.id, stall, length, how)
+        gaps = [g for g in rec.gaps if g.kind == "stall"][watched.told :]
+        watched.endpoint, watched.model = rec.endpoint, rec.model
+        for gap in gaps:
+            # a stall ends at an output, or runs from the last output (or the request
+            # start) into the stream's end
+            tail = gap.start_ms == (last_output_ms or 0.0) and (
+                gap.start_ms + gap.length_ms >= rec.duration_ms - 0.001
+            )
+            how = f"stream ended ({rec.outcome})" if tail else "output resumed"
+            self._stall_over(rec.id, watched, gap.start_ms, gap.length_ms, how)
 
     def _count(self, s: dict[str, Any]) -> None:
         second = int(self._wall())
@@ -291,48 +294,44 @@ class Live(Observer):
     # -- the walk -------------------------------------------------------------
 
     @staticmethod
-    def _silence_since(view: StreamView) -> float | None:
-        """Since when the stream's output is silent; None if it cannot stall (an HTTP
-        error, a JSON body: the meter counts no stall there either)."""
+    def _may_stall(view: StreamView) -> bool:
+        """Whether the stream has an output stream to stall (not an HTTP error, not a
+        JSON answer: the meter counts no stall there either)."""
         status = view.http_status
-        if not view.streamed or (status is not None and not 200 <= status < 300):
-            return None
-        last = view.last_output_at
-        return view.t0 if last is None else last
+        return view.streamed and (status is None or 200 <= status < 300)
 
     def walked(self, views: list[StreamView], now: float) -> None:
         """The recorder's walk over the open streams (once a second, what waited
-        metered): stalls that began or ended, and the gauges."""
-        after = self.stall_after
+        metered): the stalls the meter says began or ended, and the gauges."""
         stalled: dict[LabelKey, int] = {}
         oldest: dict[LabelKey, float] = {}
-        seen: dict[str, tuple[float | None, int]] = {}
+        watched_now: dict[str, _Watched] = {}
         for view in views:
-            since = self._silence_since(view)
             rid = view.id
-            if since is None or rid is None:
+            if rid is None or not self._may_stall(view):
                 continue
-            last = view.last_output_at
-            before = self._seen.get(rid)
-            # the keepalive count when this silence began, as near as a walk can see it
-            kas = view.keepalives if before is None or before[0] != last else before[1]
-            seen[rid] = (last, kas)
+            watched = self._watched.get(rid) or _Watched(endpoint=view.endpoint)
+            watched.model = view.model
+            watched_now[rid] = watched
             label = (view.endpoint or "unknown", view.provider or "unknown")
-            silence = now - since
-            if silence > oldest.get(label, 0.0):
-                oldest[label] = silence
-            stall = self._stalls.get(rid)
-            if stall is not None and stall.since != since:  # output came back
-                del self._stalls[rid]
-                self._stall_over(rid, stall, since - stall.since, "output resumed")
-                stall = None
-            if silence >= after:
+            silent = view.silent_since
+            if silent is not None and now - silent > oldest.get(label, 0.0):
+                oldest[label] = now - silent
+            # the keepalive count when this silence began, as near as a walk can see it
+            if watched.last != silent:
+                watched.last, watched.kas = silent, view.keepalives
+            gaps = view.stall_gaps
+            for gap in gaps[watched.told :]:  # stalls over since the last walk
+                self._stall_over(rid, watched, gap.start_ms, gap.length_ms, "output resumed")
+            since = view.stalled_since(now)
+            if since is not None:
                 stalled[label] = stalled.get(label, 0) + 1
-                if stall is None:
-                    stall = _Stall(since, view.t0, kas, view.endpoint, view.model)
-                    self._stalls[rid] = stall
-                    self._stall_began(rid, stall, silence, view.keepalives - kas)
-        self._seen = seen
+                if watched.since != since:
+                    watched.since = since
+                    self._stall_began(
+                        rid, watched, now - since, view.keepalives - watched.kas, since - view.t0
+                    )
+        self._watched = watched_now
         if self.on_tick is not None:
             self.on_tick(stalled, oldest)
 
@@ -340,30 +339,41 @@ class Live(Observer):
         """One walk's worth now (tests, tools): what waits is metered, then seen."""
         self.walked(self.recorder.streams.views(catch_up=True), self._clock())
 
-    def _stall_began(self, rid: str, stall: _Stall, silence: float, kas: int) -> None:
+    def _stall_began(
+        self, rid: str, watched: _Watched, silence: float, kas: int, start: float
+    ) -> None:
+        model, endpoint = printable(watched.model or "-"), printable(watched.endpoint or "-")
         text = (
-            f"{self._clock_text()} stall: {short_id(rid)}… {stall.endpoint} {stall.model or '-'}"
-            f" silent {silence:.0f} s, {kas} keepalive{'s' if kas != 1 else ''} meanwhile"
+            f"{self._clock_text()} stall: {short_id(rid)} {endpoint} {model}"
+            f" silent {_seconds(silence)}, {kas} keepalive{'s' if kas != 1 else ''} meanwhile"
         )
         fields = {
             "id": rid,
-            "endpoint": stall.endpoint,
-            "model": stall.model,
+            "endpoint": watched.endpoint,
+            "model": watched.model,
+            "start_s": round(start, 6),
             "silent_s": round(silence, 3),
             "keepalives": kas,
         }
         self._emit("stall", _paint(text, "yellow", self._use_colour()), fields)
 
-    def _stall_over(self, rid: str | None, stall: _Stall, length: float, how: str) -> None:
+    def _stall_over(
+        self, rid: str | None, watched: _Watched, start_ms: float, length_ms: float, how: str
+    ) -> None:
+        """A stall the meter counted is over: said once, with the meter's figures."""
+        watched.told += 1
+        watched.since = None
+        model, endpoint = printable(watched.model or "-"), printable(watched.endpoint or "-")
         text = (
-            f"{self._clock_text()} stall over: {short_id(rid)}… {stall.endpoint}"
-            f" {stall.model or '-'} {how} after {length:.0f} s silent"
+            f"{self._clock_text()} stall over: {short_id(rid)} {endpoint} {model}"
+            f" {how} after {_seconds(length_ms / 1000.0)} silent"
         )
         fields = {
             "id": rid,
-            "endpoint": stall.endpoint,
-            "model": stall.model,
-            "stall_s": round(length, 3),
+            "endpoint": watched.endpoint,
+            "model": watched.model,
+            "start_s": round(start_ms / 1000.0, 6),
+            "stall_s": round(length_ms / 1000.0, 6),
             "how": how,
         }
         self._emit("stall_over", _paint(text, "yellow", self._use_colour()), fields)
@@ -401,7 +411,8 @@ class Live(Observer):
         }
 
     def _open_row(self, view: StreamView, now: float, after: float) -> dict[str, Any]:
-        since = self._silence_since(view)
+        may = self._may_stall(view)
+        since = view.silent_since if may else None
         obs = view.observations
         first = view.first_output_at
         tokens: int | None = None
@@ -429,7 +440,7 @@ class Live(Observer):
             "output_tokens": tokens,
             "output_tokens_estimated": estimated,
             "silence_s": None if silence is None else round(silence, 3),
-            "stalled": silence is not None and silence >= after,
+            "stalled": may and view.stalled_since(now) is not None,
         }
 
     def snapshot_json(self, timeout: float = 2.0) -> bytes:
@@ -472,3 +483,8 @@ class Live(Observer):
 
         post(start)
         return orjson.dumps(done.result(timeout), default=str)
+
+
+def _seconds(value: float) -> str:
+    """A length of time as the console says it: tenths under ten seconds."""
+    return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"

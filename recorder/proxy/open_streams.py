@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from mitmproxy import http
 
 from recorder.core.protocols.observations import Observations
+from recorder.core.record import Gap
 from recorder.metrics.health import Health
 from recorder.proxy.state import FlowState
 
@@ -86,6 +87,21 @@ class StreamView:
     @property
     def last_output_at(self) -> float | None:
         return self._state.meter.last_output_at
+
+    @property
+    def silent_since(self) -> float | None:
+        """Since when no output came (the last output, or the request start)."""
+        return self._state.meter.silent_since()
+
+    def stalled_since(self, now: float) -> float | None:
+        """When the stall under way at ``now`` began, or None: the meter's one
+        definition of a stall (``recorder.core.rhythm``)."""
+        return self._state.meter.stalled_since(now)
+
+    @property
+    def stall_gaps(self) -> list[Gap]:
+        """The stalls over so far, as the record will hold them."""
+        return self._state.meter.stall_gaps
 
     @property
     def keepalives(self) -> int:

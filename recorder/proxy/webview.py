@@ -33,6 +33,7 @@ from mitmproxy.hooks import UpdateHook
 from recorder.core import money
 from recorder.core.captured import CapturedBody
 from recorder.core.endpoints import endpoint_for
+from recorder.core.printable import printable
 from recorder.core.record import StreamRecord
 from recorder.core.transcript import transcript
 from recorder.proxy.addon import Recorder
@@ -53,7 +54,7 @@ INTERRUPTED = ("upstream_disconnect", "client_disconnect", "truncated")
 
 def summary(rec: StreamRecord) -> str:
     """The record in one line, with the words mitmweb's filter looks for."""
-    parts = [f"LLM {rec.model or rec.endpoint or '?'} {rec.outcome}"]
+    parts = [f"LLM {printable(rec.model or rec.endpoint or '?')} {rec.outcome}"]
     if rec.outcome == "error" and rec.http_status == 200:
         parts[0] += " ERROR-AFTER-200"
     elif rec.outcome in INTERRUPTED:
@@ -76,7 +77,8 @@ def summary(rec: StreamRecord) -> str:
     if rec.keepalives:
         parts.append(f"{rec.keepalives} keepalives")
     if rec.error_type or rec.error_message:
-        parts.append(f"{rec.error_type or 'error'}: {rec.error_message or ''}".strip(": "))
+        said = f"{rec.error_type or 'error'}: {rec.error_message or ''}".strip(": ")
+        parts.append(printable(said))
     return " | ".join(parts)
 
 
@@ -89,10 +91,11 @@ def _tokens(value: int | None, source: str) -> str:
 def live_comment(view: StreamView, now: float, stall_after: float) -> tuple[str, bool]:
     """An open stream's comment from what its meter knows by now, and whether its
     output has been silent for ``stall_after`` or longer (a stall, now)."""
-    first, last = view.first_output_at, view.last_output_at
-    silence = now - (last if last is not None else view.t0)
-    stalled = silence >= stall_after
-    head = f"LLM {view.model or view.endpoint or '?'} streaming"
+    first = view.first_output_at
+    since = view.silent_since
+    silence = now - (since if since is not None else view.t0)
+    stalled = view.stalled_since(now) is not None
+    head = f"LLM {printable(view.model or view.endpoint or '?')} streaming"
     if stalled:
         head += f" STALLED now, silent {silence:,.0f} s"
     parts = [head]
