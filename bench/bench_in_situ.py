@@ -108,23 +108,25 @@ def child_timed_proxy() -> int:
     rec = addon.Recorder
     for hook in ("requestheaders", "request", "responseheaders", "response"):
         setattr(rec, hook, timed(hook, getattr(rec, hook)))
-    make_tap = rec._tap
-    rec._tap = lambda self, state: timed("tap (per piece)", make_tap(self, state))  # type: ignore[method-assign]
-    rec._meter_pieces = staticmethod(  # type: ignore[method-assign]
-        timed("metering (per piece)", rec._meter_pieces, lambda state: len(state.pieces))
-    )
-    if hasattr(rec, "_complete_many"):  # records completed a batch at a time, stage by stage
-        rec._complete_many = timed(  # type: ignore[method-assign]
-            "completing a record", rec._complete_many, lambda self, entries: len(entries)
-        )
+    # The steps inside: the names of the code measured (the exchange's life as one
+    # state machine, recorder.proxy.lifecycle), or of the code before it, so that
+    # both sides of a before-and-after run are timed alike.
+    try:
+        from recorder.proxy import finishing, making, tap, walk
+    except ImportError:  # before the lifecycle: the steps were the Recorder's own
+        _time_old_steps(rec, timed)
     else:
-        rec._complete = timed("completing a record", rec._complete)  # type: ignore[method-assign]
-    if hasattr(rec, "_sweep"):
-        rec._sweep = timed("sweep (per callback)", rec._sweep)  # type: ignore[method-assign]
-    if hasattr(rec, "_begin"):
-        rec._begin = timed("making a record (per flow)", rec._begin)  # type: ignore[method-assign]
-    if hasattr(rec, "_close"):
-        rec._close = timed("closing a record", rec._close)  # type: ignore[method-assign]
+        make_tap = tap.Tap.callable
+        tap.Tap.callable = lambda self, clock: timed("tap (per piece)", make_tap(self, clock))  # type: ignore[method-assign]
+        tap.Tap.meter_waiting = timed(  # type: ignore[method-assign]
+            "metering (per piece)", tap.Tap.meter_waiting, lambda self: len(self.pieces)
+        )
+        finishing.Finishing._complete = timed(  # type: ignore[method-assign]
+            "completing a record", finishing.Finishing._complete, lambda self, states: len(states)
+        )
+        finishing.Finishing._close = timed("closing a record", finishing.Finishing._close)  # type: ignore[method-assign]
+        walk.Walk._go_on = timed("sweep (per callback)", walk.Walk._go_on)  # type: ignore[method-assign]
+        making.RecordMaker.make = timed("making a record (per flow)", making.RecordMaker.make)  # type: ignore[method-assign]
     if os.environ.get("BENCH_HOOKS_ONLY"):
         return _run_timed(totals)
     if hasattr(addon, "count_request"):
@@ -137,9 +139,17 @@ def child_timed_proxy() -> int:
     # finishing pipeline call them by
     from recorder.proxy import finishing, state
 
-    for module in (addon, finishing, state):
+    modules: list[Any] = [addon, finishing, state]
+    try:
+        from recorder.proxy import making
+
+        modules.append(making)
+    except ImportError:
+        pass
+    for module in modules:
         for attr, name in (
             ("_pick_headers", "  headers picked"),
+            ("pick_headers", "  headers picked"),
             ("authenticating_key", "  authenticating key"),
             ("new_record_id", "  record id (+ start stamp)"),
             ("new_record_start", "  record id (+ start stamp)"),
@@ -147,14 +157,16 @@ def child_timed_proxy() -> int:
             ("fingerprint", "  key fingerprint"),
             ("StreamMeter", "  StreamMeter constructed"),
             ("_read_request", "  request facts and counts"),
+            ("read_request_facts", "  request facts and counts"),
             ("complete_usage", "  usage and cost"),
         ):
             if hasattr(module, attr):
                 setattr(module, attr, timed(name, getattr(module, attr)))
-    if hasattr(addon, "request_keys"):
-        # request_keys and KeyMask.of run together, as one expression
-        keys = addon.request_keys
-        addon.request_keys = timed("  request_keys + KeyMask.of", keys)  # type: ignore[attr-defined]
+    for module in modules:
+        if hasattr(module, "request_keys"):
+            # request_keys and KeyMask.of run together, as one expression
+            keys = module.request_keys
+            module.request_keys = timed("  request_keys + KeyMask.of", keys)
     unpriced = finishing.UNPRICED
     unpriced.check = timed("  unpriced check", unpriced.check)  # type: ignore[method-assign]
 
@@ -170,6 +182,27 @@ def child_timed_proxy() -> int:
     Live.finished_record = timed("  live view line", Live.finished_record)  # type: ignore[method-assign]
     SqlSink.submit = timed("  sink submit", SqlSink.submit)  # type: ignore[method-assign]
     return _run_timed(totals)
+
+
+def _time_old_steps(rec: Any, timed: Any) -> None:
+    """The steps of the Recorder before its exchanges had one state machine."""
+    make_tap = rec._tap
+    rec._tap = lambda self, state: timed("tap (per piece)", make_tap(self, state))
+    rec._meter_pieces = staticmethod(
+        timed("metering (per piece)", rec._meter_pieces, lambda state: len(state.pieces))
+    )
+    if hasattr(rec, "_complete_many"):  # records completed a batch at a time, stage by stage
+        rec._complete_many = timed(
+            "completing a record", rec._complete_many, lambda self, entries: len(entries)
+        )
+    else:
+        rec._complete = timed("completing a record", rec._complete)
+    if hasattr(rec, "_sweep"):
+        rec._sweep = timed("sweep (per callback)", rec._sweep)
+    if hasattr(rec, "_begin"):
+        rec._begin = timed("making a record (per flow)", rec._begin)
+    if hasattr(rec, "_close"):
+        rec._close = timed("closing a record", rec._close)
 
 
 def _run_timed(totals: dict[str, list[int]]) -> int:

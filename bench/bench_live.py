@@ -105,14 +105,14 @@ async def run(args: argparse.Namespace) -> int:
                 clock.now += args.interval / len(taps)
                 for tap in taps:
                     tap(piece)  # type: ignore[operator]
-            for flow in flows:  # what the batches still hold, as the tap would meter it
-                addon._meter_pieces(addon._flows[flow.id])
+            for view in addon.streams.views():  # what the batches hold, as the walk meters it
+                view.catch_up()
             anchor.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             live.tick()
             tick.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            live.snapshot_json()
+            orjson.dumps(live.snapshot(), default=str)
             snap.append(time.perf_counter() - t0)
     events = args.streams * per_stream
 

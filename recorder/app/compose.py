@@ -30,17 +30,20 @@ from prometheus_client import CollectorRegistry
 
 from recorder.app.settings import spool_dir_of
 from recorder.core.errors import RecorderError
+from recorder.core.sink import Sink
 from recorder.metrics import Metrics
 from recorder.metrics.serving import MetricsServing
+from recorder.metrics.unmetered import UnmeteredCollector, UnmeteredTally
 from recorder.otel import SpanExport
 from recorder.proxy.addon import Recorder
 from recorder.proxy.config import RecorderConfig
 from recorder.proxy.live import Live
 from recorder.proxy.observers import MetricsObserver, SpanObserver
 from recorder.proxy.options import AppConfig
+from recorder.proxy.passthrough import Passthrough
 from recorder.proxy.webview import WebView
 from recorder.store import SqlSink, StoreError, StoreUnavailable, key_secret, upgrade
-from recorder.store.sinks import FanoutSink, JsonlSink, Sink
+from recorder.store.sinks import FanoutSink, JsonlSink
 
 
 class StartError(RecorderError):
@@ -98,11 +101,13 @@ class App:
     web: WebView | None
     spans: SpanExport | None
     serving: MetricsServing
+    passthrough: Passthrough
 
     @property
     def addons(self) -> list[Any]:
-        """The mitmproxy addons after the recorder (the live view, mitmweb's view)."""
-        return [a for a in (self.live, self.web) if a is not None]
+        """The mitmproxy addons after the recorder (what it does not meter passes
+        and is counted; the live view, mitmweb's view)."""
+        return [a for a in (self.passthrough, self.live, self.web) if a is not None]
 
     @property
     def metrics_url(self) -> str:
@@ -173,7 +178,7 @@ def build(
     )
     metrics.watch_health(recorder.health)
     # a record the metrics cannot count is an internal error like an observer's
-    metrics.on_error = functools.partial(recorder._internal_error, "metrics")
+    metrics.on_error = functools.partial(recorder.internal_error, "metrics")
     if store is not None:
         from recorder.proxy import tokenizers
         from recorder.store.calibration import warm_from
@@ -211,7 +216,18 @@ def build(
         config.metrics_port,
         streams=live.snapshot_json if live is not None else None,
     )
-    app = App(config, recorder, sink, store, registry, metrics, live, view, spans, serving)
+    unmetered = UnmeteredTally(max_hosts=config.max_model_labels)
+    registry.register(UnmeteredCollector(unmetered))
+    passthrough = Passthrough(
+        recorder,
+        unmetered,
+        # inside a user's own mitmproxy, plain downloads keep the user's settings
+        stream_unsized=not embedded,
+        say=live.notice if live is not None else None,
+    )
+    app = App(
+        config, recorder, sink, store, registry, metrics, live, view, spans, serving, passthrough
+    )
     try:
         serving.start()
     except OSError as e:

@@ -25,11 +25,12 @@ from recorder.app import build
 from recorder.cli.demo import DEMO_STALL_AFTER
 from recorder.core.price_files import shipped_prices
 from recorder.core.record import StreamRecord
+from recorder.core.sink import Sink
 from recorder.proxy.addon import Recorder
 from recorder.proxy.options import AppConfig
 from recorder.proxy.runner import ProxySettings, run_in_thread
 from recorder.simulate import run_in_thread as simulator_in_thread
-from recorder.store.sinks import FanoutSink, MemorySink, Sink
+from recorder.store.sinks import FanoutSink, MemorySink
 
 DEMO_KEY = "sk-demo-0000000000000000"
 # Any: the SDKs type their message params per method; these serve every method.

@@ -148,7 +148,7 @@ class StreamMeter(Rhythm):
             last = self._last_output
             self._last_output = now
             if last is None:
-                self._first_output = now
+                self._first(now)
                 return
             gap = now - last
             top = self._max_out_gap
@@ -246,7 +246,7 @@ class StreamMeter(Rhythm):
                 events += 1
                 if n:
                     if last_output is None:
-                        self._first_output = now
+                        self._first(now)
                     else:
                         gap = now - last_output
                         if top is None or gap > top or gap >= stall_after:
@@ -322,7 +322,8 @@ class StreamMeter(Rhythm):
         if self._t0 is not None and now is not None:
             self._bytes_at(now)
         if self.interpreter.read_body(body) and self._t0 is not None and now is not None:
-            self._output(now)
+            # an answer all at once: its output has a time, no stream to stall
+            self._first_output = self._last_output = now
 
     # -- ending ---------------------------------------------------------------
 

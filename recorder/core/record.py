@@ -126,6 +126,9 @@ class StreamRecord:
     # why cost_usd is null although usage is known: no price for the model, no
     # rate for its service tier (recorder.core.pricing.Unpriced)
     unpriced_reason: str | None = None
+    # the response's declared Content-Type said otherwise than its body, which was
+    # metered as what it is ("declared text/plain, body is an event stream")
+    content_mismatch: str | None = None
     gaps: list[Gap] = field(default_factory=list)
 
     def to_dict(self, *, with_gaps: bool = False) -> dict[str, Any]:

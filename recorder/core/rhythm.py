@@ -10,10 +10,17 @@ are those docs/record.md defines:
 - output timing: ``ttft_ms`` is the first output delta. Output gaps are the
   intervals between consecutive outputs and, when the stream was interrupted
   (``error``, ``upstream_disconnect``, ``client_disconnect``, ``truncated``),
-  the interval from the last output (or the request start) to the end: a
-  silence that runs into a cut is the stall that mattered. An ``http_error``
-  had no output stream to stall. Keepalive comments are not output, so
-  they never end a stall. Each gap of at least ``stall_after`` seconds is a stall.
+  the interval from the last output (or the request start) to the end.
+- stalls, one definition for the record and every live view
+  (:meth:`Rhythm.stalled_since`): a stall is an interval of at least
+  ``stall_after`` seconds without output in a streamed response, from the request
+  start or an output to the next output or to the end of the stream, however it
+  ends: the wait for the first output counts (it is also ``ttft_ms``), and so does
+  the wait after the last. A gateway cuts a stream after so long without model
+  output (docs/record.md), before the first token as after it; a stall is the
+  silence that puts a stream at that risk. An ``http_error`` or a JSON answer had
+  no output stream to stall. Keepalive comments are not output, so they never
+  end a stall.
 - keepalives: comment lines, the intervals between consecutive ones.
 
 Time is always an argument: the core reads no clock. With ``start=None`` (a
@@ -127,7 +134,7 @@ class Rhythm:
         last = self._last_output
         self._last_output = now
         if last is None:
-            self._first_output = now
+            self._first(now)
             last = now
             count -= 1
             if not count:
@@ -154,11 +161,49 @@ class Rhythm:
         if self._max_out_gap is None or gap > self._max_out_gap:
             self._max_out_gap = gap
         if gap >= self.stall_after:
-            self._stalls += 1
-            self._stall_s += gap
-            if len(self._stall_gaps) < MAX_STALL_GAPS:
-                assert self._t0 is not None
-                self._stall_gaps.append(Gap("stall", ms(start - self._t0), ms(gap)))
+            self._stall(start, gap)
+
+    def _stall(self, start: float, gap: float) -> None:
+        self._stalls += 1
+        self._stall_s += gap
+        if len(self._stall_gaps) < MAX_STALL_GAPS:
+            assert self._t0 is not None
+            self._stall_gaps.append(Gap("stall", ms(start - self._t0), ms(gap)))
+
+    def _first(self, now: float) -> None:
+        """The first output: the wait for it was a stall if it was long enough."""
+        self._first_output = now
+        t0 = self._t0
+        if t0 is not None and now - t0 >= self.stall_after:
+            self._stall(t0, now - t0)
+
+    def stalled_since(self, now: float) -> float | None:
+        """When the stall under way at ``now`` began (the last output, or the request
+        start before the first), or None: the one definition of a stall while it
+        lasts (see the module docstring), read by every live view; the meter does
+        no extra work for it."""
+        since = self._last_output if self._last_output is not None else self._t0
+        if since is None or now - since < self.stall_after:
+            return None
+        return since
+
+    def silent_since(self) -> float | None:
+        """Since when no output came: the last output, or the request start before
+        the first (None for an untimed stream)."""
+        return self._last_output if self._last_output is not None else self._t0
+
+    @property
+    def last_output_ms(self) -> float | None:
+        """The last output, in the record's milliseconds from the request start."""
+        if self._last_output is None or self._t0 is None:
+            return None
+        return ms(self._last_output - self._t0)
+
+    @property
+    def stall_gaps(self) -> list[Gap]:
+        """The stalls over so far (their start from the request start, and length),
+        in order; read, not changed."""
+        return self._stall_gaps
 
     def _keepalive(self, now: float) -> None:
         last = self._last_ka
@@ -181,9 +226,14 @@ class Rhythm:
         if t0 is None:
             return
         self._bytes_at(now)
-        if rec.interrupted and rec.streamed:
-            last = self._last_output if self._last_output is not None else t0
-            self._output_gap(last, now - last)
+        if rec.streamed and rec.outcome != "http_error":
+            since = self._last_output if self._last_output is not None else t0
+            tail = now - since
+            # a silence that runs into a cut is an output gap
+            if rec.interrupted and (self._max_out_gap is None or tail > self._max_out_gap):
+                self._max_out_gap = tail
+            if tail >= self.stall_after:
+                self._stall(since, tail)  # a stall that ran into the end, however it ended
         rec.ttfb_ms = None if self._ttfb is None else ms(self._ttfb)
         rec.first_event_ms = None if self._first_event is None else ms(self._first_event - t0)
         rec.ttft_ms = None if self._first_output is None else ms(self._first_output - t0)

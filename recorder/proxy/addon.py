@@ -1,38 +1,31 @@
-"""The mitmproxy addon: taps the three endpoints' responses and meters them.
+"""The mitmproxy addon: taps the metered endpoints' responses and meters them.
 
 Failure policy: recording may fail, traffic may not. Every hook and the stream
 tap catch every exception (counted in ``health.internal_errors``, logged), and
 the tap always returns the bytes it was given, unchanged, so the client
 receives exactly what the upstream sent, with no added buffering. Nothing here
-blocks the event loop: the tap meters pieces in small bounded batches,
-finished records go to a sink that only enqueues, and a large request body is
-read on a worker thread while the request goes on (neither the loop nor the
-request waits for it; the record does).
+blocks the event loop: the tap meters pieces in small bounded batches
+(``recorder.proxy.tap``), finished records go to a sink that only enqueues, and a
+large request body is read on a worker thread while the request goes on (neither
+the loop nor the request waits for it; the record does).
 
-Per-flow state lives in ``self._flows`` from ``requestheaders`` until
-``response`` or ``error`` (which exclude each other); with ``start_delay`` it also
-waits in ``self._starting`` for its record to be made (``_begin``), that long at
-most. After its end, with ``finish_delay``, it waits in ``self._finishing`` for the
-batch that closes its record (that long at most), then, only if its request body
-is still being read, in ``self._deferred`` until it is, then in ``self._finishing``
-again to be completed; ``done`` (and ``close``) finishes whatever is left, so none
-of them can grow with the number of requests served.
+Each metered exchange lives through the phases of ``recorder.proxy.lifecycle``:
+NOTED at ``requestheaders``, OPEN once its record is made (``start_delay`` later,
+with the others that came meanwhile, ``recorder.proxy.making``), ENDED at
+``response`` or ``error``, then closed, settled and completed by the finishing
+pipeline (``recorder.proxy.finishing``). The registry of open exchanges
+(``recorder.proxy.open_streams``) and the once-a-second walk over them
+(``recorder.proxy.walk``) are the recorder's; the live view and mitmweb's view
+watch the walk and read the open streams through a read-only view.
 
 Accept-Encoding is removed from tapped requests: the upstream then sends plain
 SSE, which the tap reads without decompressing. An upstream that compresses
 anyway is decoded on the side (``recorder.proxy.decoding``), never for the
 client.
-
-With ``capture_bodies`` the tap also keeps every decoded piece and its arrival
-time (``recorder.core.captured``: two appends per piece; compression happens on
-the writer's thread) and meters each piece as it comes. Without it the tap notes
-pieces and meters them in batches (``BATCH_PIECES``), and a sweep once a second
-(``SWEEP_S``) meters what waits in every open flow.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -41,28 +34,46 @@ from typing import Any
 
 from mitmproxy import http
 
-from recorder.core.captured import CapturedBody, CapturedRecord
-from recorder.core.counts import count_request
+from recorder.core.captured import CapturedBody
 from recorder.core.endpoints import endpoint_for
 from recorder.core.estimate import Estimator
-from recorder.core.keys import KeyMask, authenticating_key, fingerprint, request_keys
-from recorder.core.meter import StreamMeter
-from recorder.core.record import StreamRecord, ending_outcome
-from recorder.core.request import read_request
+from recorder.core.sink import Sink
 from recorder.metrics.health import Health
 from recorder.proxy.config import RecorderConfig
 from recorder.proxy.decoding import decoder_for
 from recorder.proxy.finishing import Finishing
-from recorder.proxy.ids import new_record_start
-from recorder.proxy.observers import Done, Observer, starts
-from recorder.proxy.state import (
-    FlowState,
-    Pending,
-    _apply_facts,
-    _read_request,
+from recorder.proxy.internal_errors import InternalErrors
+from recorder.proxy.lifecycle import NOTED
+from recorder.proxy.making import (
+    REQUEST_HEADERS,
+    RESPONSE_HEADERS,
+    RecordMaker,
+    answer,
+    header_text,
+    pending_of,
+    pick_headers,
 )
-from recorder.proxy.tokenizers import counter_for
-from recorder.store.sinks import Sink
+from recorder.proxy.observers import Observer, Observers
+from recorder.proxy.open_streams import OpenStreams
+from recorder.proxy.scheduling import LoopScheduler, Scheduler, Sliced
+from recorder.proxy.state import (
+    Answer,
+    Ending,
+    FlowState,
+    apply_facts,
+    read_encoded_request,
+    read_request_facts,
+)
+from recorder.proxy.tap import (
+    BATCH_BYTES,
+    BATCH_PIECES,
+    BodyKind,
+    RequestKeeper,
+    Tap,
+    Unmetered,
+    declared_kind,
+)
+from recorder.proxy.walk import Walk, Watcher
 
 __all__ = ["BATCH_BYTES", "BATCH_PIECES", "FlowState", "Recorder", "RecorderConfig"]
 
@@ -71,28 +82,14 @@ log = logging.getLogger("recorder")
 # Request bodies above this size are read on a worker thread: a long prompt
 # (images inlined as base64 run to megabytes) would hold the event loop.
 INLINE_PARSE_LIMIT = 16 * 1024
-
-# The tap notes each piece and its arrival time, and meters them in batches: the
-# meter's code then runs hot, several events in a row, instead of once between
-# each two of mitmproxy's own steps, which measured 3-4x slower per event (see
-# docs/performance.md). Times are kept per piece, so no figure changes; a batch
-# waits at most this many pieces or bytes (bytes that mitmproxy hands on anyway,
-# held a little longer), and is metered whenever the flow ends.
-BATCH_PIECES = 128
-BATCH_BYTES = 64 * 1024
-# Every SWEEP_S a sweep meters what waits in every open flow, a few flows per loop
-# callback (at most about SWEEP_SLICE pieces, a block of some 0.3 ms): pieces never
-# wait much longer than that for the meter, and flows are metered one after the
-# other, so the meter's code stays in the CPU's caches from one flow to the next
-# (a batch metered between two of mitmproxy's steps starts cold: in situ that
-# doubled the cost of a piece, docs/performance.md).
-SWEEP_S = 1.0
-SWEEP_SLICE = 256
+# Records made per loop callback (``start_delay``): each slice is one short block.
+START_SLICE = 16
 
 
-class Recorder(Finishing):
+class Recorder:
     """The addon. Construct it with a sink, a config and its observers; add it to a
-    master."""
+    master. ``clock`` and ``scheduler`` are the event loop's unless given (tests
+    pass their own)."""
 
     def __init__(
         self,
@@ -101,267 +98,137 @@ class Recorder(Finishing):
         *,
         health: Health | None = None,
         clock: Callable[[], float] = time.monotonic,
+        scheduler: Scheduler | None = None,
         observers: Iterable[Observer] = (),
     ) -> None:
         self.sink = sink
         self.config = config
         self.health = health or Health()
-        self._clock = clock
+        self.clock = clock
+        self.scheduler: Scheduler = scheduler or LoopScheduler()
+        self.internal_error = InternalErrors(self.health)
         self.cut_at_shutdown = 0  # streams still open when `done` ended them
         # who hears of each stream's start and completed record, in order
         # (recorder.proxy.observers); add more with add_observer
-        self.observers: list[Observer] = []
-        self._finished_observers: list[Callable[[Done], None]] = []
-        self._started_observers: list[Callable[[StreamRecord], None]] = []
-        # what requestheaders calls at a stream's start: None when no observer
-        # wants starts, so that a stream costs nothing more then
-        self._on_start: Callable[[StreamRecord], None] | None = None
+        self.observers = Observers(self.internal_error)
         for observer in observers:
             self.add_observer(observer)
-        self._flows: dict[str, FlowState] = {}
-        # finished flows whose request body is still being read: their record waits
-        self._deferred: dict[int, tuple[FlowState, StreamRecord]] = {}
+        # Learns characters per token from streams whose usage was reported; used
+        # and fed on the event loop only.
+        self.estimator = Estimator()
+        self.streams = OpenStreams(self.health)
+        self._maker = RecordMaker(
+            config, self.internal_error, self.observers.started, self.streams.discard
+        )
+        self._starts: Sliced[FlowState] = Sliced(
+            self.scheduler, config.start_delay, START_SLICE, self._open_some
+        )
+        self.finishing = Finishing(
+            config,
+            sink,
+            self.health,
+            self.internal_error,
+            self.observers,
+            self.estimator,
+            self.scheduler,
+        )
+        self.walk = Walk(self.scheduler, self.streams, clock, self.internal_error)
         self._readers: ThreadPoolExecutor | None = None
         self._closed = False
-        self._read_deadline = 0.0  # set by close
         # Whether ``done`` also closes the sink (as under ``mitmdump -s``). The runner
         # sets it False: it closes the sink itself once connections are ended, so that
         # no client waits on the database at shutdown.
         self.close_sink_on_done = True
-        # with finish_delay: ended streams waiting to be completed, in order
-        self._finishing: list[tuple[FlowState, StreamRecord | None]] = []
-        self._finish_timer: asyncio.TimerHandle | None = None
-        # the sweep of waiting pieces (SWEEP_S): scheduled while flows are tapped
-        self._sweep_timer: asyncio.Handle | None = None
-        # with start_delay: flows whose records are still to be made, in order
-        self._starting: list[FlowState] = []
-        self._start_timer: asyncio.TimerHandle | None = None
-        # Learns characters per token from streams whose usage was reported; used
-        # and fed on the event loop only.
-        self.estimator = Estimator()
 
     def add_observer(self, observer: Observer) -> None:
         """Call ``observer`` for every stream from now on, after those added before."""
-        self.observers.append(observer)
-        self._finished_observers.append(observer.stream_finished)
-        if starts(observer):
-            self._started_observers.append(observer.stream_started)
-        started = self._started_observers
-        if len(started) == 1:
-            self._on_start = started[0]
-        elif started:
-            self._on_start = self._started
+        self.observers.add(observer)
 
-    def _started(self, rec: StreamRecord) -> None:
-        for observe in self._started_observers:
-            try:
-                observe(rec)
-            except Exception:
-                self._internal_error("observer")
-
-    # -- bookkeeping ----------------------------------------------------------
+    def watch(self, watcher: Watcher) -> None:
+        """Show ``watcher`` the open streams once a second (``recorder.proxy.walk``)."""
+        self.walk.watch(watcher)
 
     @property
     def open_flows(self) -> int:
-        """Flows being metered right now."""
-        return len(self._flows)
+        """Exchanges being metered right now."""
+        return len(self.streams)
 
-    def _internal_error(self, where: str) -> None:
-        self.health.internal_errors += 1
-        n = self.health.internal_errors
-        if n <= 10 or n % 1000 == 0:
-            log.exception("recorder: internal error in %s (#%d); traffic is unaffected", where, n)
-
-    def _close_meter(
-        self, state: FlowState, now: float, ending: str, transport_error: str | None
-    ) -> StreamRecord:
-        """The finished record; if the meter itself fails, still a record, marked."""
-        if state.pieces:
-            try:
-                self._meter_pieces(state)
-            except Exception as e:
-                self._tap_failed(state, e)
-        if state.capture is not None:
-            state.capture.end(now, ending, damaged=state.broken)
-            # the body now belongs to the record (packed on the writer's thread): a
-            # piece arriving after the end (shutdown) must not touch it
-            state.broken = True
-        try:
-            rec = state.meter.finish(now, ending=ending, transport_error=transport_error)
-            if state.unmetered is not None:
-                # the figures of the events are missing, not zero: say so on the record
-                rec.recorder_error = f"events not metered: {state.unmetered}"
-            return rec
-        except Exception as e:
-            self._internal_error("finishing a record")
-            rec = state.record
-            rec.outcome = ending_outcome(ending)
-            rec.interrupted = True
-            rec.transport_error = transport_error
-            rec.duration_ms = round((now - state.t0) * 1000.0, 3)
-            rec.recorder_error = f"{type(e).__name__}: {e}"
-            return rec
+    def stats(self) -> dict[str, Any]:
+        """Health counters plus open flows."""
+        return {**self.health.snapshot(), "open_flows": self.open_flows}
 
     # -- hooks ----------------------------------------------------------------
 
+    def running(self) -> None:
+        """The proxy runs: the walk starts if anyone watches it."""
+        try:
+            if self.walk.watched:
+                self.walk.want()
+        except Exception:
+            self.internal_error("running")
+
     def requestheaders(self, flow: http.HTTPFlow) -> None:
-        """A request to one of the endpoints starts its record: noted here, made by
-        ``_begin`` (with ``start_delay``, with those of the other flows that started
-        meanwhile)."""
+        """A request to one of the endpoints starts its record: NOTED here, made by
+        ``_open_some`` (with ``start_delay``, with those of the other exchanges that
+        came meanwhile)."""
         try:
             req = flow.request
-            path = req.path
-            endpoint = endpoint_for(req.method, path)
+            endpoint = endpoint_for(req.method, req.path)
             if endpoint is None:
                 return
-            t0 = self._clock()
-            headers = _pick_headers(req.headers, _REQUEST_HEADERS)
-            pending = Pending(
-                headers,
-                req.query if "?" in path else None,  # some gateways take keys there
-                req.host,
-                req.port,
-                path,
-                time.time_ns() // 1_000_000,
-            )
-            state = FlowState(endpoint, t0, pending, self._begin)
+            t0 = self.clock()
+            headers = pick_headers(req.headers, REQUEST_HEADERS)
+            state = FlowState(endpoint, t0, pending_of(req, headers), self._maker)
             if self.config.keep_for_ui:
                 state.flow = flow
-            self._flows[flow.id] = state
-            self.health.in_flight += 1
+            self.streams.add(flow.id, state)
+            if req.stream is True:
+                # a large body mitmproxy streams upstream: kept on the way, for its facts
+                req.stream = RequestKeeper()
             if self.config.strip_accept_encoding and "accept-encoding" in headers:
                 del req.headers["accept-encoding"]
-            delay = self.config.start_delay
-            if delay <= 0 or self._closed:
-                state.begin_now()
-                return
+            if self.config.start_delay <= 0 or self._closed:
+                state.make()
+            else:
+                self._starts.add(state)
+        except Exception:
+            self.internal_error("requestheaders")
+
+    def _open_some(self, batch: list[FlowState]) -> None:
+        """NOTED -> OPEN for the exchanges that came first (unless something needed
+        their records sooner)."""
+        for state in batch:
             try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:  # no loop (a test calling hooks): made now
-                state.begin_now()
-                return
-            self._starting.append(state)
-            if self._start_timer is None:
-                self._start_timer = loop.call_later(delay, self._begin_some)
-        except Exception:
-            self._internal_error("requestheaders")
-
-    # Records made per loop callback (``start_delay``): each slice is one short block.
-    START_SLICE = 16
-
-    def _begin_some(self) -> None:
-        """Make the records of the flows that started first; come back for the rest."""
-        self._start_timer = None
-        try:
-            batch = self._starting[: self.START_SLICE]
-            del self._starting[: self.START_SLICE]
-            for state in batch:
-                state.begin_now()  # unless something needed it sooner
-            if self._starting and not self._closed:
-                self._start_timer = asyncio.get_running_loop().call_later(0, self._begin_some)
-        except Exception:
-            self._internal_error("requestheaders")
-
-    def _begin(self, state: FlowState) -> None:
-        """Make the flow's record, meter and key mask from what the hooks noted. If
-        that fails the flow is not recorded (as when ``requestheaders`` fails): a
-        record without its key mask could store an echo of a key."""
-        try:
-            self._make_record(state)
-        except Exception:
-            self._internal_error("requestheaders")
-            if not state.made:
-                for fid, open_state in list(self._flows.items()):
-                    if open_state is state:  # (if it ended, _end counted it out)
-                        del self._flows[fid]
-                        self.health.in_flight -= 1
-                state.broken = True  # the tap forwards, and meters nothing
-
-    def _make_record(self, state: FlowState) -> None:
-        pending = state.pending
-        assert pending is not None
-        endpoint = state.endpoint
-        headers, query = pending.headers, pending.query
-        key = _header_text(
-            authenticating_key(
-                headers, query, endpoint=endpoint, host=pending.host, path=pending.path
-            )
-        )
-        record_id, started_at = new_record_start(pending.wall_ms)
-        rec = (CapturedRecord if self.config.capture_bodies else StreamRecord)(
-            id=record_id,
-            started_at=started_at,
-            upstream=f"{pending.host}:{pending.port}",
-            project=_header_text(
-                headers.get("openai-project") or headers.get("anthropic-workspace")
-            ),
-            organization=_header_text(headers.get("openai-organization")),
-            api_key_id=fingerprint(key, self.config.key_secret) if key else None,
-        )
-        meter = StreamMeter(
-            endpoint,
-            start=state.t0,
-            stall_after=self.config.stall_after,
-            max_event_bytes=self.config.max_event_bytes,
-            record=rec,
-        )
-        state.started(meter, rec, KeyMask.of(request_keys(headers, query)))
-        if "traceparent" in headers:  # forwarded untouched; read for the span only
-            state.trace = (headers["traceparent"], headers.get("tracestate"))
-        if self._on_start is not None:
-            try:
-                self._on_start(rec)  # after the meter, which sets endpoint and provider
+                if state.phase is NOTED:
+                    state.make()
             except Exception:
-                self._internal_error("observer")
-        body = state.body
-        if body is not None:
-            state.body = None
-            try:
-                self._read_facts(state, body)
-            except Exception:
-                self._internal_error("request")
-        answer = state.answer
-        if answer is not None:
-            state.answer = None
-            self._answered(state, *answer)
+                self.internal_error("requestheaders")
 
     def request(self, flow: http.HTTPFlow) -> None:
         """Read the request's model, stream flag and limits (never its text)."""
         try:
-            state = self._flows.get(flow.id)
+            state = self.streams.get(flow.id)
             if state is None:
                 return
-            body = flow.request.get_content(strict=False) or b""
+            req = flow.request
+            keeper = req.stream if isinstance(req.stream, RequestKeeper) else None
+            body = keeper.body() if keeper is not None else req.raw_content or b""
             if not body:
                 return
-            if len(body) > INLINE_PARSE_LIMIT:
-                # Read on a worker thread while the request goes on upstream: neither
-                # the event loop nor this request waits; the facts are collected when
-                # the record is finished.
-                state.reading = self._reader_pool().submit(_read_request, body, state.endpoint)
-                return
-            if state.begun:
-                self._read_facts(state, body)
+            encoding = req.headers.get("content-encoding")
+            if len(body) > INLINE_PARSE_LIMIT or encoding:
+                # Read (and decoded, bounded) on a worker thread while the request goes
+                # on upstream: neither the event loop nor this request waits; the facts
+                # are collected when the record is finished.
+                state.reading = self._reader_pool().submit(
+                    read_encoded_request, body, encoding, state.endpoint
+                )
+            elif state.pending is not None:
+                state.pending.body = body  # read when the record is made
             else:
-                state.body = body  # read when the record is made
+                apply_facts(state, *read_request_facts(body, state.endpoint))
         except Exception:
-            self._internal_error("request")
-
-    @staticmethod
-    def _read_facts(state: FlowState, body: bytes) -> None:
-        endpoint = state.endpoint
-        facts = read_request(body)
-        found = counter_for(facts.model, endpoint)
-        if found is None:
-            _apply_facts(state, facts, count_request(body, endpoint))
-            return
-        # A tokenizer counts the prompt exactly, here too: toktok's one-pass count
-        # takes about 0.3 µs for a short prompt and some 30 µs for 16 KiB. (Its
-        # batch call took 25 µs whatever the text, so these counts went to a
-        # worker thread, whose every wake-up cost more CPU than the count.)
-        encoding, counter = found
-        counts = count_request(body, endpoint, counter=counter, encoding=encoding)
-        _apply_facts(state, facts, counts)
+            self.internal_error("request")
 
     def _reader_pool(self) -> ThreadPoolExecutor:
         if self._readers is None:
@@ -369,240 +236,133 @@ class Recorder(Finishing):
         return self._readers
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
-        """Headers arrived: time them, and tap the body if it is an event stream."""
+        """Headers arrived: time them, and tap the body, whatever it is."""
         try:
-            state = self._flows.get(flow.id)
+            state = self.streams.get(flow.id)
             if state is None or flow.response is None:
                 return
             resp = flow.response
-            now = self._clock()
-            headers = _pick_headers(resp.headers, _RESPONSE_HEADERS)
-            request_id = _header_text(headers.get("x-request-id") or headers.get("request-id"))
-            sse = "text/event-stream" in headers.get("content-type", "").lower()
-            if state.begun:
-                self._answered(state, now, resp.status_code, request_id, sse)
+            headers = pick_headers(resp.headers, RESPONSE_HEADERS)
+            content_type = headers.get("content-type", "")
+            got = Answer(
+                self.clock(),
+                resp.status_code,
+                header_text(headers.get("x-request-id") or headers.get("request-id")),
+                declared_kind(content_type) is BodyKind.SSE,
+            )
+            if state.pending is not None:
+                state.pending.answer = got  # put on the record when it is made
             else:
-                state.answer = (now, resp.status_code, request_id, sse)  # for _begin
-            if not sse:
-                return  # a JSON body: mitmproxy buffers it, `response` reads it
-            state.streaming = True
-            try:
-                state.decoder = decoder_for(headers.get("content-encoding"))
-            except ValueError:
-                state.broken = True
-                state.unmetered = (
-                    f"content-encoding {headers.get('content-encoding')!r} cannot be decoded"
-                )
-                self.health.decode_errors += 1
-                log.warning(
-                    "recorder: cannot decode %r; %s will be recorded without its events",
-                    headers.get("content-encoding"),
-                    state.record.id,
-                )
-            if resp.stream:
-                # Another addon streams this response already; leave it be and
-                # record the flow without its events.
-                state.broken = True
-                state.unmetered = "another addon streams this response"
-                return
-            if (self.config.capture_bodies or self.config.keep_for_ui) and not state.broken:
-                state.capture = CapturedBody(
-                    state.t0,
-                    now,
-                    limit=self.config.capture_max_bytes,
-                    stall_after=self.config.stall_after,
-                    max_event_bytes=self.config.max_event_bytes,
-                    mask=state.key,  # an upstream may echo them in an error event
-                )
-            resp.stream = self._tap(state)
-            if self._sweep_timer is None and state.capture is None:
-                self._schedule_sweep()
+                answer(state, got)
+            self._tap(state, resp, headers.get("content-encoding"), content_type, got.at)
         except Exception:
-            self._internal_error("responseheaders")
+            self.internal_error("responseheaders")
 
-    @staticmethod
-    def _answered(
-        state: FlowState, now: float, status: int, request_id: str | None, sse: bool
+    def _tap(
+        self,
+        state: FlowState,
+        resp: http.Response,
+        encoding: str | None,
+        content_type: str,
+        at: float,
     ) -> None:
-        """The response's headers, on the record and its meter."""
-        state.meter.headers(now, status)
-        rec = state.record
-        rec.request_id = request_id
-        if not sse:
-            rec.streamed = False
-
-    def _schedule_sweep(self) -> None:
+        """Stream the body to the client as it arrives, and meter it on the side."""
         try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no loop (a test calling hooks): batches and ends only
+            decoder = decoder_for(encoding)
+        except ValueError:
+            decoder = None
+            undecodable = True
+        else:
+            undecodable = False
+        tap = state.tap = Tap(lambda: state.meter, decoder, self.internal_error, content_type)
+        if undecodable:
+            tap.give_up(Unmetered.UNDECODABLE, repr(encoding))
+            self.internal_error.decode_error()
+            log.warning(
+                "recorder: cannot decode %r; %s will be recorded without its events",
+                encoding,
+                state.record.id,
+            )
+        if callable(resp.stream):
+            # Another addon taps this response already; leave it be and record the
+            # exchange without its events.
+            tap.give_up(Unmetered.STREAMED_BY_ANOTHER)
             return
-        self._sweep_timer = loop.call_later(SWEEP_S, self._sweep, None)
-
-    def _sweep(self, todo: list[tuple[str, FlowState]] | None) -> None:
-        """Meter what waits in the open flows, a slice at a time (``SWEEP_S``)."""
-        self._sweep_timer = None
-        try:
-            flows = self._flows
-            if todo is None:
-                todo = [(fid, state) for fid, state in flows.items() if state.pieces]
-            budget = SWEEP_SLICE
-            while todo and budget > 0:
-                fid, state = todo.pop()
-                # a flow that ended since was metered by its end
-                if state.pieces and flows.get(fid) is state:
-                    budget -= len(state.pieces)
-                    try:
-                        self._meter_pieces(state)
-                    except Exception as e:
-                        self._tap_failed(state, e)
-            if self._closed:
-                return
-            loop = asyncio.get_running_loop()
-            if todo:  # the rest after the loop's other callbacks
-                self._sweep_timer = loop.call_soon(self._sweep, todo)
-            elif flows:
-                self._sweep_timer = loop.call_later(SWEEP_S, self._sweep, None)
-        except Exception:
-            self._internal_error("sweep")
-
-    def _tap(self, state: FlowState) -> Callable[[bytes], bytes]:
-        if state.capture is not None:
-            return self._capturing_tap(state, state.capture)
-        clock = self._clock
-        pieces, stamps = state.pieces, state.stamps
-        meter_pieces = self._meter_pieces
-
-        def tap(data: bytes) -> bytes:
-            # Runs on the event loop for every piece of every stream: keep it lean,
-            # and whatever happens, hand the bytes on unchanged.
-            try:
-                if not data:
-                    state.ended_at = clock()
-                elif not state.broken:
-                    pieces.append(data)
-                    stamps.append(clock())
-                    state.buffered += len(data)
-                    if len(pieces) >= BATCH_PIECES or state.buffered >= BATCH_BYTES:
-                        meter_pieces(state)
-            except Exception as e:
-                self._tap_failed(state, e)
-            return data
-
-        return tap
-
-    @staticmethod
-    def _meter_pieces(state: FlowState) -> None:
-        """Meter the pieces the tap has kept, each at its own arrival time."""
-        pieces, stamps = state.pieces, state.stamps
-        try:
-            if state.broken:
-                return
-            decoder = state.decoder
-            # decoded as they are metered: a piece that fails to decode leaves
-            # the ones before it metered
-            batch = pieces if decoder is None else map(decoder.decode, pieces)
-            state.meter.feed_many(batch, stamps)
-        finally:
-            pieces.clear()
-            stamps.clear()
-            state.buffered = 0
-
-    def _tap_failed(self, state: FlowState, e: Exception) -> None:
-        state.broken = True
-        state.unmetered = f"the stream tap failed ({type(e).__name__}: {e})"
-        if state.decoder is not None:
-            self.health.decode_errors += 1
-        self._internal_error("stream tap")
-
-    def _capturing_tap(self, state: FlowState, capture: CapturedBody) -> Callable[[bytes], bytes]:
-        """``_tap`` that also keeps each decoded piece, with its arrival time."""
-        feed = state.meter.feed
-        clock = self._clock
-        keep = capture.add
-
-        def tap(data: bytes) -> bytes:
-            try:
-                if not data:
-                    state.ended_at = clock()
-                elif not state.broken:
-                    decoder = state.decoder
-                    piece = data if decoder is None else decoder.decode(data)
-                    now = clock()
-                    if piece:  # the meter ignores an empty piece: so does the replay
-                        keep(piece, now)
-                    feed(piece, now)
-            except Exception as e:
-                self._tap_failed(state, e)
-            return data
-
-        return tap
+        capture = self.config.capture_bodies or self.config.keep_for_ui
+        if capture and not tap.broken and declared_kind(content_type) is not BodyKind.JSON:
+            tap.capture = CapturedBody(
+                state.t0,
+                at,
+                limit=self.config.capture_max_bytes,
+                stall_after=self.config.stall_after,
+                max_event_bytes=self.config.max_event_bytes,
+                mask=state.key,  # an upstream may echo them in an error event
+            )
+        resp.stream = tap.callable(self.clock)
+        self.walk.want()
 
     def response(self, flow: http.HTTPFlow) -> None:
-        """The response is complete: finish its record."""
+        """The response is complete: its exchange ends."""
         try:
-            state = self._flows.pop(flow.id, None)
+            state = self.streams.pop(flow.id)
             if state is None:
                 return
-            now = self._clock()
-            resp = flow.response
-            if not state.streaming and resp is not None:
-                # a JSON body, read (as it is now) when the record is closed
+            now = self.clock()
+            tap, resp = state.tap, flow.response
+            if tap is None and resp is not None:
+                # not tapped (the tap could not be set): the body mitmproxy buffered
                 body = resp.get_content(strict=False) or b""
-                self._end(state, now, "eof", None, body, resp.status_code)
+                self.finishing.end(state, Ending(now, "eof", None, body, resp.status_code))
                 return
-            self._end(state, state.ended_at or now, "eof", None)
+            ended_at = tap.ended_at if tap is not None else None
+            if tap is not None and resp is not None and resp.raw_content:
+                tap.take_whole(resp.raw_content, ended_at or now)
+            self.finishing.end(state, Ending(ended_at or now, "eof", None))
         except Exception:
-            self._internal_error("response")
+            self.internal_error("response")
 
     def error(self, flow: http.HTTPFlow) -> None:
         """The flow broke: a client that went away, or an upstream that did."""
         try:
-            state = self._flows.pop(flow.id, None)
+            state = self.streams.pop(flow.id)
             if state is None:
                 return
             msg = flow.error.msg if flow.error is not None else "unknown error"
-            self._end(state, self._clock(), _ending(flow, msg), msg)
+            self.finishing.end(state, Ending(self.clock(), _ending(flow, msg), msg))
         except Exception:
-            self._internal_error("error")
+            self.internal_error("error")
 
-    def stats(self) -> dict[str, Any]:
-        """Health counters plus open flows."""
-        return {**self.health.snapshot(), "open_flows": self.open_flows}
+    def done(self) -> None:
+        """Shutdown: end what is still open, finish every record, then (unless the
+        runner does) close the sink."""
+        try:
+            self.walk.stop()
+            now = self.clock()
+            self._starts.take_all()  # made as they end, below
+            open_states = self.streams.take_all()
+            self.cut_at_shutdown += len(open_states)
+            self.finishing.drain()  # from now on nothing is put off
+            for state in open_states:
+                try:
+                    self.finishing.end(state, Ending(now, "client_disconnect", "proxy shut down"))
+                except Exception:  # its record could not be made: the others still are
+                    self.internal_error("done")
+            self.finishing.drain()
+        except Exception:
+            self.internal_error("done")
+        if self.close_sink_on_done:
+            self.close()
 
-
-_REQUEST_HEADERS = frozenset(
-    {
-        b"authorization",
-        b"x-api-key",
-        b"api-key",
-        b"x-goog-api-key",
-        b"proxy-authorization",
-        b"openai-project",
-        b"anthropic-workspace",
-        b"openai-organization",
-        b"accept-encoding",
-        b"traceparent",
-        b"tracestate",
-    }
-)
-_RESPONSE_HEADERS = frozenset(
-    {b"x-request-id", b"request-id", b"content-type", b"content-encoding"}
-)
-
-
-def _pick_headers(headers: http.Headers, wanted: frozenset[bytes]) -> dict[str, str]:
-    """The ``wanted`` headers (lower-case names) of ``headers``, read as
-    ``headers.get`` reads them (repeated ones folded with ", ", values decoded as
-    UTF-8 with surrogateescape), in one pass over the raw fields: a flow needs a
-    dozen lookups, and each ``get`` walks and converts every field again."""
-    out: dict[str, str] = {}
-    for name, value in headers.fields:
-        low = name.lower()
-        if low in wanted:
-            key = low.decode("ascii")
-            text = value.decode("utf-8", "surrogateescape")
-            out[key] = f"{out[key]}, {text}" if key in out else text
-    return out
+    def close(self) -> None:
+        """Finish what waits, then flush and close the sink (once)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.walk.stop()
+        self._starts.take_all()  # made when they end
+        self.finishing.close()
+        if self._readers is not None:
+            self._readers.shutdown(wait=False, cancel_futures=True)
 
 
 def _ending(flow: http.HTTPFlow, msg: str) -> str:
@@ -628,11 +388,3 @@ def _ending(flow: http.HTTPFlow, msg: str) -> str:
     if h2_words and flow.client_conn.alpn == b"h2" and flow.server_conn.alpn != b"h2":
         return "client_disconnect"
     return "upstream_disconnect"
-
-
-def _header_text(value: str | None) -> str | None:
-    """A header value as clean text: mitmproxy keeps undecodable bytes as lone
-    surrogates, which no database or JSON encoder accepts; they become U+FFFD."""
-    if not value:
-        return None
-    return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")

@@ -1,360 +1,338 @@
-"""The finishing pipeline: from a stream's end to its record in the sink.
+"""The finishing pipeline: from an exchange's end to its record in the sink.
 
-A flow that ended (``_end``) is closed: its meter meters what is left and
-finishes the record (``_close``). With ``finish_delay`` that too waits, in
-``_finishing``, until a timer closes and completes it with the others that ended
-meanwhile, a few per loop callback (``FINISH_SLICE``), so that mitmproxy's
-``response`` hook only notes the end. A record whose request body is still being
-read on a worker thread waits for it (``_deferred``); then the record is completed:
-usage, cost, health, the observers (``recorder.proxy.observers``), then the sink;
-a batch's records stage by stage (``_complete_many``).
-``Recorder`` inherits it.
+An exchange that ended (ENDED, ``recorder.proxy.lifecycle``) is closed: its meter
+meters what is left and finishes the record (CLOSED). A record whose request body
+is still being read on a worker thread waits for it (DEFERRED); then the request's
+facts go on the record and echoes of its keys are masked (SETTLED); then it is
+completed: usage, cost, health, the observers (``recorder.proxy.observers``), the
+sink (COMPLETED).
+
+With ``finish_delay`` the hook that ended the exchange only notes how it ended:
+the exchanges that ended meanwhile are closed and completed a few per loop
+callback (``FINISH_SLICE``), and a slice's records stage by stage (usage and cost
+of each, then each observer for each, then the sink, every stage in the order the
+exchanges ended), so that each stage's code is warm after its first record.
+
+At shutdown (``drain``) everything that waits is finished at once; request bodies
+still being read are waited for, ``DONE_READ_WAIT_S`` for all of them together.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 from recorder.core.billing import complete_usage
-from recorder.core.captured import CapturedRecord
+from recorder.core.captured import CapturedBody, CapturedRecord
 from recorder.core.estimate import Estimator
 from recorder.core.keys import scrub_key
-from recorder.core.record import StreamRecord
+from recorder.core.record import StreamRecord, ending_outcome
 from recorder.core.request import read_error_body
+from recorder.core.sink import Sink
 from recorder.metrics.health import Health
 from recorder.proxy.config import RecorderConfig
-from recorder.proxy.observers import Done
-from recorder.proxy.state import FlowState, _apply_facts
+from recorder.proxy.internal_errors import InternalErrors
+from recorder.proxy.lifecycle import (
+    CLOSED,
+    COMPLETED,
+    DEFERRED,
+    DROPPED,
+    ENDED,
+    SETTLED,
+    IllegalMove,
+)
+from recorder.proxy.observers import Done, Observers
+from recorder.proxy.scheduling import Scheduler, Sliced
+from recorder.proxy.state import Ending, FlowState, RequestNotRead, apply_facts
+from recorder.proxy.tap import BodyKind
 from recorder.proxy.unpriced import WARNINGS as UNPRICED
-from recorder.store.sinks import Sink
 
-# At shutdown, how long ``done`` waits for request bodies still being read, in all.
+# At shutdown, how long ``drain`` waits for request bodies still being read, in all.
 DONE_READ_WAIT_S = 1.0
+# Records completed per loop callback: each slice is one short block, the loop
+# serves the connections between two slices.
+FINISH_SLICE = 4
 
 
 class Finishing:
-    """The finishing pipeline of ``Recorder`` (a mixin: the state is the Recorder's)."""
+    """Closes, settles and completes the records of ended exchanges."""
 
-    config: RecorderConfig
-    health: Health
-    sink: Sink
-    estimator: Estimator
-    _closed: bool
-    _read_deadline: float  # once closed: when waiting for request bodies ends
-    _deferred: dict[int, tuple[FlowState, StreamRecord]]
-    # with finish_delay: (state, its closed record), or (state, None) for a flow
-    # that ``_end`` left to the batch to close (``state.end``)
-    _finishing: list[tuple[FlowState, StreamRecord | None]]
-    _finish_timer: asyncio.TimerHandle | None
-    _sweep_timer: asyncio.Handle | None
-    _start_timer: asyncio.TimerHandle | None
-    _starting: list[FlowState]
-    _finished_observers: list[Callable[[Done], None]]
-
-    _flows: dict[str, FlowState]
-    _readers: ThreadPoolExecutor | None
-    _clock: Callable[[], float]
-    cut_at_shutdown: int
-    close_sink_on_done: bool
-
-    def _internal_error(self, where: str) -> None:
-        raise NotImplementedError
-
-    def _close_meter(
-        self, state: FlowState, now: float, ending: str, transport_error: str | None
-    ) -> StreamRecord:
-        raise NotImplementedError
-
-    def _end(
+    def __init__(
         self,
-        state: FlowState,
-        at: float,
-        ending: str,
-        transport_error: str | None,
-        body: bytes | None = None,
-        status: int | None = None,
+        config: RecorderConfig,
+        sink: Sink,
+        health: Health,
+        errors: InternalErrors,
+        observers: Observers,
+        estimator: Estimator,
+        scheduler: Scheduler,
     ) -> None:
-        """The flow ended (``response``, ``error``; it has left ``_flows``). With
-        ``finish_delay`` its record is closed later, in the batch that completes it:
-        the meter's last pieces and ``finish`` then run with the others'; ``body``
-        and ``status`` are a non-streamed response's, read when it is closed."""
-        self.health.in_flight -= 1
-        if self.config.finish_delay > 0 and not self._closed:
-            try:
-                loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-            except RuntimeError:
-                loop = None
-            if loop is not None:
-                state.end = (at, ending, transport_error, body, status)
-                self._finishing.append((state, None))
-                if self._finish_timer is None:
-                    self._finish_timer = loop.call_later(
-                        self.config.finish_delay, self._complete_some
-                    )
-                return
-        self._finish(state, self._close(state, at, ending, transport_error, body, status))
+        self.config = config
+        self.sink = sink
+        self._health = health
+        self._errors = errors
+        self._observers = observers
+        self._estimator = estimator
+        self._scheduler = scheduler
+        # with finish_delay: ENDED and SETTLED exchanges, in the order they came
+        self._queue: Sliced[FlowState] = Sliced(
+            scheduler, config.finish_delay, FINISH_SLICE, self._finish_slice
+        )
+        self._deferred: dict[int, FlowState] = {}  # DEFERRED, by id()
+        self._draining = False  # shutting down: nothing is put off any more
+        self._read_deadline = 0.0  # once draining: when waiting for bodies ends
+        self._closed = False
 
-    def _close(
-        self,
-        state: FlowState,
-        at: float,
-        ending: str,
-        transport_error: str | None,
-        body: bytes | None,
-        status: int | None,
-    ) -> StreamRecord:
-        """The record of a flow that ended, its meter closed (``_close_meter``)."""
+    @property
+    def waiting(self) -> int:
+        """Exchanges ended but not completed yet."""
+        return len(self._queue) + len(self._deferred)
+
+    # -- the steps, each named after the phase it produces ---------------------
+
+    def end(self, state: FlowState, ending: Ending) -> None:
+        """The exchange is over (``response``, ``error``, shutdown); it has left the
+        registry of open streams. Closed now, or in the next slice."""
+        state.move(ENDED)
+        state.ending = ending
+        if self.config.finish_delay > 0 and not self._draining:
+            self._queue.add(state)
+            return
+        if self._close(state) is not None and self._settle_or_defer(state):
+            self._complete([state])
+
+    def _close(self, state: FlowState) -> StreamRecord | None:
+        """ENDED -> CLOSED: the meter meters what is left and finishes the record;
+        None if the record could not be made (the exchange is DROPPED)."""
+        ending = state.ending
+        if ending is None:
+            raise RuntimeError("an ended exchange without its ending")
+        state.ending = None
+        state.make()  # if it was not made yet; a failure drops the exchange
+        if state.phase is DROPPED:
+            return None
+        state.move(CLOSED)
+        tap = state.tap
+        body, status = ending.body, ending.status
+        if tap is not None:
+            tap.meter_waiting(final=True)
+            body, status = tap.json_body, state.record.http_status
         if body is not None and status is not None:
             try:
                 if 200 <= status < 300:
-                    state.meter.read_body(body, at)
+                    state.meter.read_body(body, ending.at)
                 else:
                     rec = state.record
                     rec.error_type, rec.error_code, rec.error_message = read_error_body(body)
             except Exception:
-                self._internal_error("response")
-        return self._close_meter(state, at, ending, transport_error)
+                self._errors("response")
+        return self._finish_meter(state, ending)
 
-    def _finish(self, state: FlowState, rec: StreamRecord) -> None:
-        """A closed record: once settled, completed now, or with ``finish_delay``."""
-        if not self._settle(state, rec):
-            return
-        delay = self.config.finish_delay
-        if delay > 0 and not self._closed:
-            try:
-                running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-            except RuntimeError:
-                running = None
-            if running is not None:
-                self._finishing.append((state, rec))
-                if self._finish_timer is None:
-                    self._finish_timer = running.call_later(delay, self._complete_some)
-                return
-        self._complete(state, rec)
+    def _finish_meter(self, state: FlowState, ending: Ending) -> StreamRecord:
+        """The finished record; if the meter itself fails, still a record, marked."""
+        tap = state.tap
+        if tap is not None:
+            tap.end_capture(ending.at, ending.how)
+            if tap.kind is not None and tap.unmetered is None:
+                state.record.streamed = tap.kind is BodyKind.SSE  # what the body was
+        try:
+            rec = state.meter.finish(
+                ending.at, ending=ending.how, transport_error=ending.transport_error
+            )
+            if tap is not None:
+                rec.content_mismatch = tap.mismatch
+                if tap.unmetered is not None:
+                    # the figures of the events are missing, not zero: say so on the record
+                    rec.recorder_error = f"events not metered: {tap.unmetered}"
+            return rec
+        except Exception as e:
+            self._errors("finishing a record")
+            rec = state.record
+            rec.outcome = ending_outcome(ending.how)
+            rec.interrupted = True
+            rec.transport_error = ending.transport_error
+            rec.duration_ms = round((ending.at - state.t0) * 1000.0, 3)
+            rec.recorder_error = f"{type(e).__name__}: {e}"
+            return rec
 
-    def _settle(self, state: FlowState, rec: StreamRecord) -> bool:
-        """The request's facts on the record, and echoes of its keys masked; False if
-        its body is still being read (the record is finished once it is)."""
+    def _settle_or_defer(self, state: FlowState) -> bool:
+        """CLOSED -> SETTLED (True), or DEFERRED while its request body is read."""
         reading = state.reading
-        if reading is not None:
-            if not reading.done():
-                try:
-                    loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-                except RuntimeError:
-                    loop = None
-                if loop is not None and not self._closed:
-                    # finish once the body is read, back on the loop
-                    self._deferred[id(state)] = (state, rec)
-                    reading.add_done_callback(
-                        lambda _: loop.call_soon_threadsafe(self._finish_deferred, id(state))
-                    )
-                    return False
-                # no loop, or shutting down: wait a little; once closed, what is left
-                # of one bound for all the records (``close``), not a bound each
-                wait = max(0.0, self._read_deadline - time.monotonic()) if self._closed else 10
-                with contextlib.suppress(Exception):
-                    reading.result(timeout=wait)
-            state.reading = None
-            if reading.done():
-                try:
-                    _apply_facts(state, *reading.result())
-                except Exception:
-                    self._internal_error("reading the request")
-        # an upstream may echo a key of the request (or another one) in an error
-        mask = state.key
+        if reading is not None and not reading.done():
+            if not self._draining:
+                self._defer(state)
+                return False
+            # shutting down: what is left of one bound for all the records
+            with contextlib.suppress(Exception):
+                reading.result(timeout=max(0.0, self._read_deadline - time.monotonic()))
+        self._settle(state)
+        return True
+
+    def _defer(self, state: FlowState) -> None:
+        """CLOSED -> DEFERRED: finished once the body is read, back on the loop."""
+        state.move(DEFERRED)
+        reading = state.reading
+        assert reading is not None
+        key = id(state)
+        self._deferred[key] = state
+        post = self._scheduler.poster()
+        reading.add_done_callback(lambda _: post(lambda: self._body_read(key)))
+
+    def _body_read(self, key: int) -> None:
+        state = self._deferred.pop(key, None)
+        if state is None:  # drain finished it already
+            return
+        try:
+            self._settle(state)
+            if self.config.finish_delay > 0 and not self._draining:
+                self._queue.add(state)
+            else:
+                self._complete([state])
+        except Exception:
+            self._errors("reading the request")
+
+    def _settle(self, state: FlowState) -> None:
+        """-> SETTLED: the request's facts on the record, and echoes of its keys
+        masked (an upstream may echo a key of the request, or another one)."""
+        state.move(SETTLED)
+        reading, state.reading = state.reading, None
+        # (a read that shutdown called off before it began leaves no facts)
+        if reading is not None and reading.done() and not reading.cancelled():
+            try:
+                apply_facts(state, *reading.result())
+            except RequestNotRead as e:
+                rec = state.record
+                said = f"request not read: {e}"
+                rec.recorder_error = f"{rec.recorder_error}; {said}" if rec.recorder_error else said
+            except Exception:
+                self._errors("reading the request")
+        rec, mask = state.record, state.key
         rec.error_message = scrub_key(rec.error_message, mask)
         rec.transport_error = scrub_key(rec.transport_error, mask)
         rec.recorder_error = scrub_key(rec.recorder_error, mask)
         rec.error_type = scrub_key(rec.error_type, mask)
         rec.error_code = scrub_key(rec.error_code, mask)
-        state.key = None
-        return True
+        state.forget_key()
 
-    def _complete_entry(self, state: FlowState, rec: StreamRecord | None) -> None:
-        """Close (if ``_end`` left that to the batch), settle, complete."""
-        rec = self._ready(state, rec)
-        if rec is not None:
-            self._complete(state, rec)
-
-    def _ready(self, state: FlowState, rec: StreamRecord | None) -> StreamRecord | None:
-        """The closed and settled record of a waiting entry (closed here if ``_end``
-        left that to the batch); None if it cannot be made, or waits for its body."""
-        if rec is None:
-            end = state.end
-            assert end is not None
-            state.end = None
-            try:
-                rec = self._close(state, *end)
-            except Exception:  # its record could not be made: the others still are
-                self._internal_error("response")
-                return None
-            if not self._settle(state, rec):
-                return None
-        return rec
-
-    # Records completed per loop callback: each slice is one short block, the loop
-    # serves the connections between two slices.
-    FINISH_SLICE = 4
-
-    def _complete_some(self) -> None:
-        """Complete the oldest waiting records; come back for the rest."""
-        self._finish_timer = None
-        batch = self._finishing[: self.FINISH_SLICE]
-        del self._finishing[: self.FINISH_SLICE]
+    def _finish_slice(self, batch: list[FlowState]) -> None:
+        """A slice of the queue: each closed and settled if need be, then completed
+        together."""
         ready = []
-        for state, rec in batch:
-            closed = self._ready(state, rec)
-            if closed is not None:
-                ready.append((state, closed))
-        self._complete_many(ready)
-        if self._finishing:
+        for state in batch:
             try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                self._complete_all()
-                return
-            self._finish_timer = loop.call_later(0, self._complete_some)
+                if state.phase is ENDED and (
+                    self._close(state) is None or not self._settle_or_defer(state)
+                ):
+                    continue
+            except Exception:  # its record could not be made: the others still are
+                self._errors("response")
+                continue
+            ready.append(state)
+        self._complete(ready)
 
-    def _complete_all(self) -> None:
-        """Complete every waiting record now (shutdown)."""
-        if self._finish_timer is not None:
-            with contextlib.suppress(Exception):  # the loop may be gone already
-                self._finish_timer.cancel()
-            self._finish_timer = None
-        while self._finishing:
-            state, rec = self._finishing.pop(0)
-            self._complete_entry(state, rec)
+    def _complete(self, states: list[FlowState]) -> None:
+        """SETTLED -> COMPLETED, each in order, stage by stage: each stage's code runs
+        for every record of the batch before the next stage's (warm in the CPU's
+        caches after the first record, which between two of mitmproxy's callbacks
+        it is not). Each record sees the stages in the same order, and each stage
+        sees the records in order, as one by one."""
+        moved = []
+        for state in states:
+            try:
+                state.move(COMPLETED)
+            except IllegalMove:  # a bug of ours: that record only is lost, counted
+                self._errors("completing a record")
+            else:
+                moved.append(state)
+        states = moved
+        self._cost(states)
+        records = [state.record for state in states]
+        if self._observers.wants_finishes:
+            dones = [self._done(state) for state in states]
+            self._observers.finished(dones)
+        self._submit(records)
 
-    def _complete(self, state: FlowState, rec: StreamRecord) -> None:
-        """Usage, cost, health, metrics; then the record goes to the sink."""
-        self._complete_many([(state, rec)])
-
-    def _complete_many(self, entries: list[tuple[FlowState, StreamRecord]]) -> None:
-        """``_complete`` for each entry, in order, stage by stage: each stage's code
-        runs for every record of the batch before the next stage's (warm in the
-        CPU's caches after the first record, which between two of mitmproxy's
-        callbacks it is not). Each record sees the stages in the same order, and
-        each stage sees the records in the entries' order, as one by one."""
-        prices, estimator = self.config.prices, self.estimator
-        for state, rec in entries:
+    def _cost(self, states: list[FlowState]) -> None:
+        prices, estimator, health = self.config.prices, self._estimator, self._health
+        for state in states:
+            rec = state.record
             try:
                 complete_usage(
                     rec, state.meter.interpreter.obs, state.input_counts, prices, estimator
                 )
             except Exception:
-                self._internal_error("completing usage")
-        health = self.health
-        for state, rec in entries:
+                self._errors("completing usage")
             try:
                 UNPRICED.check(rec)  # one warning line per unpriced model per process
             except Exception:
-                self._internal_error("unpriced warning")
+                self._errors("unpriced warning")
             health.records += 1
             health.parse_issues += rec.parse_issues
-            if state.capture is not None and isinstance(rec, CapturedRecord):
-                rec.body = state.capture  # packed (compressed) by the sink, off the loop
-        observers = self._finished_observers
-        if observers:
-            dones = []
-            for state, rec in entries:
-                trace = state.trace or (None, None)
-                dones.append(Done(rec, state.meter, state.flow, state.capture, trace[0], trace[1]))
-                state.flow = None  # before the sink: its writer may pack (and let go of) the body
-            for observe in observers:
-                for done in dones:
-                    try:
-                        observe(done)
-                    except Exception:
-                        self._internal_error("observer")
+            capture = _capture_of(state)
+            if capture is not None and isinstance(rec, CapturedRecord):
+                rec.body = capture  # packed (compressed) by the sink, off the loop
+
+    @staticmethod
+    def _done(state: FlowState) -> Done:
+        trace = state.trace or (None, None)
+        capture = _capture_of(state)
+        done = Done(state.record, state.meter, state.flow, capture, trace[0], trace[1])
+        state.flow = None  # before the sink: its writer may pack (and let go of) the body
+        return done
+
+    def _submit(self, records: list[StreamRecord]) -> None:
         submit = self.sink.submit
-        for _, rec in entries:
+        for rec in records:
             # a sink takes every record (it spools what it cannot write); one that
             # raises loses that record only, not the rest of the batch
             try:
                 submit(rec)
             except Exception:
                 # not handed over after all: records_submitted counts what the sink took
-                self.health.records -= 1
-                self._internal_error("sink")
+                self._health.records -= 1
+                self._errors("sink")
 
-    def _finish_deferred(self, key: int) -> None:
-        entry = self._deferred.pop(key, None)
-        if entry is not None:  # else done() finished it already
-            self._finish(*entry)
+    # -- shutdown ---------------------------------------------------------------
 
-    def done(self) -> None:
-        """Shutdown: finish what is still open, then (unless the runner does) close
-        the sink."""
-        try:
-            now = self._clock()
-            self.cut_at_shutdown += len(self._flows)
-            for flow_id in list(self._flows):
-                state = self._flows.pop(flow_id)
-                self.health.in_flight -= 1
-                try:
-                    rec = self._close_meter(state, now, "client_disconnect", "proxy shut down")
-                except Exception:  # its record could not be made: the others still are
-                    self._internal_error("done")
-                    continue
-                self._finish(state, rec)
-            # the ended flows the batch was to close: closed now (a body still being
-            # read joins the others waited for below)
-            waiting, self._finishing = self._finishing, []
-            for state, closed in waiting:
-                if closed is not None:
-                    self._finishing.append((state, closed))
-                    continue
-                end = state.end
-                assert end is not None
-                state.end = None
-                try:
-                    rec = self._close(state, *end)
-                except Exception:
-                    self._internal_error("done")
-                    continue
-                if self._settle(state, rec):
-                    self._finishing.append((state, rec))
-            # shutting down: wait for their bodies, a bounded time for all of them
-            # (the loop, and so every client, waits meanwhile)
-            deadline = time.monotonic() + DONE_READ_WAIT_S
-            for key in list(self._deferred):
-                state, rec = self._deferred.pop(key)
-                if state.reading is not None:
-                    with contextlib.suppress(Exception):
-                        state.reading.result(timeout=max(0.0, deadline - time.monotonic()))
-                    if not state.reading.done():
-                        state.reading = None  # finish without its facts rather than lose it
-                self._finish(state, rec)
-            self._complete_all()
-        except Exception:
-            self._internal_error("done")
-        if self.close_sink_on_done:
-            self.close()
+    def drain(self) -> None:
+        """Finish everything that waits, now (shutdown); bodies still being read are
+        waited for a bounded time in all, then finished without their facts."""
+        if not self._draining:
+            self._draining = True
+            self._read_deadline = time.monotonic() + DONE_READ_WAIT_S
+        self._finish_slice(self._queue.take_all())
+        for key in list(self._deferred):
+            state = self._deferred.pop(key)
+            reading = state.reading
+            if reading is not None:
+                with contextlib.suppress(Exception):
+                    reading.result(timeout=max(0.0, self._read_deadline - time.monotonic()))
+                if not reading.done():
+                    state.reading = None  # finish without its facts rather than lose it
+            try:
+                self._settle(state)
+                self._complete([state])
+            except Exception:
+                self._errors("done")
 
     def close(self) -> None:
-        """Flush and close the sink (once)."""
+        """Finish what waits, then flush and close the sink (once)."""
         if self._closed:
             return
         self._closed = True
-        self._read_deadline = time.monotonic() + DONE_READ_WAIT_S
-        for timer in (self._sweep_timer, self._start_timer):
-            if timer is not None:
-                with contextlib.suppress(Exception):  # the loop may be gone already
-                    timer.cancel()
-        self._sweep_timer = self._start_timer = None
-        # flows whose records were still to be made: made when they end (done)
-        self._starting.clear()
         try:
-            self._complete_all()
+            self.drain()
         except Exception:
-            self._internal_error("close")
-        if self._readers is not None:
-            self._readers.shutdown(wait=False, cancel_futures=True)
+            self._errors("close")
         try:
             self.sink.close()
         except Exception:
-            self._internal_error("sink close")
+            self._errors("sink close")
+
+
+def _capture_of(state: FlowState) -> CapturedBody | None:
+    """The event stream kept of an exchange, if any (a JSON body is not kept)."""
+    tap = state.tap
+    if tap is None or tap.kind is not BodyKind.SSE:
+        return None
+    return tap.capture

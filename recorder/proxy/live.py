@@ -3,16 +3,16 @@ and the open and recent streams for ``GET /streams`` (`recorder top`).
 
 A mitmproxy addon beside :class:`~recorder.proxy.addon.Recorder`, fed by it:
 
-- the registry of open streams is the recorder's own (``Recorder._flows``),
-  read, never copied; nothing here runs per event;
-- once a second a timer on the event loop walks the open flows and reads each
-  meter's last output time (:attr:`StreamMeter.last_output_at`): a stream whose
-  output has been silent for ``stall_after`` seconds (the meter's own stall
-  threshold, ``--stall-after``) is reported now, and again when output resumes
-  or the stream ends; the same walk sets the stall gauges. Pieces the tap keeps
-  to meter in a batch (``BATCH_PIECES``) are metered by the walk once the
-  oldest has waited a second, so a silence is never an artefact of batching
-  (each piece keeps its own arrival time: no figure of the record changes);
+- the open streams are read through the recorder's read-only view of them
+  (``recorder.proxy.open_streams``); nothing here runs per event;
+- the recorder's once-a-second walk (``recorder.proxy.walk``) meters what waits
+  in every open stream, then shows them to the live view, which reads each
+  one's last output time: a stream whose output has been silent for
+  ``stall_after`` seconds (the meter's own stall threshold, ``--stall-after``)
+  is reported now, and again when output resumes or the stream ends; the same
+  walk sets the stall gauges. Pieces waiting for their batch are metered first,
+  so a silence is never an artefact of batching (each piece keeps its own
+  arrival time: no figure of the record changes);
 - a finished record (the recorder's observers, called when the record is
   completed, off the stream's path) prints its line and joins the last
   ``FINISHED_KEPT``;
@@ -32,11 +32,11 @@ text, nor a query string (where some gateways carry keys).
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import concurrent.futures
 import contextlib
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,6 +48,7 @@ from mitmproxy.utils import vt_codes
 
 from recorder.core.counts import OutputCounts
 from recorder.core.endpoints import endpoint_for
+from recorder.core.printable import json_text, printable
 from recorder.core.record import StreamRecord
 from recorder.proxy.live_lines import (
     ID_CHARS,
@@ -61,16 +62,15 @@ from recorder.proxy.live_lines import (
     summary,
 )
 from recorder.proxy.observers import Done, Observer
+from recorder.proxy.open_streams import StreamView
+from recorder.proxy.scheduling import Sliced
 
 if TYPE_CHECKING:
     from mitmproxy import http
 
-    from recorder.proxy.addon import FlowState, Recorder
+    from recorder.proxy.addon import Recorder
 
-TICK_S = 1.0
 FINISHED_KEPT = 100
-# Pieces waiting to be metered in a batch longer than this are metered by the tick.
-BATCH_WAIT_S = 1.0
 WINDOW_S = 60  # the header figures of `recorder top`: the last minute
 SNAPSHOT_SLICE = 50  # open streams read per event-loop callback for GET /streams
 
@@ -84,14 +84,15 @@ TickCallback = Callable[[dict[LabelKey, int], dict[LabelKey, float]], None]
 
 
 @dataclass(slots=True)
-class _Stall:
-    """A stall in progress: since when its stream's output is silent."""
+class _Watched:
+    """What the console has been told of one open stream's stalls."""
 
-    since: float  # last output (or request start), on the recorder's clock
-    t0: float
-    keepalives: int  # the stream's keepalives when the silence began (as last seen)
-    endpoint: str | None
-    model: str | None
+    told: int = 0  # of the meter's stalls over, how many were said to be over
+    since: float | None = None  # the stall under way that was said to begin (its start)
+    kas: int = 0  # the keepalives when the silence under way began (as near as seen)
+    last: float | None = None  # the silence's start at the walk before
+    endpoint: str | None = None
+    model: str | None = None
 
 
 class Live(Observer):
@@ -129,17 +130,18 @@ class Live(Observer):
         self.verbose = verbose
         self.colour = colour
         self.on_tick = on_tick
-        self._clock = clock or recorder._clock
+        self._clock = clock or recorder.clock
         self._wall = wall
-        self._stalls: dict[str, _Stall] = {}
-        # per open stream: (last output, keepalives) as the previous tick saw them
-        self._seen: dict[str, tuple[float | None, int]] = {}
+        # per open stream: what the console has been told of its stalls
+        self._watched: dict[str, _Watched] = {}
         self.finished: collections.deque[dict[str, Any]] = collections.deque(maxlen=FINISHED_KEPT)
         # the last minute by second: second -> [streams, tokens, cost]
         self._window: dict[int, list[float]] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        # while the proxy runs: how another thread asks the loop for a snapshot
+        self._post: Callable[[Callable[[], None]], None] | None = None
+        self._loop_thread: int | None = None
         recorder.add_observer(self)
+        recorder.watch(self.walked)
 
     @property
     def stall_after(self) -> float:
@@ -167,13 +169,20 @@ class Live(Observer):
         line: Line
         if self.log_format == "json":
             obj = {"type": kind, "time": self._wall(), **fields}
-            line = lambda: orjson.dumps(obj, default=str).decode()  # noqa: E731
+            # (orjson leaves C1 and bidi controls raw: a terminal must never get them)
+            line = lambda: json_text(orjson.dumps(obj, default=str).decode())  # noqa: E731
         else:
             line = text
         if self._printer is not None:
             self._printer.put(line)
         else:
             _write(self.out, [line if isinstance(line, str) else line()])
+
+    def notice(self, text: str, fields: dict[str, Any]) -> None:
+        """A line that is not about one stream (a call the recorder did not meter)."""
+        self._emit(
+            "not_metered", _paint(f"{self._clock_text()} {text}", "dim", self._use_colour()), fields
+        )
 
     def flush(self, timeout: float = 2.0) -> None:
         """Wait (``timeout`` at most) until the lines handed to the console are written."""
@@ -183,29 +192,13 @@ class Live(Observer):
     # -- mitmproxy hooks ------------------------------------------------------
 
     def running(self) -> None:
-        """The proxy runs: start the once-a-second walk over the open streams."""
-        try:
-            self._loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        self._schedule()
-
-    def _schedule(self) -> None:
-        if self._loop is not None and not self._loop.is_closed():
-            self._timer = self._loop.call_later(TICK_S, self._on_timer)
-
-    def _on_timer(self) -> None:
-        try:
-            self.tick()
-        except Exception:
-            self.recorder._internal_error("live tick")
-        self._schedule()
+        """The proxy runs: ``GET /streams`` may ask the loop for snapshots now."""
+        self._post = self.recorder.scheduler.poster()
+        self._loop_thread = threading.get_ident()
 
     def done(self) -> None:
-        """Shutdown: stop the timer; let the console catch up (2 s at most)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        """Shutdown: no more snapshots; let the console catch up (2 s at most)."""
+        self._post = None
         if self.flush_on_done:
             self.flush()
 
@@ -235,26 +228,28 @@ class Live(Observer):
                 "error": err,
             }
             what = str(status) if status is not None else f"error: {err}"
-            text = f"{self._clock_text()} unmetered {req.method} {req.pretty_host}{path} {what}"
+            where = printable(f"{req.pretty_host}{path}")
+            text = (
+                f"{self._clock_text()} unmetered {printable(req.method)} {where} {printable(what)}"
+            )
             self._emit("unmetered", _paint(text, "dim", self._use_colour()), fields)
         except Exception:
-            self.recorder._internal_error("live unmetered line")
+            self.recorder.internal_error("live unmetered line")
 
     # -- records --------------------------------------------------------------
 
     def stream_finished(self, done: Done) -> None:
         """The recorder's observer call: the completed record."""
-        self.finished_record(done.record)
+        self.finished_record(done.record, done.meter.last_output_ms)
 
-    def finished_record(self, rec: StreamRecord) -> None:
-        """A record was completed: its line, its stall's end, the finished list."""
+    def finished_record(self, rec: StreamRecord, last_output_ms: float | None = None) -> None:
+        """A record was completed: its line, its stalls not said yet, the finished list."""
         s = summary(rec)
         self.finished.append(s)
         self._count(s)
-        self._seen.pop(rec.id or "", None)
-        stall = self._stalls.pop(rec.id or "", None)
-        if stall is not None and rec.duration_ms is not None:
-            self._stall_ended_with(rec, stall)
+        watched = self._watched.pop(rec.id or "", None)
+        if rec.stalls and rec.duration_ms is not None:
+            self._stalls_ended_with(rec, watched or _Watched(), last_output_ms)
         if self.quiet:
             return
         # made on the console's thread: the loop only notes the time and the colour
@@ -267,23 +262,22 @@ class Live(Observer):
             s,
         )
 
-    def _stall_ended_with(self, rec: StreamRecord, stall: _Stall) -> None:
-        """The end of a stall still open when its stream ended: the record's own stall
-        gap says whether output came back first (between two ticks) and how long."""
+    def _stalls_ended_with(
+        self, rec: StreamRecord, watched: _Watched, last_output_ms: float | None
+    ) -> None:
+        """The stalls of a stream that ended that were not said to be over (between
+        two walks, or running into its end): the record's own, as it counts them."""
         assert rec.duration_ms is not None
-        start_ms = (stall.since - stall.t0) * 1000.0
-        length = stall.t0 + rec.duration_ms / 1000.0 - stall.since
-        how = f"stream ended ({rec.outcome})"
-        for gap in rec.gaps:
-            if gap.kind == "stall" and abs(gap.start_ms - start_ms) < 1.0:
-                length = gap.length_ms / 1000.0
-                # a whole stream's stall gaps end at an output; an interrupted one's
-                # last gap may end at the cut instead
-                ended_at_cut = gap.start_ms + gap.length_ms >= rec.duration_ms - 1.0
-                if not (rec.interrupted and ended_at_cut):
-                    how = "output resumed"
-                break
-        self._stall_over(rec.id, stall, length, how)
+        gaps = [g for g in rec.gaps if g.kind == "stall"][watched.told :]
+        watched.endpoint, watched.model = rec.endpoint, rec.model
+        for gap in gaps:
+            # a stall ends at an output, or runs from the last output (or the request
+            # start) into the stream's end
+            tail = gap.start_ms == (last_output_ms or 0.0) and (
+                gap.start_ms + gap.length_ms >= rec.duration_ms - 0.001
+            )
+            how = f"stream ended ({rec.outcome})" if tail else "output resumed"
+            self._stall_over(rec.id, watched, gap.start_ms, gap.length_ms, how)
 
     def _count(self, s: dict[str, Any]) -> None:
         second = int(self._wall())
@@ -299,83 +293,87 @@ class Live(Observer):
 
     # -- the walk -------------------------------------------------------------
 
-    def _silence_since(self, state: FlowState, now: float) -> float | None:
-        """Since when the stream's output is silent; None if it cannot stall (an HTTP
-        error, a JSON body: the meter counts no stall there either)."""
-        rec = state.record
-        status = rec.http_status
-        if not rec.streamed or (status is not None and not 200 <= status < 300):
-            return None
-        if state.pieces and now - state.stamps[0] >= BATCH_WAIT_S:
-            try:  # pieces waiting for their batch: meter them, at their own times
-                self.recorder._meter_pieces(state)
-            except Exception as e:
-                self.recorder._tap_failed(state, e)
-        last = state.meter.last_output_at
-        return state.t0 if last is None else last
+    @staticmethod
+    def _may_stall(view: StreamView) -> bool:
+        """Whether the stream has an output stream to stall (not an HTTP error, not a
+        JSON answer: the meter counts no stall there either)."""
+        status = view.http_status
+        return view.streamed and (status is None or 200 <= status < 300)
 
-    def tick(self) -> None:
-        """Walk the open streams once: stalls that began or ended, and the gauges."""
-        now = self._clock()
-        after = self.stall_after
+    def walked(self, views: list[StreamView], now: float) -> None:
+        """The recorder's walk over the open streams (once a second, what waited
+        metered): the stalls the meter says began or ended, and the gauges."""
         stalled: dict[LabelKey, int] = {}
         oldest: dict[LabelKey, float] = {}
-        seen: dict[str, tuple[float | None, int]] = {}
-        for state in list(self.recorder._flows.values()):
-            rec = state.record
-            since = self._silence_since(state, now)
-            if since is None or rec.id is None:
+        watched_now: dict[str, _Watched] = {}
+        for view in views:
+            rid = view.id
+            if rid is None or not self._may_stall(view):
                 continue
-            meter = state.meter
-            rid = rec.id
-            last = meter.last_output_at
-            before = self._seen.get(rid)
-            # the keepalive count when this silence began, as near as a tick can see it
-            kas = meter.keepalives if before is None or before[0] != last else before[1]
-            seen[rid] = (last, kas)
-            label = (rec.endpoint or "unknown", rec.provider or "unknown")
-            silence = now - since
-            if silence > oldest.get(label, 0.0):
-                oldest[label] = silence
-            stall = self._stalls.get(rid)
-            if stall is not None and stall.since != since:  # output came back
-                del self._stalls[rid]
-                self._stall_over(rid, stall, since - stall.since, "output resumed")
-                stall = None
-            if silence >= after:
+            watched = self._watched.get(rid) or _Watched(endpoint=view.endpoint)
+            watched.model = view.model
+            watched_now[rid] = watched
+            label = (view.endpoint or "unknown", view.provider or "unknown")
+            silent = view.silent_since
+            if silent is not None and now - silent > oldest.get(label, 0.0):
+                oldest[label] = now - silent
+            # the keepalive count when this silence began, as near as a walk can see it
+            if watched.last != silent:
+                watched.last, watched.kas = silent, view.keepalives
+            gaps = view.stall_gaps
+            for gap in gaps[watched.told :]:  # stalls over since the last walk
+                self._stall_over(rid, watched, gap.start_ms, gap.length_ms, "output resumed")
+            since = view.stalled_since(now)
+            if since is not None:
                 stalled[label] = stalled.get(label, 0) + 1
-                if stall is None:
-                    stall = _Stall(since, state.t0, kas, rec.endpoint, rec.model)
-                    self._stalls[rid] = stall
-                    self._stall_began(rid, stall, silence, meter.keepalives - kas)
-        self._seen = seen
+                if watched.since != since:
+                    watched.since = since
+                    self._stall_began(
+                        rid, watched, now - since, view.keepalives - watched.kas, since - view.t0
+                    )
+        self._watched = watched_now
         if self.on_tick is not None:
             self.on_tick(stalled, oldest)
 
-    def _stall_began(self, rid: str, stall: _Stall, silence: float, kas: int) -> None:
+    def tick(self) -> None:
+        """One walk's worth now (tests, tools): what waits is metered, then seen."""
+        self.walked(self.recorder.streams.views(catch_up=True), self._clock())
+
+    def _stall_began(
+        self, rid: str, watched: _Watched, silence: float, kas: int, start: float
+    ) -> None:
+        model, endpoint = printable(watched.model or "-"), printable(watched.endpoint or "-")
         text = (
-            f"{self._clock_text()} stall: {short_id(rid)}… {stall.endpoint} {stall.model or '-'}"
-            f" silent {silence:.0f} s, {kas} keepalive{'s' if kas != 1 else ''} meanwhile"
+            f"{self._clock_text()} stall: {short_id(rid)} {endpoint} {model}"
+            f" silent {_seconds(silence)}, {kas} keepalive{'s' if kas != 1 else ''} meanwhile"
         )
         fields = {
             "id": rid,
-            "endpoint": stall.endpoint,
-            "model": stall.model,
+            "endpoint": watched.endpoint,
+            "model": watched.model,
+            "start_s": round(start, 6),
             "silent_s": round(silence, 3),
             "keepalives": kas,
         }
         self._emit("stall", _paint(text, "yellow", self._use_colour()), fields)
 
-    def _stall_over(self, rid: str | None, stall: _Stall, length: float, how: str) -> None:
+    def _stall_over(
+        self, rid: str | None, watched: _Watched, start_ms: float, length_ms: float, how: str
+    ) -> None:
+        """A stall the meter counted is over: said once, with the meter's figures."""
+        watched.told += 1
+        watched.since = None
+        model, endpoint = printable(watched.model or "-"), printable(watched.endpoint or "-")
         text = (
-            f"{self._clock_text()} stall over: {short_id(rid)}… {stall.endpoint}"
-            f" {stall.model or '-'} {how} after {length:.0f} s silent"
+            f"{self._clock_text()} stall over: {short_id(rid)} {endpoint} {model}"
+            f" {how} after {_seconds(length_ms / 1000.0)} silent"
         )
         fields = {
             "id": rid,
-            "endpoint": stall.endpoint,
-            "model": stall.model,
-            "stall_s": round(length, 3),
+            "endpoint": watched.endpoint,
+            "model": watched.model,
+            "start_s": round(start_ms / 1000.0, 6),
+            "stall_s": round(length_ms / 1000.0, 6),
             "how": how,
         }
         self._emit("stall_over", _paint(text, "yellow", self._use_colour()), fields)
@@ -386,7 +384,8 @@ class Live(Observer):
         """The open streams' live state and the recently finished ones (on the loop)."""
         now = self._clock()
         after = self.stall_after
-        rows = [self._open_row(state, now, after) for state in list(self.recorder._flows.values())]
+        views = self.recorder.streams.views(catch_up=True)
+        rows = [self._open_row(view, now, after) for view in views]
         return self._document(rows)
 
     def _document(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -411,11 +410,11 @@ class Live(Observer):
             },
         }
 
-    def _open_row(self, state: FlowState, now: float, after: float) -> dict[str, Any]:
-        rec, meter = state.record, state.meter
-        since = self._silence_since(state, now)
-        obs = meter.interpreter.obs
-        first = meter.first_output_at
+    def _open_row(self, view: StreamView, now: float, after: float) -> dict[str, Any]:
+        may = self._may_stall(view)
+        since = view.silent_since if may else None
+        obs = view.observations
+        first = view.first_output_at
         tokens: int | None = None
         estimated = False
         usage = obs.usage
@@ -423,57 +422,69 @@ class Live(Observer):
             tokens = usage.output_tokens
         elif obs.output_chars:
             counts = OutputCounts.from_observations(obs)
-            tokens = self.recorder.estimator.output(rec.model, rec.endpoint, counts).tokens
+            tokens = self.recorder.estimator.output(view.model, view.endpoint, counts).tokens
             estimated = True
         silence = None if since is None else now - since
         return {
-            "id": rec.id,
-            "endpoint": rec.endpoint,
-            "provider": rec.provider,
-            "model": rec.model,
-            "key_last4": key_last4(rec.api_key_id),
-            "http_status": rec.http_status,
-            "age_s": round(now - state.t0, 3),
-            "ttft_s": None if first is None else round(first - state.t0, 3),
-            "events": meter.events,
-            "keepalives": meter.keepalives,
+            "id": view.id,
+            "endpoint": view.endpoint,
+            "provider": view.provider,
+            "model": view.model,
+            "key_last4": key_last4(view.api_key_id),
+            "http_status": view.http_status,
+            "age_s": round(now - view.t0, 3),
+            "ttft_s": None if first is None else round(first - view.t0, 3),
+            "events": view.events,
+            "keepalives": view.keepalives,
             "output_chars": obs.output_chars,
             "output_tokens": tokens,
             "output_tokens_estimated": estimated,
             "silence_s": None if silence is None else round(silence, 3),
-            "stalled": silence is not None and silence >= after,
+            "stalled": may and view.stalled_since(now) is not None,
         }
 
     def snapshot_json(self, timeout: float = 2.0) -> bytes:
-        """:meth:`snapshot` as JSON, from any thread: taken on the event loop."""
-        loop = self._loop
-        if loop is None or loop.is_closed() or not loop.is_running():
-            try:
-                asyncio.get_running_loop()  # asked on an event loop: the flows' own
-                return orjson.dumps(self.snapshot(), default=str)
-            except RuntimeError:
-                # from another thread, with no loop to take it on (before `running`,
-                # after the end): the open streams' meters belong to the loop, so
-                # only the finished ones are told
-                return orjson.dumps(self._document([]), default=str)
+        """:meth:`snapshot` as JSON, from any thread: taken on the event loop, a
+        slice of streams per loop callback (the loop serves its connections between
+        two slices)."""
+        post = self._post
+        if post is None:
+            # the proxy does not run (before `running`, after `done`): the open
+            # streams' meters belong to the loop, so only the finished ones are told
+            return orjson.dumps(self._document([]), default=str)
+        if threading.get_ident() == self._loop_thread:  # asked on the loop itself
+            return orjson.dumps(self.snapshot(), default=str)
         done: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
         rows: list[dict[str, Any]] = []
 
-        def take(states: list[FlowState] | None, start: int) -> None:
-            # SNAPSHOT_SLICE streams per callback: the loop serves the connections
-            # between two slices (a row costs some 10 µs, most of it the estimate)
+        def take_slice(views: list[StreamView]) -> None:
             try:
-                if states is None:
-                    states = list(self.recorder._flows.values())
                 now, after = self._clock(), self.stall_after
-                for state in states[start : start + SNAPSHOT_SLICE]:
-                    rows.append(self._open_row(state, now, after))
-                if start + SNAPSHOT_SLICE < len(states):
-                    loop.call_soon(take, states, start + SNAPSHOT_SLICE)
-                else:
-                    done.set_result(self._document(rows))
+                rows.extend(self._open_row(view.catch_up(), now, after) for view in views)
+            except Exception as e:
+                if not done.done():
+                    done.set_exception(e)
+
+        def finish() -> None:
+            if not done.done():
+                done.set_result(self._document(rows))
+
+        def start() -> None:
+            try:
+                views = self.recorder.streams.views()
+                if not views:
+                    finish()
+                    return
+                sliced = Sliced(self.recorder.scheduler, 0, SNAPSHOT_SLICE, take_slice, finish)
+                for view in views:
+                    sliced.add(view)
             except Exception as e:
                 done.set_exception(e)
 
-        loop.call_soon_threadsafe(take, None, 0)
+        post(start)
         return orjson.dumps(done.result(timeout), default=str)
+
+
+def _seconds(value: float) -> str:
+    """A length of time as the console says it: tenths under ten seconds."""
+    return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"

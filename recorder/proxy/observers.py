@@ -16,7 +16,7 @@ not stop the other observers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -63,6 +63,52 @@ def starts(observer: Observer) -> bool:
     say otherwise (``wants_starts``)."""
     overridden = type(observer).stream_started is not Observer.stream_started
     return overridden and bool(getattr(observer, "wants_starts", True))
+
+
+class Observers:
+    """The observer list, in the order observers were added; each call guarded (an
+    exception is reported to ``on_error`` and the others still run)."""
+
+    def __init__(self, on_error: Callable[[str], None]) -> None:
+        self._on_error = on_error
+        self._all: list[Observer] = []
+        self._starts: list[Callable[[StreamRecord], None]] = []
+        self._finishes: list[Callable[[Done], None]] = []
+
+    def __iter__(self) -> Iterator[Observer]:
+        return iter(self._all)
+
+    def __len__(self) -> int:
+        return len(self._all)
+
+    def add(self, observer: Observer) -> None:
+        """Call ``observer`` for every stream from now on, after those added before."""
+        self._all.append(observer)
+        self._finishes.append(observer.stream_finished)
+        if starts(observer):
+            self._starts.append(observer.stream_started)
+
+    @property
+    def wants_finishes(self) -> bool:
+        return bool(self._finishes)
+
+    def started(self, rec: StreamRecord) -> None:
+        """A stream began: each observer that wants starts hears of it."""
+        for observe in self._starts:
+            try:
+                observe(rec)
+            except Exception:
+                self._on_error("observer")
+
+    def finished(self, dones: list[Done]) -> None:
+        """Completed records, in order: each observer sees them all before the next
+        observer does (its code runs warm, once per batch)."""
+        for observe in self._finishes:
+            for done in dones:
+                try:
+                    observe(done)
+                except Exception:
+                    self._on_error("observer")
 
 
 class MetricsObserver(Observer):

@@ -66,6 +66,9 @@ class ProxySettings:
     log_out: IO[str] | None = None
 
 
+STREAM_LARGE_BODIES = "1m"
+
+
 class ListenError(RecorderError):
     """A listener's address cannot be bound (in use, not ours, a privileged port);
     ``option`` is the one that sets its port (``--mode`` when the mode spec does)."""
@@ -168,8 +171,15 @@ def build_master(
         from mitmproxy.addons.termlog import TermLog
 
         master.addons.add(TermLog(settings.log_out))
-    # mitmproxy's own log: warnings and errors only (a bound port, a TLS failure)
-    opts.update(termlog_verbosity="warn", ssl_insecure=settings.ssl_insecure, **settings.extra)
+    # mitmproxy's own log: warnings and errors only (a bound port, a TLS failure);
+    # bodies past 1 MiB pass as they arrive instead of being held whole (what has no
+    # Content-Length streams too: recorder.proxy.passthrough)
+    opts.update(
+        termlog_verbosity="warn",
+        ssl_insecure=settings.ssl_insecure,
+        stream_large_bodies=STREAM_LARGE_BODIES,
+        **settings.extra,
+    )
     if settings.sets:  # after every addon has declared its options
         opts.set(*settings.sets)
     # the runner closes the sink itself, once the connections are ended (see above)

@@ -1,164 +1,182 @@
-"""What the addon holds for one tapped flow (its configuration:
-``recorder.proxy.config``)."""
+"""The state of one metered exchange (the addon's configuration:
+``recorder.proxy.config``).
+
+An exchange's phase (``recorder.proxy.lifecycle``) says which of its parts are
+there: until its record is made (NOTED) only what the hooks read of it
+(:class:`Pending`); from then on its record, meter and key mask; once ended, how it
+ended (:class:`Ending`); a tapped body has its :class:`~recorder.proxy.tap.Tap`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Protocol
 
 from mitmproxy import http
 
-from recorder.core.captured import CapturedBody
 from recorder.core.counts import InputCounts, count_request
 from recorder.core.keys import KeyMask
 from recorder.core.meter import StreamMeter
 from recorder.core.record import StreamRecord
 from recorder.core.request import RequestFacts, read_request
-from recorder.proxy.decoding import Decoder
+from recorder.proxy.decoding import decoder_for
+from recorder.proxy.lifecycle import LIVE, NOTED, OPEN, Phase, move
+from recorder.proxy.tap import REQUEST_MAX_BYTES, Tap
 from recorder.proxy.tokenizers import counter_for
 
 
-class FlowState:
-    """What the addon holds for one tapped flow.
+class Maker(Protocol):
+    """What makes an exchange's record, meter and key mask (``recorder.proxy.making``)."""
 
-    Its record, meter and key mask are made from what ``requestheaders`` noted
-    (``pending``), by ``begin``: under ``recorder proxy`` a few hundred milliseconds
-    later, for every flow that started meanwhile, one after the other (the code then
+    def make(self, state: FlowState) -> None:
+        """Make them from ``state.pending``, or drop the exchange (never raises)."""
+
+
+@dataclass(slots=True)
+class Answer:
+    """A response's headers, as ``responseheaders`` read them."""
+
+    at: float
+    status: int
+    request_id: str | None
+    sse: bool
+
+
+@dataclass(slots=True)
+class Pending:
+    """What the hooks read of an exchange before its record is made: read then, so
+    that another addon changing the request afterwards changes nothing recorded."""
+
+    headers: dict[str, str]  # the wanted ones, lower-case names (making.pick_headers)
+    query: object  # the URL's query (a multidict), when the path has one
+    host: str
+    port: int
+    path: str
+    wall_ms: int  # Unix milliseconds at requestheaders: the record's id and started_at
+    body: bytes | None = None  # the request body, its facts read with the record
+    answer: Answer | None = None  # the response's headers, put on the record with it
+
+
+@dataclass(slots=True)
+class Ending:
+    """How an exchange ended, kept until its record is closed (``finish_delay``)."""
+
+    at: float
+    how: str  # "eof", "client_disconnect", "upstream_disconnect"
+    transport_error: str | None
+    body: bytes | None = None  # a response that was not streamed
+    status: int | None = None
+
+
+class FlowState:
+    """One metered exchange: its phase, and what that phase holds.
+
+    Its record, meter and key mask are made from :class:`Pending` by the
+    :class:`Maker`: under ``recorder proxy`` a few hundred milliseconds after the
+    request came, with those of the exchanges that came meanwhile (the code then
     runs with the CPU's caches warm, docs/performance.md), and at once whenever
     anything asks for them before that (``meter``, ``record``, ``key``).
     """
 
     __slots__ = (
         "_key",
+        "_maker",
         "_meter",
         "_record",
-        "answer",
-        "begin",
-        "body",
-        "broken",
-        "buffered",
-        "capture",
-        "decoder",
-        "end",
-        "ended_at",
+        "ending",
         "endpoint",
         "flow",
         "input_counts",
         "pending",
-        "pieces",
+        "phase",
         "reading",
-        "stamps",
-        "streaming",
         "t0",
+        "tap",
         "trace",
-        "unmetered",
     )
 
-    def __init__(
-        self,
-        endpoint: str,
-        t0: float,
-        pending: Pending | None = None,
-        begin: Callable[[FlowState], None] | None = None,
-    ) -> None:
+    def __init__(self, endpoint: str, t0: float, pending: Pending, maker: Maker) -> None:
+        self.phase = NOTED
         self.endpoint = endpoint
         self.t0 = t0
-        # what requestheaders read of the request, until ``begin`` makes the record
-        self.pending = pending
-        self.begin = begin
+        self.pending: Pending | None = pending
+        self._maker = maker
         self._meter: StreamMeter | None = None
         self._record: StreamRecord | None = None
         # every credential of the request, held only to mask echoes of them; never stored
         self._key: KeyMask | None = None
-        # before ``begin``: the request's body (its facts are read with the record)
-        # and the response's headers (time, status, request id, whether SSE)
-        self.body: bytes | None = None
-        self.answer: tuple[float, int, str | None, bool] | None = None
-        self.streaming = False
-        self.decoder: Decoder | None = None
-        self.broken = False  # the tap gave up on this stream (it still forwards)
-        self.ended_at: float | None = None
-        # with finish_delay, how the flow ended, for the batch that closes its record:
-        # (at, ending, transport error, a non-streamed body, its status)
-        self.end: tuple[float, str, str | None, bytes | None, int | None] | None = None
+        self.tap: Tap | None = None  # a tapped (streamed) body
+        self.ending: Ending | None = None  # ENDED: how, until the record is closed
         self.input_counts: InputCounts | None = None  # for estimating unreported input
-        self.capture: CapturedBody | None = None  # with capture_bodies, a tapped SSE body
-        self.unmetered: str | None = None  # why the stream's events could not be metered
         # a large request body being read on a worker thread (facts, input counts)
         self.reading: Future[tuple[RequestFacts, InputCounts | None]] | None = None
-        # pieces the tap has passed on but not metered yet, with their arrival times
-        self.pieces: list[bytes] = []
-        self.stamps: list[float] = []
-        self.buffered = 0  # bytes in self.pieces
         self.flow: http.HTTPFlow | None = None  # kept only for the web UI (keep_for_ui)
         # the request's W3C trace context (traceparent, tracestate), for the span observer
         self.trace: tuple[str, str | None] | None = None
 
-    def started(self, meter: StreamMeter, record: StreamRecord, key: KeyMask | None) -> None:
-        """``begin`` made them."""
-        self._meter, self._record, self._key = meter, record, key
-        self.pending = self.begin = None
+    def move(self, to: Phase) -> None:
+        """The next phase of its life (``lifecycle.MOVES``); raises IllegalMove."""
+        self.phase = move(self.phase, to)
 
     @property
-    def begun(self) -> bool:
-        """Whether ``begin`` has run (or failed: then the flow is not recorded)."""
-        return self.begin is None
+    def live(self) -> bool:
+        """Whether the exchange is still under way (NOTED or OPEN)."""
+        return self.phase in LIVE
 
     @property
     def made(self) -> bool:
         """Whether the record and meter exist."""
         return self._meter is not None
 
-    def begin_now(self) -> None:
-        begin = self.begin
-        if begin is not None:
-            self.begin = None  # once: a failure is not tried again on every piece
-            begin(self)
+    def started(self, meter: StreamMeter, record: StreamRecord, key: KeyMask | None) -> None:
+        """The maker made them: a NOTED exchange is OPEN now."""
+        self._meter, self._record, self._key = meter, record, key
+        self.pending = None
+        if self.phase is NOTED:
+            self.move(OPEN)
+
+    def make(self) -> None:
+        """Make the record now if it is not made yet (once: a failure is not tried
+        again on every piece)."""
+        if self.pending is not None and self._meter is None:
+            self._maker.make(self)
+            self.pending = None
 
     @property
     def meter(self) -> StreamMeter:
-        if self.begin is not None:
-            self.begin_now()
-        meter = self._meter
-        if meter is None:
-            raise RuntimeError("the flow has no meter (its record could not be made)")
-        return meter
+        if self._meter is None:
+            self.make()
+            if self._meter is None:
+                raise RuntimeError("the exchange has no meter (its record could not be made)")
+        return self._meter
 
     @property
     def record(self) -> StreamRecord:
-        if self.begin is not None:
-            self.begin_now()
-        record = self._record
-        if record is None:
-            raise RuntimeError("the flow has no record (it could not be made)")
-        return record
+        if self._record is None:
+            self.make()
+            if self._record is None:
+                raise RuntimeError("the exchange has no record (it could not be made)")
+        return self._record
 
     @property
     def key(self) -> KeyMask | None:
-        if self.begin is not None:
-            self.begin_now()
+        if self._meter is None:
+            self.make()
         return self._key
 
-    @key.setter
-    def key(self, value: KeyMask | None) -> None:
-        self._key = value
+    def forget_key(self) -> None:
+        """The record is settled: the credentials are not needed any more."""
+        self._key = None
+
+    def catch_up(self) -> None:
+        """Meter what the tap keeps waiting (never raises)."""
+        tap = self.tap
+        if tap is not None and tap.pieces:
+            tap.meter_waiting()
 
 
-@dataclass(slots=True)
-class Pending:
-    """What ``requestheaders`` reads of a request for its record (read there, so that
-    another addon changing the request afterwards changes nothing recorded)."""
-
-    headers: dict[str, str]  # the wanted ones, lower-case names (addon._pick_headers)
-    query: object  # the URL's query (a multidict), when the path has one
-    host: str
-    port: int
-    path: str
-    wall_ms: int  # Unix milliseconds at requestheaders: the record's id and started_at
-
-
-def _read_request(body: bytes, endpoint: str) -> tuple[RequestFacts, InputCounts | None]:
+def read_request_facts(body: bytes, endpoint: str) -> tuple[RequestFacts, InputCounts | None]:
     """The request's facts and the counts input estimation needs (never its text).
 
     With a tokenizer installed for the model (``recorder.proxy.tokenizers``), prompt
@@ -172,7 +190,35 @@ def _read_request(body: bytes, endpoint: str) -> tuple[RequestFacts, InputCounts
     return facts, count_request(body, endpoint, counter=counter, encoding=encoding)
 
 
-def _apply_facts(state: FlowState, facts: RequestFacts, counts: InputCounts | None) -> None:
+class RequestNotRead(ValueError):
+    """A request body whose facts cannot be read (bad input, not a fault of ours)."""
+
+
+def read_encoded_request(
+    raw: bytes, encoding: str | None, endpoint: str
+) -> tuple[RequestFacts, InputCounts | None]:
+    """``read_request_facts`` of a body as it came, content-encoded or not: decoded
+    here (on a worker thread), never to more than ``REQUEST_MAX_BYTES``."""
+    decoder = decoder_for(encoding)
+    if decoder is not None:
+        out = [decoder.decode(raw, REQUEST_MAX_BYTES + 1)]
+        size = len(out[0])
+        while decoder.backlog and size <= REQUEST_MAX_BYTES:
+            more = decoder.decode(b"", REQUEST_MAX_BYTES + 1 - size)
+            if not more:
+                break
+            out.append(more)
+            size += len(more)
+        if size > REQUEST_MAX_BYTES:
+            raise RequestNotRead(
+                f"the request body decodes to more than {REQUEST_MAX_BYTES >> 20} MiB"
+            )
+        raw = b"".join(out)
+    return read_request_facts(raw, endpoint)
+
+
+def apply_facts(state: FlowState, facts: RequestFacts, counts: InputCounts | None) -> None:
+    """The request's facts on the exchange's record."""
     state.input_counts = counts
     rec = state.record
     rec.model = facts.model

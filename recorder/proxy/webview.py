@@ -23,7 +23,6 @@ the arrival time of every piece (capped like captured bodies, 8 MiB a body,
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -34,10 +33,12 @@ from mitmproxy.hooks import UpdateHook
 from recorder.core import money
 from recorder.core.captured import CapturedBody
 from recorder.core.endpoints import endpoint_for
+from recorder.core.printable import printable
 from recorder.core.record import StreamRecord
 from recorder.core.transcript import transcript
-from recorder.proxy.addon import FlowState, Recorder
+from recorder.proxy.addon import Recorder
 from recorder.proxy.observers import Done, Observer
+from recorder.proxy.open_streams import StreamView
 
 log = logging.getLogger("recorder")
 
@@ -46,7 +47,6 @@ TIMELINE = "recorder.timeline"  # [(seconds since the request, piece length), ..
 ENDPOINT = "recorder.endpoint"
 STALL_AFTER = "recorder.stall_after"
 
-TICK_S = 1.0  # how often open streams' comments are brought up to date
 MARK_STALLED = ":warning:"
 MARK_BROKEN = ":red_circle:"
 INTERRUPTED = ("upstream_disconnect", "client_disconnect", "truncated")
@@ -54,7 +54,7 @@ INTERRUPTED = ("upstream_disconnect", "client_disconnect", "truncated")
 
 def summary(rec: StreamRecord) -> str:
     """The record in one line, with the words mitmweb's filter looks for."""
-    parts = [f"LLM {rec.model or rec.endpoint or '?'} {rec.outcome}"]
+    parts = [f"LLM {printable(rec.model or rec.endpoint or '?')} {rec.outcome}"]
     if rec.outcome == "error" and rec.http_status == 200:
         parts[0] += " ERROR-AFTER-200"
     elif rec.outcome in INTERRUPTED:
@@ -77,7 +77,8 @@ def summary(rec: StreamRecord) -> str:
     if rec.keepalives:
         parts.append(f"{rec.keepalives} keepalives")
     if rec.error_type or rec.error_message:
-        parts.append(f"{rec.error_type or 'error'}: {rec.error_message or ''}".strip(": "))
+        said = f"{rec.error_type or 'error'}: {rec.error_message or ''}".strip(": ")
+        parts.append(printable(said))
     return " | ".join(parts)
 
 
@@ -87,22 +88,22 @@ def _tokens(value: int | None, source: str) -> str:
     return f"~{value}" if source == "estimated" else str(value)
 
 
-def live_comment(state: FlowState, now: float, stall_after: float) -> tuple[str, bool]:
+def live_comment(view: StreamView, now: float, stall_after: float) -> tuple[str, bool]:
     """An open stream's comment from what its meter knows by now, and whether its
     output has been silent for ``stall_after`` or longer (a stall, now)."""
-    rec, meter = state.record, state.meter
-    first, last = meter.first_output_at, meter.last_output_at
-    silence = now - (last if last is not None else state.t0)
-    stalled = silence >= stall_after
-    head = f"LLM {rec.model or rec.endpoint or '?'} streaming"
+    first = view.first_output_at
+    since = view.silent_since
+    silence = now - (since if since is not None else view.t0)
+    stalled = view.stalled_since(now) is not None
+    head = f"LLM {printable(view.model or view.endpoint or '?')} streaming"
     if stalled:
         head += f" STALLED now, silent {silence:,.0f} s"
     parts = [head]
     if first is not None:
-        parts.append(f"TTFT {(first - state.t0) * 1000:,.0f} ms")
-    parts.append(f"{now - state.t0:,.0f} s so far")
-    if meter.keepalives:
-        parts.append(f"{meter.keepalives} keepalives")
+        parts.append(f"TTFT {(first - view.t0) * 1000:,.0f} ms")
+    parts.append(f"{now - view.t0:,.0f} s so far")
+    if view.keepalives:
+        parts.append(f"{view.keepalives} keepalives")
     return " | ".join(parts), stalled
 
 
@@ -183,8 +184,6 @@ class WebView(Observer):
         self.recorder = recorder
         self.active = False
         recorder.add_observer(self)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._timer: asyncio.TimerHandle | None = None
 
     def load(self, loader: Any) -> None:
         register_view()
@@ -197,28 +196,24 @@ class WebView(Observer):
             columns = list(ctx.options.web_columns)
             if "comment" not in columns:  # the summary, in the flow list itself
                 ctx.options.update(web_columns=[*columns, "comment"])
-            self._loop = asyncio.get_running_loop()
-            self._timer = self._loop.call_later(TICK_S, self._tick)
+            # metered bodies, and unmetered streams, pass as they arrive: the web
+            # interface still shows them whole once they have
+            ctx.options.update(store_streamed_bodies=True)
+            self.recorder.watch(self.walked)
+            self.recorder.walk.want()
 
-    def done(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._loop = None
-
-    def _tick(self) -> None:
-        """Once a second: the open streams' comments say what is known by now (time
-        to first token, age, a stall while it lasts), so a stalled stream is marked
-        and found in mitmweb before it ends."""
+    def walked(self, views: list[StreamView], now: float) -> None:
+        """The recorder's walk, once a second: the open streams' comments say what is
+        known by now (time to first token, age, a stall while it lasts), so a
+        stalled stream is marked and found in mitmweb before it ends."""
         try:
-            now = self.recorder._clock()
             after = self.recorder.config.stall_after
             changed = []
-            for state in list(self.recorder._flows.values()):
-                flow = state.flow
-                if flow is None or flow.response is None or not state.streaming:
+            for view in views:
+                flow = view.flow
+                if flow is None or flow.response is None or not view.streaming:
                     continue
-                text, stalled = live_comment(state, now, after)
+                text, stalled = live_comment(view, now, after)
                 if text != flow.comment:
                     flow.comment = text
                     if stalled:
@@ -228,9 +223,6 @@ class WebView(Observer):
                 ctx.master.addons.trigger(UpdateHook(changed))
         except Exception:
             log.exception("recorder: web view (traffic is unaffected)")
-        finally:
-            if self._loop is not None:
-                self._timer = self._loop.call_later(TICK_S, self._tick)
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         """A metered stream starts: say so on the flow at once."""

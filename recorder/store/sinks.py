@@ -12,23 +12,14 @@ import os
 import queue
 import threading
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
 from recorder.core.record import StreamRecord
+from recorder.core.sink import Sink
 
 log = logging.getLogger("recorder.sinks")
-
-
-class Sink(Protocol):
-    """Receives finished records."""
-
-    def submit(self, record: StreamRecord) -> None:
-        """Take a record; never blocks, never raises."""
-
-    def close(self) -> None:
-        """Write out everything submitted so far, then release resources."""
 
 
 def record_json(record: StreamRecord) -> bytes:

@@ -41,12 +41,15 @@ from tests.kit.flows import (
     start,
 )
 from tests.kit.records import TIMING_FIELDS
+from tests.kit.timers import Timers
 
 
 def make(**config: Any) -> tuple[Recorder, MemorySink, Clock]:
     sink = MemorySink()
     clock = Clock()
-    addon = Recorder(sink, RecorderConfig(key_secret=SECRET, **config), clock=clock)
+    addon = Recorder(
+        sink, RecorderConfig(key_secret=SECRET, **config), clock=clock, scheduler=Timers(clock)
+    )
     return addon, sink, clock
 
 
@@ -321,7 +324,7 @@ async def test_a_failing_meter_marks_the_kept_body_incomplete() -> None:
                 raise RuntimeError("bug in the meter")
 
         # the tap holds the meter's bound feed; break the framer beneath it
-        addon._flows[flow.id].meter.framer = Broken()  # type: ignore[assignment]
+        addon.streams.get(flow.id).meter.framer = Broken()  # type: ignore[union-attr,assignment]
         assert flow.response.stream(CHAT_SSE[:100]) == CHAT_SSE[:100]
         assert flow.response.stream(CHAT_SSE[100:200]) == CHAT_SSE[100:200]
         flow.response.stream(b"")

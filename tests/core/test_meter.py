@@ -474,7 +474,9 @@ def test_output_gap_between_consecutive_outputs() -> None:
     assert list(m.output_intervals) == [0.5, 2.0, 0.5]
 
 
-def test_wait_before_first_output_of_completed_stream_is_ttft_not_stall() -> None:
+def test_a_long_wait_for_the_first_output_is_a_stall_and_the_ttft() -> None:
+    # the silence a gateway cuts (no model output for so long) runs from the request
+    # start too: it is a stall, and still the time to the first token
     m = meter()
     m.headers(100.1, 200)
     m.feed(ROLE, 100.2)
@@ -483,29 +485,40 @@ def test_wait_before_first_output_of_completed_stream_is_ttft_not_stall() -> Non
     m.feed(text("b") + DONE, 105.5)
     rec = m.finish(105.5)
     assert rec.ttft_ms == 5000.0
-    assert rec.stalls == 0
-    assert rec.stall_ms == 0.0
-    assert rec.max_output_gap_ms == 500.0
-    assert not [g for g in rec.gaps if g.kind == "stall"]
+    assert rec.stalls == 1
+    assert rec.stall_ms == 5000.0
+    assert rec.max_output_gap_ms == 500.0  # output gaps are between outputs
+    assert [g for g in rec.gaps if g.kind == "stall"] == [Gap("stall", 0.0, 5000.0)]
 
 
-def test_single_output_completed_has_no_output_gap() -> None:
+def test_a_short_wait_for_the_first_output_is_no_stall() -> None:
+    m = meter()
+    m.feed(ROLE, 100.2)
+    m.feed(text("a"), 100.9)
+    m.feed(text("b") + DONE, 101.2)
+    rec = m.finish(101.2)
+    assert rec.ttft_ms == 900.0 and rec.stalls == 0 and rec.stall_ms == 0.0
+
+
+def test_single_output_completed_has_no_output_gap_but_a_stall_after_it() -> None:
+    # the wait after the last output counts as a stall, however the stream ends
     m = meter()
     m.feed(ROLE + text("a"), 100.5)
     m.feed(DONE, 110.0)
     rec = m.finish(110.0)
     assert rec.max_output_gap_ms is None
-    assert rec.stalls == 0
-    assert rec.stall_ms == 0.0
+    assert rec.stalls == 1
+    assert rec.stall_ms == 9500.0
+    assert [g for g in rec.gaps if g.kind == "stall"] == [Gap("stall", 500.0, 9500.0)]
 
 
-def test_completed_without_output_has_no_output_gap() -> None:
+def test_completed_without_output_has_no_output_gap_and_one_stall() -> None:
     m = meter()
     m.feed(ROLE, 100.5)
     m.feed(DONE, 110.0)
     rec = m.finish(110.0)
     assert rec.max_output_gap_ms is None
-    assert rec.stalls == 0
+    assert rec.stalls == 1 and rec.stall_ms == 10000.0  # the whole stream, silent
 
 
 def test_stall_between_outputs() -> None:
@@ -561,12 +574,13 @@ def test_keepalive_during_output_silence_does_not_end_the_stall() -> None:
     m.feed(DONE, 104.0)
     rec = m.finish(104.0)
     assert rec.keepalives == 9
-    assert rec.stalls == 1
-    assert rec.stall_ms == 3000.0
+    assert rec.stalls == 2  # (the first output came 1.0 s after the request: a stall too)
+    assert rec.stall_ms == 4000.0
     assert rec.max_output_gap_ms == 3000.0
     assert rec.max_keepalive_gap_ms == 300.0
     assert rec.max_silence_ms == 800.0  # 100.2 -> 101.0; keepalives keep bytes flowing
-    assert [g for g in rec.gaps if g.kind == "stall"] == [Gap("stall", 1000.0, 3000.0)]
+    stalls = [g for g in rec.gaps if g.kind == "stall"]
+    assert stalls == [Gap("stall", 0.0, 1000.0), Gap("stall", 1000.0, 3000.0)]
 
 
 def test_silence_running_into_a_cut_is_a_stall() -> None:
@@ -620,7 +634,7 @@ def test_error_outcome_counts_the_tail_silence() -> None:
     assert rec.stall_ms == 2000.0
 
 
-def test_incomplete_outcome_does_not_count_the_tail() -> None:
+def test_incomplete_outcome_counts_the_tail_as_a_stall_not_an_output_gap() -> None:
     m = meter("responses", stall_after=1.0)
     m.feed(RESP_CREATED + resp_text("a"), 100.5)
     m.feed(
@@ -639,7 +653,7 @@ def test_incomplete_outcome_does_not_count_the_tail() -> None:
     assert rec.interrupted is False
     assert rec.finish_reason == "max_output_tokens"
     assert rec.max_output_gap_ms is None
-    assert rec.stalls == 0
+    assert rec.stalls == 1 and rec.stall_ms == 4500.0
 
 
 def test_output_after_terminal_event_still_counts_as_output() -> None:
@@ -1116,8 +1130,8 @@ def test_output_intervals_capped_but_every_interval_counted(
     assert len(m.output_intervals) == 10
     assert len(m.keepalive_intervals) == 10
     assert rec.max_output_gap_ms == 7000.0
-    assert rec.stalls == 1
-    assert rec.stall_ms == 7000.0
+    assert rec.stalls == 2  # the 7 s gap, and the 250 s of keepalives after the last output
+    assert rec.stall_ms == 257000.0
     assert rec.output_chars == 1001
     assert rec.keepalives == 1000
     assert rec.events == 1003

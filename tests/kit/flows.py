@@ -13,7 +13,9 @@ from mitmproxy.test import tflow, tutils
 
 from recorder.proxy.addon import Recorder
 from recorder.proxy.config import RecorderConfig
+from recorder.proxy.scheduling import Scheduler
 from recorder.store.sinks import MemorySink
+from tests.kit.timers import Timers
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -38,12 +40,28 @@ class Clock:
         return self.now
 
 
-def make(**config: object) -> tuple[Recorder, MemorySink, Clock]:
-    """The addon on a memory sink and a fake clock; ``config`` sets RecorderConfig."""
+def make(
+    scheduler: Scheduler | None = None, **config: object
+) -> tuple[Recorder, MemorySink, Clock]:
+    """The addon on a memory sink and a fake clock; ``config`` sets RecorderConfig.
+    What it puts off runs on ``scheduler`` (``recorder.proxy.scheduling``; the
+    event loop's for tests that run the loop), by default on :class:`Timers` driven
+    by the fake clock (``timers_of(addon)``), so nothing runs unless the test says."""
     sink = MemorySink()
     clock = Clock()
-    rec = Recorder(sink, RecorderConfig(key_secret=SECRET, **config), clock=clock)  # type: ignore[arg-type]
+    rec = Recorder(
+        sink,
+        RecorderConfig(key_secret=SECRET, **config),  # type: ignore[arg-type]
+        clock=clock,
+        scheduler=scheduler if scheduler is not None else Timers(clock),
+    )
     return rec, sink, clock
+
+
+def timers_of(addon: Recorder) -> Timers:
+    """The test scheduler ``make`` gave ``addon``."""
+    assert isinstance(addon.scheduler, Timers)
+    return addon.scheduler
 
 
 def make_flow(
@@ -86,7 +104,7 @@ async def start(addon: Recorder, flow: http.HTTPFlow, clock: Clock) -> None:
     addon.requestheaders(flow)
     addon.request(flow)
     clock.now += 0.25
-    state = addon._flows.get(flow.id)
+    state = addon.streams.get(flow.id)
     for _ in range(2000):  # bounded: a count that never ends fails the test's checks
         if state is None or state.reading is None or state.reading.done():
             break

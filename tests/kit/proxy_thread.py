@@ -11,10 +11,11 @@ from typing import Any
 
 from recorder.core.price_files import shipped_prices
 from recorder.core.record import StreamRecord
+from recorder.core.sink import Sink
 from recorder.proxy.addon import Recorder
 from recorder.proxy.config import RecorderConfig
 from recorder.proxy.runner import Listener, ProxySettings, run_in_thread
-from recorder.store.sinks import FanoutSink, MemorySink, Sink
+from recorder.store.sinks import FanoutSink, MemorySink
 
 # Stall threshold for tests: time is scaled, the meaning is not (a 1.0 s
 # threshold against a 1.5 s silence is a stall; 0.2 s gaps are not).

@@ -37,6 +37,7 @@ from recorder.proxy.observers import RecordCallback
 from recorder.store.sinks import MemorySink
 from tests.kit import framing
 from tests.kit.flows import CHAT_SSE, MESSAGES_SSE, SECRET, Clock, pieces_of
+from tests.kit.timers import Timers
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -90,13 +91,14 @@ class WiredRecorder(Recorder):
             sink,
             RecorderConfig(key_secret=SECRET, **config),  # type: ignore[arg-type]
             clock=clock,
+            scheduler=Timers(clock),
             observers=[RecordCallback(on_record)],
         )
         metrics.watch_health(self.health)
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         super().requestheaders(flow)
-        state = self._flows.get(flow.id)
+        state = self.streams.get(flow.id)
         if state is not None:
             self.metrics.stream_started(state.record.endpoint, state.record.provider)
 
@@ -145,7 +147,7 @@ class Traffic:
         self.clock.now += 0.3
         # while the request is upstream, a worker thread counts its prompt's tokens
         # (with a tokenizer installed): let it, as the proxy's time would
-        state = self.addon._flows.get(flow.id)
+        state = self.addon.streams.get(flow.id)
         for _ in range(2000):
             if state is None or state.reading is None or state.reading.done():
                 break

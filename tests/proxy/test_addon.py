@@ -16,6 +16,8 @@ from recorder.core.keys import fingerprint
 from recorder.core.record import StreamRecord
 from recorder.proxy.addon import INLINE_PARSE_LIMIT, Recorder
 from recorder.proxy.config import RecorderConfig
+from recorder.proxy.tap import BATCH_BYTES, BATCH_PIECES, Tap
+from recorder.proxy.walk import WALK_S
 from recorder.store.sinks import MemorySink
 from tests.kit.flows import (
     CHAT_SSE,
@@ -28,6 +30,7 @@ from tests.kit.flows import (
     sse_response,
     start,
     stream_through,
+    timers_of,
 )
 
 
@@ -259,14 +262,18 @@ async def test_non_streamed_json_response() -> None:
         await start(addon, flow, clock)
         flow.response = tutils.tresp(
             headers=http.Headers([(b"content-type", b"application/json")]),
-            content=orjson.dumps(body),
+            content=None,
         )
         addon.responseheaders(flow)
-        assert not callable(flow.response.stream)
+        # streamed to the client as it comes (never buffered whole), read on the side
+        raw = orjson.dumps(body)
+        got = stream_through(flow, pieces_of(raw, 40), clock)
+        assert got == raw
         clock.now += 0.5
         addon.response(flow)
     (rec,) = sink.records
     assert rec.streamed is False and rec.outcome == "completed"
+    assert rec.content_mismatch is None
     assert (rec.input_tokens, rec.output_tokens, rec.output_chars) == (9, 3, 5)
     assert rec.finish_reason == "stop" and rec.response_id == "chatcmpl-1"
     assert rec.events is None
@@ -323,7 +330,7 @@ async def test_a_failing_meter_never_breaks_traffic() -> None:
                 raise RuntimeError("bug in the meter")
 
         # the tap holds the meter's bound feed; break the framer beneath it
-        addon._flows[flow.id].meter.framer = Broken()  # type: ignore[assignment]
+        addon.streams.get(flow.id).meter.framer = Broken()  # type: ignore[union-attr,assignment]
         out = stream_through(flow, pieces_of(CHAT_SSE, 500), clock)
         addon.response(flow)
     assert out == CHAT_SSE
@@ -341,7 +348,7 @@ async def test_hook_errors_are_caught_and_counted() -> None:
         await start(addon, flow, clock)
         flow.response = None
         flow.error = None
-        addon._flows[flow.id]._meter = None
+        addon.streams.get(flow.id)._meter = None  # type: ignore[union-attr]
         addon.error(flow)  # finishing with no meter raises inside; must be caught
     assert addon.health.internal_errors == 2  # finishing the record, completing its usage
     (rec,) = sink.records
@@ -395,20 +402,22 @@ async def test_a_large_request_body_is_read_without_holding_the_request() -> Non
         flow = make_flow(body=body)
         addon.requestheaders(flow)
         addon.request(flow)  # returns at once: the body is read on a worker thread
-        state = addon._flows[flow.id]
-        assert state.reading is not None
+        state = addon.streams.get(flow.id)
+        assert state is not None and state.reading is not None
         flow.response = sse_response()
         addon.responseheaders(flow)
         stream_through(flow, [CHAT_SSE], clock)
         addon.response(flow)
         for _ in range(200):  # the record waits for the body, then is finished on the loop
+            timers_of(addon).run_due()
             if sink.records:
                 break
             await asyncio.sleep(0.01)
     (rec,) = sink.records
     assert rec.model == "gpt-4o" and rec.include_usage is False
     assert rec.input_breakdown is not None and rec.input_breakdown["cjk"] >= 10000
-    assert addon.open_flows == 0 and not addon._deferred and addon.health.in_flight == 0
+    assert addon.open_flows == 0 and addon.finishing.waiting == 0
+    assert addon.health.in_flight == 0
 
 
 async def test_shutdown_waits_for_a_body_still_being_read() -> None:
@@ -450,7 +459,6 @@ async def test_metering_in_batches_changes_no_figure(size: int, cut: float | Non
     the one a meter fed piece by piece gives, across batch boundaries (count and
     bytes), and pieces still waiting when the flow ends (cut or not) are metered."""
     from recorder.core.meter import StreamMeter
-    from recorder.proxy.addon import BATCH_BYTES, BATCH_PIECES
 
     body = (CHAT_SSE.replace(b"\n\n", b"\n\n: ping\n\n", 3)) * 3  # keepalives, >1 batch
     pieces = pieces_of(body, size)
@@ -492,7 +500,7 @@ async def test_metering_in_batches_changes_no_figure(size: int, cut: float | Non
 
 
 def test_picked_headers_read_as_mitmproxy_reads_them() -> None:
-    from recorder.proxy.addon import _pick_headers
+    from recorder.proxy.making import pick_headers
 
     headers = http.Headers(
         [
@@ -504,7 +512,7 @@ def test_picked_headers_read_as_mitmproxy_reads_them() -> None:
         ]
     )
     wanted = frozenset({b"content-type", b"x-request-id", b"request-id", b"absent"})
-    picked = _pick_headers(headers, wanted)
+    picked = pick_headers(headers, wanted)
     assert picked == {
         name: headers[name] for name in ("content-type", "x-request-id", "request-id")
     }
@@ -533,7 +541,7 @@ async def test_finish_delay_completes_records_later_and_unchanged() -> None:
         # the streams have ended; their records wait
         assert later.health.in_flight == 0 and later.open_flows == 0
         assert sink_later.records == [] and later.health.records == 0
-        await asyncio.sleep(1.5)
+        timers_of(later).advance(1.5)
     assert len(sink_later.records) == 20 == later.health.records
     # in the order the streams ended, completed as they would be at once
     assert [r.id for r in sink_later.records] == sorted(r.id for r in sink_later.records)
@@ -600,7 +608,8 @@ async def test_a_small_prompt_is_counted_at_once_and_exactly() -> None:
         flow = make_flow(body=body)
         addon.requestheaders(flow)
         addon.request(flow)
-        state = addon._flows[flow.id]
+        state = addon.streams.get(flow.id)
+        assert state is not None
         assert len(flow.request.content or b"") < INLINE_PARSE_LIMIT
         # counted in the hook (a one-pass count of well under a microsecond): no
         # worker thread woken for it
@@ -625,67 +634,72 @@ async def test_a_small_prompt_is_counted_at_once_and_exactly() -> None:
     assert rec.model == "gpt-4o" and rec.include_usage is False
 
 
-async def test_the_sweep_meters_what_waits_in_every_open_flow_and_changes_no_figure(
+async def test_the_walk_meters_what_waits_in_every_open_flow_and_changes_no_figure(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Pieces short of a batch are metered by the sweep (a slice of flows per loop
+    """Pieces short of a batch are metered by the walk (a slice of flows per loop
     callback), not only when their flow ends: every open flow's meter has seen
     every piece soon after it passed, and the records are those of meters fed
-    piece by piece. A flow that ends while the sweep is under way is metered once,
+    piece by piece. A flow that ends while the walk is under way is metered once,
     by its end."""
     from recorder.core.meter import StreamMeter
-    from recorder.proxy import addon as addon_module
+    from recorder.proxy import walk
 
-    monkeypatch.setattr(addon_module, "SWEEP_S", 0.02)
-    monkeypatch.setattr(addon_module, "SWEEP_SLICE", 7)  # several callbacks a sweep
+    monkeypatch.setattr(walk, "WALK_SLICE", 7)  # several callbacks a walk
     addon, sink, clock = make()
+    timers = timers_of(addon)
     pieces = pieces_of(CHAT_SSE, len(CHAT_SSE) // 100 + 1)  # cut anywhere, 100 pieces
     half = len(pieces) // 2
-    # no batch fills: only the sweep meters
-    assert half < addon_module.BATCH_PIECES and len(CHAT_SSE) < addon_module.BATCH_BYTES
+    # no batch fills: only the walk meters
+    assert half < BATCH_PIECES and len(CHAT_SSE) < BATCH_BYTES
+
+    def tap_of(flow: http.HTTPFlow) -> Tap:
+        state = addon.streams.get(flow.id)
+        assert state is not None and state.tap is not None
+        return state.tap
+
     refs: dict[str, StreamMeter] = {}
     with taddons.context(addon):
         flows = [make_flow() for _ in range(12)]
         for flow in flows:
             await start(addon, flow, clock)
-            refs[flow.id] = StreamMeter("chat.completions", start=addon._flows[flow.id].t0)
+            state = addon.streams.get(flow.id)
+            assert state is not None
+            refs[flow.id] = StreamMeter("chat.completions", start=state.t0)
             flow.response = sse_response()
             refs[flow.id].headers(clock.now, 200)
             addon.responseheaders(flow)
+        assert addon.walk.scheduled
         for piece in pieces[:half]:
             for flow in flows:
                 clock.now += 0.001
                 refs[flow.id].feed(piece, clock.now)
                 assert flow.response.stream(piece) is piece  # type: ignore[union-attr,operator]
-        assert all(addon._flows[f.id].pieces for f in flows)
-        for _ in range(200):  # bounded: the sweep comes every 20 ms
-            await asyncio.sleep(0.01)
-            if not any(addon._flows[f.id].pieces for f in flows):
-                break
+        assert all(tap_of(f).waiting for f in flows)
+        timers.advance(WALK_S)  # one walk, in slices
         for flow in flows:
-            state = addon._flows[flow.id]
-            assert state.pieces == [] and state.stamps == []
-            assert state.meter.events == refs[flow.id].events > 0
-        # the rest; the first flows end while the next sweep has slices to go
+            assert not tap_of(flow).waiting
+            assert addon.streams.get(flow.id).meter.events == refs[flow.id].events > 0  # type: ignore[union-attr]
+        # the rest; the flows end while the next walk has slices to go
         for piece in pieces[half:]:
             for flow in flows:
                 clock.now += 0.001
                 refs[flow.id].feed(piece, clock.now)
                 flow.response.stream(piece)  # type: ignore[union-attr,operator]
-        await asyncio.sleep(0.03)
+        due = timers.next_due
+        assert due is not None
+        clock.now = max(clock.now, due)
+        assert timers.step()  # the walk's first slice
+        assert timers.pending  # its other slices
         ends = {}
         for flow in flows:
             clock.now += 0.001
             ends[flow.id] = clock.now
             flow.response.stream(b"")  # type: ignore[union-attr,operator]
             addon.response(flow)
-            await asyncio.sleep(0)
-        assert addon._flows == {}
-        for _ in range(10):  # the sweep stops once no flow is open
-            await asyncio.sleep(0.03)
-            if addon._sweep_timer is None:
-                break
-        assert addon._sweep_timer is None
+        assert addon.open_flows == 0
+        timers.run_due()  # the rest of the walk: nothing left to meter
+        assert not addon.walk.scheduled  # no open flow, no watcher: it stops
     assert len(sink.records) == len(flows)  # completed at once, in order
     for flow, rec in zip(flows, sink.records, strict=True):
         want = refs[flow.id].finish(ends[flow.id], ending="eof")
@@ -694,10 +708,10 @@ async def test_the_sweep_meters_what_waits_in_every_open_flow_and_changes_no_fig
         }
 
 
-async def test_metering_that_fails_in_the_sweep_marks_its_record_and_spares_the_others() -> None:
-    """Metering that raises while the sweep meters a flow's pieces: that stream is
-    recorded without its events, saying why; the other flows of the same sweep are
-    metered; no exception leaves the sweep, and the bytes still pass unchanged."""
+async def test_metering_that_fails_in_the_walk_marks_its_record_and_spares_the_others() -> None:
+    """Metering that raises while the walk meters a flow's pieces: that stream is
+    recorded without its events, saying why; the other flows of the same walk are
+    metered; no exception leaves the walk, and the bytes still pass unchanged."""
     addon, sink, clock = make()
     pieces = pieces_of(CHAT_SSE, len(CHAT_SSE) // 20 + 1)
     with taddons.context(addon):
@@ -706,22 +720,27 @@ async def test_metering_that_fails_in_the_sweep_marks_its_record_and_spares_the_
             await start(addon, flow, clock)
             flow.response = sse_response()
             addon.responseheaders(flow)
-        bad = addon._flows[flows[1].id]
+        states = [addon.streams.get(flow.id) for flow in flows]
+        bad = states[1]
+        assert bad is not None and bad.tap is not None
 
-        class Broken:  # a side decoder that fails on the sweep's first piece
-            def decode(self, data: bytes) -> bytes:
+        class Broken:  # a side decoder that fails on the walk's first piece
+            backlog = False
+
+            def decode(self, data: bytes, limit: int) -> bytes:
                 raise RuntimeError("meter broke")
 
-        bad.decoder = Broken()  # type: ignore[assignment]
+        bad.tap.decoder = Broken()  # type: ignore[assignment]
         for piece in pieces[:5]:
             for flow in flows:
                 clock.now += 0.001
                 assert flow.response.stream(piece) is piece  # type: ignore[union-attr,operator]
-        addon._sweep(None)
-        assert bad.broken and "meter broke" in (bad.unmetered or "")
+        timers_of(addon).advance(WALK_S)
+        assert bad.tap.broken and "meter broke" in (bad.tap.unmetered or "")
         assert addon.health.internal_errors == 1
-        for flow in (flows[0], flows[2]):
-            assert addon._flows[flow.id].pieces == [] and addon._flows[flow.id].meter.events
+        for state in (states[0], states[2]):
+            assert state is not None and state.tap is not None
+            assert not state.tap.waiting and state.meter.events
         for piece in pieces[5:]:
             for flow in flows:
                 assert flow.response.stream(piece) is piece  # type: ignore[union-attr,operator]
@@ -729,5 +748,3 @@ async def test_metering_that_fails_in_the_sweep_marks_its_record_and_spares_the_
             flow.response.stream(b"")  # type: ignore[union-attr,operator]
             addon.response(flow)
     assert [r.recorder_error is not None for r in sink.records] == [False, True, False]
-    assert "meter broke" in (sink.records[1].recorder_error or "")
-    assert sink.records[0].output_chars == sink.records[2].output_chars > 0

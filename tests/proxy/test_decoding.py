@@ -30,11 +30,47 @@ def pieces(data: bytes, size: int) -> list[bytes]:
     ],
 )
 @pytest.mark.parametrize("size", [1, 7, 4096])
-def test_decoders_restore_the_body(coding: str, compress: object, size: int) -> None:
+@pytest.mark.parametrize("limit", [1, 100, 1 << 20])
+def test_decoders_restore_the_body(coding: str, compress: object, size: int, limit: int) -> None:
+    """Whatever the pieces and however little is asked for each time, the backlog
+    drained gives the body, never more than asked for per call."""
     decoder = decoder_for(coding)
     assert decoder is not None
     encoded = compress(BODY)  # type: ignore[operator]
-    assert b"".join(decoder.decode(p) for p in pieces(encoded, size)) == BODY
+    out = []
+    for p in pieces(encoded, size):
+        got = decoder.decode(p, limit)
+        # (brotli's buffer grows in steps past what is asked for: at most about twice)
+        assert len(got) <= (2 * limit + (1 << 16) if coding == "br" else limit)
+        out.append(got)
+        while decoder.backlog and (more := decoder.decode(b"", limit)):
+            out.append(more)
+    assert b"".join(out) == BODY
+    assert not decoder.backlog
+
+
+BOMB = b"data: " + b"x" * (64 << 20) + b"\n\n"  # 64 MiB of one letter: a few KiB encoded
+
+
+@pytest.mark.parametrize(
+    ("coding", "compress"),
+    [("gzip", gzip.compress), ("br", brotli.compress), ("zstd", zstd.compress)],
+)
+def test_a_bomb_gives_no_more_than_asked_for_and_waits(coding: str, compress: object) -> None:
+    encoded = compress(BOMB)  # type: ignore[operator]
+    assert len(encoded) < len(BOMB) // 500
+    decoder = decoder_for(coding)
+    assert decoder is not None
+    # (brotli's buffer grows in steps past what is asked for: at most about twice)
+    bound = (2 << 20 if coding == "br" else 1 << 20) + (1 << 16)
+    first = decoder.decode(encoded, 1 << 20)
+    assert 0 < len(first) <= bound  # a slice, not 64 MiB
+    assert decoder.backlog  # the rest waits for later calls
+    total = len(first)
+    while decoder.backlog and (more := decoder.decode(b"", 1 << 20)):
+        assert len(more) <= bound
+        total += len(more)
+    assert total == len(BOMB)
 
 
 def test_identity_and_absent_need_no_decoder() -> None:

@@ -5,7 +5,6 @@ one, and closing waits for hung request-body reads once for all records."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from concurrent.futures import Future
 
@@ -20,6 +19,7 @@ from recorder.core.request import RequestFacts
 from recorder.metrics.exporter import Metrics
 from recorder.proxy import finishing
 from recorder.proxy.addon import BATCH_PIECES, Recorder
+from recorder.proxy.finishing import FINISH_SLICE
 from recorder.proxy.observers import Done, MetricsObserver, Observer, RecordCallback
 from tests.kit.flows import (
     CHAT_SSE,
@@ -31,10 +31,11 @@ from tests.kit.flows import (
     sse_response,
     start,
     stream_through,
+    timers_of,
 )
 
 # more flows than one slice completes, so that the batch comes back for the rest
-FLOWS = 2 * Recorder.FINISH_SLICE + 3
+FLOWS = 2 * FINISH_SLICE + 3
 
 
 class Seen(Observer):
@@ -104,7 +105,7 @@ async def _run(finish_delay: float, *observers: Observer) -> tuple[list[StreamRe
         ended = await _flows(addon, clock)
         if finish_delay:
             assert sink.records == []  # they wait for the batch
-            await asyncio.sleep(finish_delay + 0.2)
+            timers_of(addon).advance(finish_delay + 0.2)
         assert len(sink.records) == FLOWS
     addon.done()
     # completed in the order the flows ended, and so submitted
@@ -148,7 +149,7 @@ async def test_a_sink_that_fails_on_a_record_loses_only_that_one() -> None:
     sink.submit = failing_once  # type: ignore[method-assign]
     with taddons.context(addon):
         await _flows(addon, clock)
-        await asyncio.sleep(0.25)
+        timers_of(addon).advance(0.25)
     addon.done()
     assert addon.health.internal_errors == 1
     assert addon.health.records == FLOWS - 1  # submitted: what the sink took
@@ -182,7 +183,9 @@ async def test_closing_waits_for_hung_body_reads_once_for_all(
             flow = make_flow(body=body)
             addon.requestheaders(flow)
             addon.request(flow)
-            addon._flows[flow.id].reading = Hung(waits)
+            state = addon.streams.get(flow.id)
+            assert state is not None
+            state.reading = Hung(waits)
             flow.response = sse_response()
             addon.responseheaders(flow)
             stream_through(flow, [CHAT_SSE], clock)

@@ -19,6 +19,8 @@ from recorder.core.short_id import short_id
 from recorder.proxy.addon import BATCH_PIECES, Recorder
 from recorder.proxy.live import SNAPSHOT_SLICE, Live, Printer
 from recorder.proxy.live_lines import duration
+from recorder.proxy.scheduling import LoopScheduler, Scheduler
+from recorder.proxy.state import FlowState
 from recorder.store.sinks import MemorySink
 from tests.kit.flows import (
     CHAT_SSE,
@@ -66,13 +68,19 @@ class Ticks:
 
 
 def wired(
-    out: io.StringIO | None = None, **kw: Any
+    out: io.StringIO | None = None, scheduler: Scheduler | None = None, **kw: Any
 ) -> tuple[Recorder, MemorySink, Clock, Live, io.StringIO, Ticks]:
-    addon, sink, clock = make(stall_after=30.0)
+    addon, sink, clock = make(scheduler, stall_after=30.0)
     out = out if out is not None else io.StringIO()
     ticks = Ticks()
     live = Live(addon, out=out, on_tick=ticks, wall=lambda: 1_790_000_000.0, **kw)
     return addon, sink, clock, live, out, ticks
+
+
+def state_of(addon: Recorder, flow: http.HTTPFlow) -> FlowState:
+    state = addon.streams.get(flow.id)
+    assert state is not None
+    return state
 
 
 def lines(out: io.StringIO) -> list[str]:
@@ -235,7 +243,7 @@ async def test_a_stall_is_reported_when_it_starts_and_when_output_resumes() -> N
         flow = await open_stream(addon, clock)
         feed(flow, clock, ROLE)
         feed(flow, clock, delta("Hi"))
-        addon._meter_pieces(addon._flows[flow.id])  # as a full batch would
+        state_of(addon, flow).catch_up()  # as a full batch would
         live.tick()
         for _ in range(3):  # keepalives fill the silence; they are not output
             feed(flow, clock, b": keepalive\n\n", after=9.0)
@@ -245,20 +253,20 @@ async def test_a_stall_is_reported_when_it_starts_and_when_output_resumes() -> N
         clock.now += 3.5
         live.tick()
         (began,) = lines(out)
-        rid = addon._flows[flow.id].record.id
+        rid = state_of(addon, flow).record.id
         assert rid is not None
-        assert f"stall: {short_id(rid)}… chat.completions gpt-4o silent 30 s" in began
+        assert f"stall: {short_id(rid)} chat.completions gpt-4o silent 30 s" in began
         assert "3 keepalives meanwhile" in began
         assert ticks.stalled == {("chat.completions", "openai"): 1}
         live.tick()  # still stalled: no second line
         assert len(lines(out)) == 1
         clock.now += 9.49
         feed(flow, clock, delta(" again"))  # 40 s after "Hi"
-        addon._meter_pieces(addon._flows[flow.id])
+        state_of(addon, flow).catch_up()
         live.tick()
         assert ticks.stalled == {}
         over = lines(out)[1]
-        assert f"stall over: {short_id(rid)}…" in over
+        assert f"stall over: {short_id(rid)} " in over
         assert "output resumed after 40 s silent" in over
         feed(flow, clock, b"data: [DONE]\n\n")
         flow.response.stream(b"")  # type: ignore[union-attr,operator]
@@ -312,7 +320,8 @@ async def test_a_batch_waiting_to_be_metered_is_not_taken_for_silence() -> None:
         flow = await open_stream(addon, clock)
         feed(flow, clock, ROLE, after=28.75)
         feed(flow, clock, delta("late"))
-        assert len(addon._flows[flow.id].pieces) == 2 < BATCH_PIECES
+        tap = state_of(addon, flow).tap
+        assert tap is not None and len(tap.pieces) == 2 < BATCH_PIECES
         clock.now += 2
         live.tick()
         assert lines(out) == [] and ticks.stalled == {}
@@ -361,6 +370,7 @@ async def test_error_responses_and_json_bodies_never_stall() -> None:
 async def test_snapshot_shows_open_streams_by_silence_and_the_finished_ones() -> None:
     addon, sink, clock, live, _, _ = wired()
     with taddons.context(addon, live):
+        live.running()  # the proxy's event loop
         done = await open_stream(addon, clock)
         stream_through(done, pieces_of(CHAT_SSE, 97), clock)
         addon.response(done)
@@ -373,8 +383,8 @@ async def test_snapshot_shows_open_streams_by_silence_and_the_finished_ones() ->
         feed(busy, clock, delta("Hey"))
         snap = orjson.loads(live.snapshot_json())
     first, second = snap["open"]
-    assert first["id"] == addon._flows[quiet.id].record.id and first["stalled"] is True
-    assert second["id"] == addon._flows[busy.id].record.id and second["stalled"] is False
+    assert first["id"] == state_of(addon, quiet).record.id and first["stalled"] is True
+    assert second["id"] == state_of(addon, busy).record.id and second["stalled"] is False
     assert first["silence_s"] > 40 > second["silence_s"]
     assert first["key_last4"] == "wxyz" and first["output_chars"] == 5
     assert first["output_tokens"] >= 1 and first["output_tokens_estimated"] is True
@@ -401,7 +411,7 @@ async def test_the_finished_list_keeps_the_last_hundred_newest_first() -> None:
 async def test_streams_asked_from_another_thread_are_read_on_the_loop_in_slices() -> None:
     # GET /streams is served on the metrics server's thread; with more open streams
     # than one slice, every one of them is still in the document, once
-    addon, _, clock, live, _, _ = wired()
+    addon, _, clock, live, _, _ = wired(scheduler=LoopScheduler())
     with taddons.context(addon, live):
         live.running()  # the proxy's event loop
         flows = [await open_stream(addon, clock) for _ in range(SNAPSHOT_SLICE * 2 + 7)]
@@ -410,7 +420,7 @@ async def test_streams_asked_from_another_thread_are_read_on_the_loop_in_slices(
         doc = orjson.loads(await asyncio.to_thread(live.snapshot_json))
         live.done()
     ids = [row["id"] for row in doc["open"]]
-    assert sorted(ids) == sorted(s.record.id for s in addon._flows.values())
+    assert sorted(ids) == sorted(s.record.id for s in addon.streams)
     assert len(ids) == len(flows)
 
 

@@ -6,7 +6,6 @@ costs its flow's record and nothing else."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 
 import orjson
@@ -17,6 +16,7 @@ from mitmproxy.test import taddons, tflow, tutils
 from recorder.core.keys import fingerprint
 from recorder.core.record import FIELDS, StreamRecord
 from recorder.proxy import addon as addon_module
+from recorder.proxy import making
 from recorder.proxy.addon import INLINE_PARSE_LIMIT, Recorder
 from recorder.proxy.observers import Observer
 from tests.kit.flows import (
@@ -30,6 +30,7 @@ from tests.kit.flows import (
     sse_response,
     start,
     stream_through,
+    timers_of,
 )
 
 # a gateway's key, of no provider's shape: only the request's key mask can find it
@@ -43,14 +44,15 @@ KEY_HEADERS = [
 Run = Callable[[Recorder, Clock, float], Awaitable[None]]
 
 
-async def _pause(wait: float) -> None:
+async def _pause(addon: Recorder, wait: float) -> None:
     if wait:
-        await asyncio.sleep(wait)  # the loop runs: a batch of starts may come now
+        # the loop runs (the test's clock stands still): a batch of starts may come now
+        timers_of(addon).run_due()
 
 
 async def _chat(addon: Recorder, clock: Clock, wait: float, flow: http.HTTPFlow, size: int) -> None:
     await start(addon, flow, clock)
-    await _pause(wait)
+    await _pause(addon, wait)
     flow.response = sse_response()
     addon.responseheaders(flow)
     stream_through(flow, pieces_of(CHAT_SSE, size), clock)
@@ -75,7 +77,7 @@ async def sse_messages_cut(addon: Recorder, clock: Clock, wait: float) -> None:
     await start(addon, flow, clock)
     flow.response = sse_response()
     addon.responseheaders(flow)
-    await _pause(wait)
+    await _pause(addon, wait)
     stream_through(flow, pieces_of(MESSAGES_SSE[:900], 50), clock)
     clock.now += 1.0
     flow.error = tflow.terr("Client disconnected.")
@@ -91,7 +93,7 @@ async def json_error_echoing_the_key(addon: Recorder, clock: Clock, wait: float)
         content=orjson.dumps({"error": {"message": f"Incorrect API key provided: {KEY}."}}),
     )
     addon.responseheaders(flow)
-    await _pause(wait)
+    await _pause(addon, wait)
     addon.response(flow)
 
 
@@ -136,7 +138,7 @@ async def test_a_record_made_later_is_the_record_made_at_once(run: Run) -> None:
             await run(addon, clock, wait)
             assert addon.open_flows == 0 and addon.health.in_flight == 0
             if finish < 1:
-                await asyncio.sleep(0.1)
+                timers_of(addon).advance(0.1)
                 assert len(sink.records) == 1  # by the batch, not by done
         addon.done()
         (rec,) = sink.records
@@ -159,16 +161,18 @@ async def test_records_wait_for_their_batch_and_are_made_in_order() -> None:
 
     addon, sink, _clock = make(start_delay=0.05)
     addon.add_observer(Starts())
-    flows = [make_flow(headers=KEY_HEADERS) for _ in range(3 * Recorder.START_SLICE + 1)]
+    flows = [make_flow(headers=KEY_HEADERS) for _ in range(3 * addon_module.START_SLICE + 1)]
     with taddons.context(addon):
         for flow in flows:
             addon.requestheaders(flow)
             addon.request(flow)
         assert started == [] and addon.open_flows == len(flows)
         assert addon.health.in_flight == len(flows)  # counted at once
-        await asyncio.sleep(0.3)  # the batch, in slices of START_SLICE
-        assert len(started) == len(flows)
-        states = [addon._flows[f.id] for f in flows]
+        timers = timers_of(addon)
+        timers.advance(0.05)
+        # the batch, in slices of START_SLICE, each its own callback
+        assert len(started) == len(flows) and timers.ran == 4
+        states = [addon.streams.get(f.id) for f in flows]
         assert [s.record.id for s in states] == started  # made in the order they came
         for state in states:
             assert state.record.model == "gpt-4o"  # the body's facts, read with it
@@ -202,7 +206,7 @@ async def test_what_requestheaders_read_is_recorded_though_the_request_changes()
 async def test_a_record_that_cannot_be_made_costs_only_its_flow(
     monkeypatch: pytest.MonkeyPatch, in_batch_of: str
 ) -> None:
-    real = addon_module.StreamMeter
+    real = making.StreamMeter
     made = 0
 
     def meter(*args: object, **kwargs: object) -> object:
@@ -212,7 +216,7 @@ async def test_a_record_that_cannot_be_made_costs_only_its_flow(
             raise RuntimeError("bug making the meter")
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(addon_module, "StreamMeter", meter)
+    monkeypatch.setattr(making, "StreamMeter", meter)
     # made by the batch of starts, before the responses; or by the batch that closes
     # the ended flows' records, one after the other
     starts = in_batch_of == "starts"
@@ -227,7 +231,7 @@ async def test_a_record_that_cannot_be_made_costs_only_its_flow(
             assert len(sink.records) == 2 and addon.cut_at_shutdown == 3
             assert addon.health.in_flight == 0 and addon.open_flows == 0
             return
-        await asyncio.sleep(0.1)
+        timers_of(addon).advance(0.1)
         assert addon.open_flows == (2 if starts else 3)
         got = []
         for flow in flows:
@@ -239,7 +243,7 @@ async def test_a_record_that_cannot_be_made_costs_only_its_flow(
                 continue
             got.append(stream_through(flow, pieces_of(CHAT_SSE, 200), clock))
             addon.response(flow)
-        await asyncio.sleep(0.1)
+        timers_of(addon).advance(0.1)
     assert got == [CHAT_SSE] * len(got)  # the client got every byte
     assert len(sink.records) == 2 and all(r.events for r in sink.records)
     assert addon.health.internal_errors >= 1

@@ -1,0 +1,168 @@
+"""Making an exchange's record: from what ``requestheaders`` read of the request
+(:class:`~recorder.proxy.state.Pending`), its record (id, start time, upstream,
+project, the API key's fingerprint), its meter and the mask of its credentials;
+then what the hooks read meanwhile (the request body's facts, the response's
+headers) is put on it.
+
+A record that cannot be made drops the exchange (it is not recorded, as when
+``requestheaders`` fails): a record without its key mask could store an echo of
+a key.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from mitmproxy import http
+
+from recorder.core.captured import CapturedRecord
+from recorder.core.keys import KeyMask, authenticating_key, fingerprint, request_keys
+from recorder.core.meter import StreamMeter
+from recorder.core.record import StreamRecord
+from recorder.proxy.config import RecorderConfig
+from recorder.proxy.ids import new_record_start
+from recorder.proxy.internal_errors import InternalErrors
+from recorder.proxy.lifecycle import DROPPED
+from recorder.proxy.state import (
+    Answer,
+    FlowState,
+    Pending,
+    apply_facts,
+    read_request_facts,
+)
+from recorder.proxy.tap import Unmetered
+
+REQUEST_HEADERS = frozenset(
+    {
+        b"authorization",
+        b"x-api-key",
+        b"api-key",
+        b"x-goog-api-key",
+        b"proxy-authorization",
+        b"openai-project",
+        b"anthropic-workspace",
+        b"openai-organization",
+        b"accept-encoding",
+        b"traceparent",
+        b"tracestate",
+    }
+)
+RESPONSE_HEADERS = frozenset({b"x-request-id", b"request-id", b"content-type", b"content-encoding"})
+
+
+def pick_headers(headers: http.Headers, wanted: frozenset[bytes]) -> dict[str, str]:
+    """The ``wanted`` headers (lower-case names) of ``headers``, read as
+    ``headers.get`` reads them (repeated ones folded with ", ", values decoded as
+    UTF-8 with surrogateescape), in one pass over the raw fields: an exchange needs
+    a dozen lookups, and each ``get`` walks and converts every field again."""
+    out: dict[str, str] = {}
+    for name, value in headers.fields:
+        low = name.lower()
+        if low in wanted:
+            key = low.decode("ascii")
+            text = value.decode("utf-8", "surrogateescape")
+            out[key] = f"{out[key]}, {text}" if key in out else text
+    return out
+
+
+def header_text(value: str | None) -> str | None:
+    """A header value as clean text: mitmproxy keeps undecodable bytes as lone
+    surrogates, which no database or JSON encoder accepts; they become U+FFFD."""
+    if not value:
+        return None
+    return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def pending_of(request: http.Request, headers: dict[str, str]) -> Pending:
+    """What the record needs of ``request``, read now."""
+    path = request.path
+    return Pending(
+        headers,
+        request.query if "?" in path else None,  # some gateways take keys there
+        request.host,
+        request.port,
+        path,
+        time.time_ns() // 1_000_000,
+    )
+
+
+def answer(state: FlowState, got: Answer) -> None:
+    """The response's headers, on the record and its meter."""
+    state.meter.headers(got.at, got.status)
+    rec = state.record
+    rec.request_id = got.request_id
+    if not got.sse:
+        rec.streamed = False
+
+
+class RecordMaker:
+    """Makes the records of the recorder's exchanges (the :class:`Maker` of their
+    :class:`FlowState`)."""
+
+    def __init__(
+        self,
+        config: RecorderConfig,
+        errors: InternalErrors,
+        on_start: Callable[[StreamRecord], None],
+        on_drop: Callable[[FlowState], None],
+    ) -> None:
+        self.config = config
+        self._errors = errors
+        self._on_start = on_start  # the observers' stream_started
+        self._on_drop = on_drop  # the recorder lets go of a dropped exchange
+
+    def make(self, state: FlowState) -> None:
+        """Make ``state``'s record, meter and key mask; or drop it (never raises)."""
+        try:
+            self._make(state)
+        except Exception:
+            self._errors("requestheaders")
+            if not state.made:
+                if state.tap is not None:  # forwards, and meters nothing
+                    state.tap.give_up(Unmetered.TAP_FAILED, "its record could not be made")
+                state.move(DROPPED)
+                self._on_drop(state)
+
+    def _make(self, state: FlowState) -> None:
+        pending = state.pending
+        if pending is None:
+            raise RuntimeError("nothing was noted of this exchange")
+        headers, query = pending.headers, pending.query
+        key = header_text(
+            authenticating_key(
+                headers, query, endpoint=state.endpoint, host=pending.host, path=pending.path
+            )
+        )
+        record_id, started_at = new_record_start(pending.wall_ms)
+        rec = (CapturedRecord if self.config.capture_bodies else StreamRecord)(
+            id=record_id,
+            started_at=started_at,
+            upstream=f"{pending.host}:{pending.port}",
+            project=header_text(
+                headers.get("openai-project") or headers.get("anthropic-workspace")
+            ),
+            organization=header_text(headers.get("openai-organization")),
+            api_key_id=fingerprint(key, self.config.key_secret) if key else None,
+        )
+        meter = StreamMeter(
+            state.endpoint,
+            start=state.t0,
+            stall_after=self.config.stall_after,
+            max_event_bytes=self.config.max_event_bytes,
+            record=rec,
+        )
+        state.started(meter, rec, KeyMask.of(request_keys(headers, query)))
+        if "traceparent" in headers:  # forwarded untouched; read for the span only
+            state.trace = (headers["traceparent"], headers.get("tracestate"))
+        try:
+            self._on_start(rec)  # after the meter, which sets endpoint and provider
+        except Exception:
+            self._errors("observer")
+        if pending.body is not None:
+            try:
+                apply_facts(state, *read_request_facts(pending.body, state.endpoint))
+            except Exception:
+                self._errors("request")
+        if pending.answer is not None:
+            answer(state, pending.answer)

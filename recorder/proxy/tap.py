@@ -1,0 +1,349 @@
+"""The body tap: what mitmproxy calls with every piece of a metered response body.
+
+It stamps the piece with the clock, keeps it and returns the bytes unchanged, at
+once: the client receives exactly what the upstream sent, as it arrives, whatever
+the body is. The kept pieces are metered in batches (``BATCH_PIECES`` pieces or
+``BATCH_BYTES`` bytes, whichever comes first), by the recorder's periodic walk
+(``recorder.proxy.walk``) once a second, and when the exchange ends: the meter's
+code then runs hot, several events in a row, instead of once between each two of
+mitmproxy's own steps (docs/performance.md). Times are kept per piece, so no
+figure changes.
+
+What the body is, is told from the body (as ``recorder replay`` does), not from its
+declared Content-Type: an event stream is fed to the meter; a JSON answer (not
+streamed, or an error) is kept, up to ``JSON_MAX_BYTES``, and read whole at the
+end. A body whose declared type says otherwise is metered all the same, and the
+record says so (``content_mismatch``).
+
+A compressed body is decoded on the side, bounded (``recorder.proxy.decoding``):
+``DECODE_SLICE`` bytes at most per metering, so that no metering holds the event
+loop long however the body decompresses, and ``DECODE_MAX_BYTES`` at most per body;
+past it the rest passes unmetered and the record says why.
+
+With a capture (``--capture-bodies``, or mitmweb's view) each piece is metered as
+it comes, and an event stream's decoded pieces are kept with their times.
+
+A tap that fails (a decoder that cannot decode, a meter that raises) gives up on
+the body: it still hands every byte on, and the record says why its events are
+missing (:class:`Unmetered`).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+
+from recorder.core.captured import CapturedBody
+from recorder.core.meter import StreamMeter
+from recorder.proxy.decoding import Decoder
+from recorder.proxy.internal_errors import InternalErrors
+
+BATCH_PIECES = 128
+BATCH_BYTES = 64 * 1024
+# decoded bytes per metering of a compressed body (a block of about a millisecond)
+DECODE_SLICE = 1 << 20
+# when the exchange ends, what is left to decode, at most
+DECODE_AT_END = 8 << 20
+DECODE_MAX_BYTES = 64 << 20  # per body
+JSON_MAX_BYTES = 16 << 20  # a body that is not streamed, kept to be read at the end
+HEAD_MAX_BYTES = 64 << 10  # read to tell what a body is, at most
+REQUEST_MAX_BYTES = 64 << 20  # a request body read for its facts, at most (decoded too)
+# what is looked at to tell an event stream from JSON
+_SSE_STARTS = (b"data:", b"event:", b":", b"id:", b"retry:")
+_WHITESPACE = b" \t\r\n\xef\xbb\xbf"  # (a UTF-8 byte order mark too)
+
+
+class BodyKind(enum.Enum):
+    SSE = "an event stream"
+    JSON = "JSON"
+
+
+class Unmetered(enum.Enum):
+    """Why a body's events were not metered, or not all (the record's ``recorder_error``)."""
+
+    UNDECODABLE = "content-encoding {detail} cannot be decoded"
+    STREAMED_BY_ANOTHER = "another addon streams this response"
+    TAP_FAILED = "the stream tap failed ({detail})"
+    DECODED_TOO_LARGE = "the body decodes to more than {detail}: the rest was not metered"
+    DECODED_FASTER = (
+        "the body decodes to more than could be metered as it came ({detail} decoded):"
+        " the rest was not metered"
+    )
+    JSON_TOO_LARGE = "the body is over {detail}: it was not read"
+    NOT_A_BODY_WE_READ = "the body is neither an event stream nor JSON ({detail})"
+
+    def say(self, detail: str = "") -> str:
+        return self.value.format(detail=detail)
+
+
+def declared_kind(content_type: str) -> BodyKind | None:
+    """What the declared Content-Type says the body is (None: it does not say)."""
+    low = content_type.lower()
+    if "text/event-stream" in low:
+        return BodyKind.SSE
+    if "json" in low:
+        return BodyKind.JSON
+    return None
+
+
+def _mib(n: int) -> str:
+    return f"{n >> 20} MiB"
+
+
+class Tap:
+    """The tapped body of one exchange: pieces waiting for the meter, the decoder,
+    what the body is, the capture, and whether the tap has given up."""
+
+    __slots__ = (
+        "_buffered",
+        "_decoded",
+        "_errors",
+        "_head",
+        "_json",
+        "_last_stamp",
+        "_meter",
+        "_seen",
+        "broken",
+        "capture",
+        "content_type",
+        "decoder",
+        "ended_at",
+        "kind",
+        "mismatch",
+        "pieces",
+        "stamps",
+        "unmetered",
+    )
+
+    def __init__(
+        self,
+        meter: Callable[[], StreamMeter],
+        decoder: Decoder | None,
+        errors: InternalErrors,
+        content_type: str = "text/event-stream",
+    ) -> None:
+        # the meter is asked for only when pieces are metered: the exchange's record
+        # may not be made yet when its body starts
+        self._meter = meter
+        self._errors = errors
+        self.decoder = decoder
+        self.content_type = content_type
+        # what the body is: an event stream unless it turns out otherwise (told from
+        # its first bytes); the declared type is the guess until then
+        self.kind: BodyKind | None = None
+        self.mismatch: str | None = None  # the declared type said otherwise
+        self.capture: CapturedBody | None = None
+        self.pieces: list[bytes] = []
+        self.stamps: list[float] = []
+        self._buffered = 0  # bytes in pieces
+        self._seen = False  # whether a piece came through the tap
+        self._decoded = 0  # bytes the decoder gave, in all
+        self._last_stamp = 0.0  # of the last piece taken in (for a decoder's backlog)
+        self._head: list[tuple[bytes, float]] = []  # read before the kind is known
+        self._json = bytearray()
+        self.broken = False  # given up: still forwards, meters nothing
+        self.unmetered: str | None = None  # why, for the record
+        self.ended_at: float | None = None  # when mitmproxy ended the body (b"")
+
+    @property
+    def waiting(self) -> bool:
+        """Whether pieces wait to be metered (or decoded output of earlier ones)."""
+        if self.pieces:
+            return True
+        decoder = self.decoder
+        return decoder is not None and decoder.backlog and not self.broken
+
+    @property
+    def json_body(self) -> bytes | None:
+        """A body that is not an event stream, as read (None for an event stream, or
+        when it was not read)."""
+        if self.kind is not BodyKind.JSON or self.broken:
+            return None
+        return bytes(self._json)
+
+    def give_up(self, why: Unmetered, detail: str = "") -> None:
+        """Meter no more of this body; the record will say why."""
+        self.broken = True
+        self.unmetered = why.say(detail)
+        self._json.clear()
+
+    def meter_waiting(self, *, final: bool = False) -> None:
+        """Meter the pieces kept so far, each at its own arrival time; ``final`` when
+        the exchange ends (what a decoder still holds is decoded then, bounded). A
+        failure gives up on the body (counted), never raises."""
+        pieces, stamps = self.pieces, self.stamps
+        try:
+            if not self.broken:
+                if self.decoder is None and self.kind is BodyKind.SSE and self.capture is None:
+                    self._meter().feed_many(pieces, stamps)  # the common case, as it comes
+                else:
+                    self._take(pieces, stamps, DECODE_AT_END if final else DECODE_SLICE)
+                if final and self.kind is None:
+                    self._decide(final=True)
+                if final and self.decoder is not None and self.decoder.backlog and not self.broken:
+                    self.give_up(Unmetered.DECODED_FASTER, _mib(self._decoded))
+        except Exception as e:
+            self.failed(e)
+        finally:
+            pieces.clear()
+            stamps.clear()
+            self._buffered = 0
+
+    def _take(self, pieces: list[bytes], stamps: list[float], budget: int) -> None:
+        """Decode (bounded) what came, and pass it on by kind."""
+        decoder = self.decoder
+        out: list[bytes] = []
+        times: list[float] = []
+        for piece, stamp in zip(pieces, stamps, strict=True):
+            self._last_stamp = stamp
+            data = piece if decoder is None else decoder.decode(piece, budget)
+            if data:
+                budget -= len(data)
+                out.append(data)
+                times.append(stamp)
+        while decoder is not None and budget > 0 and decoder.backlog:
+            data = decoder.decode(b"", budget)
+            if not data:
+                break
+            budget -= len(data)
+            out.append(data)
+            times.append(self._last_stamp)
+        if decoder is not None:
+            self._decoded += sum(map(len, out))
+            if self._decoded > DECODE_MAX_BYTES:
+                self.give_up(Unmetered.DECODED_TOO_LARGE, _mib(DECODE_MAX_BYTES))
+                return
+        if out:
+            self._pass_on(out, times)
+
+    def _pass_on(self, out: list[bytes], times: list[float]) -> None:
+        if self.kind is None:
+            # white space before the first sign says nothing (and is not kept)
+            self._head.extend(
+                (d, t) for d, t in zip(out, times, strict=True) if d.strip(_WHITESPACE)
+            )
+            if not self._decide(final=False):
+                if sum(len(d) for d, _ in self._head) > HEAD_MAX_BYTES:
+                    self.kind = BodyKind.SSE  # (so that nothing more is held for telling)
+                    self.give_up(
+                        Unmetered.NOT_A_BODY_WE_READ, self.content_type or "no content type"
+                    )
+                return
+            out = [data for data, _ in self._head]
+            times = [at for _, at in self._head]
+            self._head = []
+            if self.broken:
+                return
+        if self.kind is BodyKind.SSE:
+            capture = self.capture
+            if capture is not None:
+                for data, at in zip(out, times, strict=True):
+                    capture.add(data, at)
+            self._meter().feed_many(out, times)
+        else:
+            for data in out:
+                if len(self._json) + len(data) > JSON_MAX_BYTES:
+                    self.give_up(Unmetered.JSON_TOO_LARGE, _mib(JSON_MAX_BYTES))
+                    return
+                self._json += data
+
+    def _decide(self, *, final: bool) -> bool:
+        """What the body is, from its first bytes that are not white space; whether
+        that is known now (at the end, whatever there is decides)."""
+        head = b"".join(data for data, _ in self._head).lstrip(_WHITESPACE)
+        if not head and not final:
+            return False
+        declared = declared_kind(self.content_type)
+        if head.startswith((b"{", b"[")):
+            kind = BodyKind.JSON
+        elif head.startswith(_SSE_STARTS) or (not head and declared is not BodyKind.JSON):
+            kind = BodyKind.SSE
+        elif not head:
+            kind = BodyKind.JSON
+        elif len(head) < 8 and not final and any(s.startswith(head) for s in _SSE_STARTS):
+            return False  # "dat": more is needed to tell
+        else:
+            self.kind = BodyKind.SSE  # (so that nothing more is held for telling)
+            self.give_up(Unmetered.NOT_A_BODY_WE_READ, self.content_type or "no content type")
+            return True
+        self.kind = kind
+        if declared is not kind:
+            declared_as = self.content_type or "no content type"
+            self.mismatch = f"declared {declared_as}, body is {kind.value}"
+        return True
+
+    def take_whole(self, body: bytes, at: float) -> None:
+        """The whole body, had it not come through the tap (an addon after the
+        recorder had mitmproxy buffer it after all): metered as one piece."""
+        if not self._seen and body and not self.broken:
+            self._seen = True
+            self.pieces.append(body)
+            self.stamps.append(at)
+
+    def failed(self, e: Exception) -> None:
+        """The tap could not go on: a counted internal error, and the record says so."""
+        self.give_up(Unmetered.TAP_FAILED, f"{type(e).__name__}: {e}")
+        if self.decoder is not None:  # (possibly) the decoder's doing
+            self._errors.decode_error()
+        self._errors("stream tap")
+
+    def end_capture(self, now: float, ending: str) -> None:
+        """The exchange ended: the capture is complete and now belongs to the record
+        (a piece arriving after the end, at shutdown, must not touch it)."""
+        if self.capture is not None:
+            self.capture.end(now, ending, damaged=self.broken)
+        self.broken = True
+
+    def callable(self, clock: Callable[[], float]) -> Callable[[bytes], bytes]:
+        """The function mitmproxy calls with each piece (``response.stream``)."""
+        pieces, stamps = self.pieces, self.stamps
+        meter_waiting = self.meter_waiting
+        # with a capture every piece is metered (and kept) as it comes
+        batch_pieces = 1 if self.capture is not None else BATCH_PIECES
+
+        def tap(data: bytes) -> bytes:
+            # Runs on the event loop for every piece of every stream: keep it lean,
+            # and whatever happens, hand the bytes on unchanged.
+            try:
+                if not data:
+                    self.ended_at = clock()
+                elif not self.broken:
+                    pieces.append(data)
+                    stamps.append(clock())
+                    self._seen = True
+                    self._buffered += len(data)
+                    if len(pieces) >= batch_pieces or self._buffered >= BATCH_BYTES:
+                        meter_waiting()
+            except Exception as e:
+                self.failed(e)
+            return data
+
+        return tap
+
+
+class RequestKeeper:
+    """A request body that mitmproxy streams upstream (``stream_large_bodies``):
+    passed on unchanged, piece by piece, and kept, up to ``limit`` bytes, for its
+    facts to be read once it is whole."""
+
+    __slots__ = ("_limit", "_parts", "_size", "over")
+
+    def __init__(self, limit: int = REQUEST_MAX_BYTES) -> None:
+        self._limit = limit
+        self._parts: list[bytes] = []
+        self._size = 0
+        self.over = False  # past the limit: nothing is kept
+
+    def __call__(self, data: bytes) -> bytes:
+        if data and not self.over:
+            self._size += len(data)
+            if self._size > self._limit:
+                self.over = True
+                self._parts.clear()
+            else:
+                self._parts.append(data)
+        return data
+
+    def body(self) -> bytes:
+        """What was kept (empty past the limit)."""
+        return b"".join(self._parts)

@@ -1,0 +1,112 @@
+"""The one periodic walk over the open streams.
+
+Every ``WALK_S`` it meters what the taps keep waiting in every open exchange, a
+slice at a time (about ``WALK_SLICE`` pieces per loop callback, a short block):
+pieces never wait much longer than that for the meter, and exchanges are metered
+one after the other, so the meter's code stays in the CPU's caches from one to
+the next (docs/performance.md). Then it shows the open streams, as of now, to
+its watchers: the live view (stalls while they last, the stall gauges) and
+mitmweb's view (each flow's comment).
+
+It runs while exchanges are open or watchers watch, and stops at shutdown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from recorder.proxy.internal_errors import InternalErrors
+from recorder.proxy.open_streams import OpenStreams, StreamView
+from recorder.proxy.scheduling import Handle, Scheduler, cancel_quietly
+from recorder.proxy.state import FlowState
+
+WALK_S = 1.0
+WALK_SLICE = 256
+
+Watcher = Callable[[list[StreamView], float], None]
+
+
+class Walk:
+    """Meters what waits, then tells the watchers, once every ``WALK_S``."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        streams: OpenStreams,
+        clock: Callable[[], float],
+        errors: InternalErrors,
+    ) -> None:
+        self._scheduler = scheduler
+        self._streams = streams
+        self._clock = clock
+        self._errors = errors
+        self._watchers: list[Watcher] = []
+        self._handle: Handle | None = None
+        self._stopped = False
+
+    @property
+    def watched(self) -> bool:
+        """Whether anyone watches the walk."""
+        return bool(self._watchers)
+
+    @property
+    def scheduled(self) -> bool:
+        """Whether a walk (or the rest of one) is coming."""
+        return self._handle is not None
+
+    def watch(self, watcher: Watcher) -> None:
+        """Show ``watcher`` the open streams after every walk (on the loop)."""
+        self._watchers.append(watcher)
+
+    def want(self) -> None:
+        """Make sure a walk is coming (a stream opened, or a watcher started)."""
+        if self._handle is None and not self._stopped:
+            self._handle = self._scheduler.call_later(WALK_S, self._start)
+
+    def stop(self) -> None:
+        cancel_quietly(self._handle)
+        self._handle = None
+        self._stopped = True
+
+    def _start(self) -> None:
+        self._handle = None
+        todo = [state for state in self._streams if state.tap is not None and state.tap.waiting]
+        self._go_on(todo)
+
+    def _go_on(self, todo: list[FlowState]) -> None:
+        self._handle = None
+        try:
+            budget = WALK_SLICE
+            while todo and budget > 0:
+                state = todo.pop()
+                tap = state.tap
+                # an exchange that ended since was metered by its end
+                if state.live and tap is not None and tap.waiting:
+                    budget -= len(tap.pieces)
+                    tap.meter_waiting()
+        except Exception:
+            self._errors("walk")
+            todo = []
+        if self._stopped:
+            return
+        if todo:  # the rest after the loop's other callbacks
+            self._handle = self._scheduler.call_later(0, lambda: self._go_on(todo))
+            return
+        self._tell()
+        if len(self._streams) or self._watchers:
+            self.want()
+
+    def _tell(self) -> None:
+        if not self._watchers:
+            return
+        try:
+            views = self._streams.views(catch_up=True)  # (what came during the walk)
+            now = self._clock()
+        except Exception:
+            self._errors("walk")
+            return
+        for watcher in self._watchers:
+            try:
+                watcher(views, now)
+            except Exception:
+                self._errors("walk")
