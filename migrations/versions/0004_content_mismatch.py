@@ -1,8 +1,10 @@
-"""streams: a body whose declared Content-Type said otherwise
+"""streams: a body whose declared Content-Type said otherwise; the transport
 
-One nullable column on streams (additive): ``content_mismatch``, set when the
+Two nullable columns on streams (additive): ``content_mismatch``, set when the
 response's declared Content-Type disagreed with its body, which the recorder
-metered as what it was. Rows written before keep nulls.
+metered as what it was (rows written before keep nulls); ``transport``, how the
+response came (``sse``, ``json``, ``eventstream``, ``websocket``), filled for the
+rows written before from ``streamed`` (they were all HTTP: ``sse`` or ``json``).
 
 Revision ID: 0004_content_mismatch
 Revises: 0003_prices
@@ -25,8 +27,11 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     with op.batch_alter_table("streams") as batch:
         batch.add_column(sa.Column("content_mismatch", sa.Text(), nullable=True))
+        batch.add_column(sa.Column("transport", sa.String(length=16), nullable=True))
+    op.execute("UPDATE streams SET transport = CASE WHEN streamed THEN 'sse' ELSE 'json' END")
 
 
 def downgrade() -> None:
     with op.batch_alter_table("streams") as batch:
+        batch.drop_column("transport")
         batch.drop_column("content_mismatch")

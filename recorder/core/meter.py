@@ -319,6 +319,7 @@ class StreamMeter(Rhythm):
     def read_body(self, body: bytes, now: float | None = None) -> None:
         """A whole non-streamed JSON body (``streamed: false``)."""
         self.record.streamed = False
+        self.record.transport = "json"
         if self._t0 is not None and now is not None:
             self._bytes_at(now)
         if self.interpreter.read_body(body) and self._t0 is not None and now is not None:

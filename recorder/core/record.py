@@ -27,6 +27,7 @@ Source = Literal["reported", "estimated", "none"]
 # Where a record's usage as a whole comes from: ``mixed`` when its figures differ.
 UsageSource = Literal["reported", "estimated", "none", "mixed"]
 GapKind = Literal["stall", "keepalive", "silence"]
+Transport = Literal["sse", "json", "eventstream", "websocket"]
 
 OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 INTERRUPTED_OUTCOMES: frozenset[Outcome] = frozenset(
@@ -35,6 +36,7 @@ INTERRUPTED_OUTCOMES: frozenset[Outcome] = frozenset(
 SOURCES: tuple[Source, ...] = get_args(Source)
 USAGE_SOURCES: tuple[UsageSource, ...] = get_args(UsageSource)
 GAP_KINDS: tuple[GapKind, ...] = get_args(GapKind)
+TRANSPORTS: tuple[Transport, ...] = get_args(Transport)
 
 
 @dataclass(slots=True, frozen=True)
@@ -129,6 +131,10 @@ class StreamRecord:
     # the response's declared Content-Type said otherwise than its body, which was
     # metered as what it is ("declared text/plain, body is an event stream")
     content_mismatch: str | None = None
+    # how the response came: "sse" (an event stream), "json" (one answer, not
+    # streamed), "eventstream" (AWS's binary event stream), "websocket" (one response
+    # of many on a WebSocket connection)
+    transport: Transport = "sse"
     gaps: list[Gap] = field(default_factory=list)
 
     def to_dict(self, *, with_gaps: bool = False) -> dict[str, Any]:

@@ -134,7 +134,11 @@ class Finishing:
         if tap is not None:
             tap.end_capture(ending.at, ending.how)
             if tap.kind is not None and tap.unmetered is None:
-                state.record.streamed = tap.kind is BodyKind.SSE  # what the body was
+                rec = state.record
+                rec.streamed = tap.kind is BodyKind.SSE  # what the body was
+                rec.transport = "sse" if rec.streamed else "json"
+            elif state.record.streamed is False:
+                state.record.transport = "json"
         try:
             rec = state.meter.finish(
                 ending.at, ending=ending.how, transport_error=ending.transport_error

@@ -210,6 +210,7 @@ class Stream(Base):
     input_breakdown: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc)
     unpriced_reason: Mapped[str | None] = mapped_column(Text())
     content_mismatch: Mapped[str | None] = mapped_column(Text())
+    transport: Mapped[str | None] = mapped_column(String(16))
     # Beyond the record: for the audit.
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())  # started_at + duration
     recorded_at: Mapped[datetime] = mapped_column(UTCDateTime())  # when the writer stored it

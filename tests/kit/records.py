@@ -157,6 +157,7 @@ def full_record(**overrides: Any) -> StreamRecord:
         input_breakdown={"latin": 40000, "cjk": 1200},
         unpriced_reason="no 'priority' service-tier rate for claude-x",
         content_mismatch="declared text/plain, body is an event stream",
+        transport="eventstream",
         gaps=[
             Gap("stall", 1000.0, 61000.25),
             Gap("keepalive", 2000.0, 15000.5),

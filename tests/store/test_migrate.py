@@ -211,3 +211,31 @@ def test_a_new_sqlite_database_and_its_wal_files_are_private(tmp_path: Path, uma
         os.umask(old)
     assert set(modes) == {"recorder.db", "recorder.db-wal", "recorder.db-shm"}, modes
     assert set(modes.values()) == {0o600}, modes
+
+
+def test_rows_written_before_the_transport_get_it_from_streamed(empty_db_url: str) -> None:
+    """Rows of 0003 (before content_mismatch and transport) upgrade with their
+    transport read from ``streamed`` (they were all HTTP) and no mismatch."""
+    upgrade(empty_db_url, "0003_prices")
+    engine = make_engine(empty_db_url)
+    try:
+        with engine.begin() as conn:
+            for rid, streamed in (("a", True), ("b", False)):
+                conn.execute(
+                    text(
+                        "INSERT INTO streams (id, started_at, streamed, outcome, interrupted,"
+                        " output_chars, tool_calls, input_source, output_source, usage_source,"
+                        " parse_issues, oversized_events, partial_event_at_end, recorded_at)"
+                        " VALUES (:id, '2026-12-01 00:00:00', :s, 'completed', :f, 0, 0,"
+                        " 'none', 'none', 'none', 0, 0, :f, '2026-12-01 00:00:00')"
+                    ),
+                    {"id": rid, "s": streamed, "f": False},
+                )
+        upgrade(empty_db_url)
+        with engine.connect() as conn:
+            rows = conn.execute(
+                text("SELECT id, transport, content_mismatch FROM streams ORDER BY id")
+            ).all()
+    finally:
+        engine.dispose()
+    assert [tuple(r) for r in rows] == [("a", "sse", None), ("b", "json", None)]
