@@ -13,14 +13,11 @@ connects.
 
 from __future__ import annotations
 
-import os
-import shutil
-import sys
-from pathlib import Path
 from typing import Protocol
 
 from recorder.app.settings import spool_dir_of
 from recorder.proxy.exposure import exposure_warnings
+from recorder.proxy.hints import command
 from recorder.proxy.options import AppConfig
 
 # a host that stands for every interface of this machine
@@ -43,19 +40,6 @@ def size_text(n: int) -> str:
         if n >= scale and n % scale == 0:
             return f"{n // scale} {unit}"
     return f"{n:,} bytes"
-
-
-def command(words: str) -> str:
-    """A ``recorder`` command line to print as a hint, runnable as printed:
-    ``scripts/run`` exports RECORDER_PROG (``scripts/run top``); else ``recorder``
-    when it is on PATH; else the console script beside this Python (a mitmdump
-    started as ``.venv/bin/mitmdump`` without the venv activated)."""
-    prog = os.environ.get("RECORDER_PROG") or "recorder"
-    ours = Path(sys.executable).parent / "recorder"
-    if prog == "recorder" and shutil.which("recorder") is None and ours.exists():
-        here = os.path.relpath(ours)
-        prog = str(ours) if here.startswith("..") else here
-    return f"{prog} {words}"
 
 
 def inside_mitmproxy(config: AppConfig) -> bool:
