@@ -134,6 +134,8 @@ class Live(Observer):
         self._wall = wall
         # per open stream: what the console has been told of its stalls
         self._watched: dict[str, _Watched] = {}
+        # per open stream: (output characters, output tokens) the window counted so far
+        self._streamed: dict[str, tuple[int, float]] = {}
         self.finished: collections.deque[dict[str, Any]] = collections.deque(maxlen=FINISHED_KEPT)
         # the last minute by second: second -> [streams, tokens, cost]
         self._window: dict[int, list[float]] = {}
@@ -246,7 +248,7 @@ class Live(Observer):
         """A record was completed: its line, its stalls not said yet, the finished list."""
         s = summary(rec)
         self.finished.append(s)
-        self._count(s)
+        self._count(s, self._streamed.pop(rec.id or "", (0, 0.0))[1])
         watched = self._watched.pop(rec.id or "", None)
         if rec.stalls and rec.duration_ms is not None:
             self._stalls_ended_with(rec, watched or _Watched(), last_output_ms)
@@ -279,17 +281,57 @@ class Live(Observer):
             how = f"stream ended ({rec.outcome})" if tail else "output resumed"
             self._stall_over(rec.id, watched, gap.start_ms, gap.length_ms, how)
 
-    def _count(self, s: dict[str, Any]) -> None:
+    def _bucket(self) -> list[float]:
+        """This second's [streams, tokens, cost] of the last minute's window."""
         second = int(self._wall())
         bucket = self._window.get(second)
         if bucket is None:
             bucket = self._window[second] = [0.0, 0.0, 0.0]
             for old in [k for k in self._window if k <= second - WINDOW_S]:
                 del self._window[old]
+        return bucket
+
+    def _count(self, s: dict[str, Any], counted: float) -> None:
+        """A finished stream in the window: its input, and what of its output the
+        walks did not count yet as it streamed (``counted`` was)."""
+        bucket = self._bucket()
         bucket[0] += 1
-        bucket[1] += (s["input_tokens"] or 0) + (s["output_tokens"] or 0)
+        bucket[1] += (s["input_tokens"] or 0) + max(0.0, (s["output_tokens"] or 0) - counted)
         with contextlib.suppress(TypeError, ValueError):
             bucket[2] += float(s["cost_usd"] or 0)
+
+    def _streamed_tokens(self, views: list[StreamView]) -> None:
+        """The output tokens each open stream produced since the last walk, in this
+        second's bucket: tokens per second while streams stream, not at their end.
+        Estimated (as ``/streams`` shows them) only for streams whose output grew."""
+        counted = self._streamed
+        now_counted: dict[str, tuple[int, float]] = {}
+        grown = 0.0
+        for view in views:
+            rid = view.id
+            if rid is None:
+                continue
+            obs = view.observations
+            chars, before = obs.output_chars, counted.get(rid, (0, 0.0))
+            tokens = before[1]
+            if chars != before[0]:
+                tokens = float(self._output_tokens(view)[0] or 0)
+                grown += max(0.0, tokens - before[1])
+            now_counted[rid] = (chars, tokens)
+        self._streamed = now_counted
+        if grown:
+            self._bucket()[1] += grown
+
+    def _output_tokens(self, view: StreamView) -> tuple[int | None, bool]:
+        """The stream's output tokens so far: as reported, else estimated (and which)."""
+        obs = view.observations
+        usage = obs.usage
+        if usage is not None and usage.output_tokens is not None:
+            return usage.output_tokens, False
+        if not obs.output_chars:
+            return None, False
+        counts = OutputCounts.from_observations(obs)
+        return self.recorder.estimator.output(view.model, view.endpoint, counts).tokens, True
 
     # -- the walk -------------------------------------------------------------
 
@@ -332,6 +374,7 @@ class Live(Observer):
                         rid, watched, now - since, view.keepalives - watched.kas, since - view.t0
                     )
         self._watched = watched_now
+        self._streamed_tokens(views)
         if self.on_tick is not None:
             self.on_tick(stalled, oldest)
 
@@ -415,15 +458,7 @@ class Live(Observer):
         since = view.silent_since if may else None
         obs = view.observations
         first = view.first_output_at
-        tokens: int | None = None
-        estimated = False
-        usage = obs.usage
-        if usage is not None and usage.output_tokens is not None:
-            tokens = usage.output_tokens
-        elif obs.output_chars:
-            counts = OutputCounts.from_observations(obs)
-            tokens = self.recorder.estimator.output(view.model, view.endpoint, counts).tokens
-            estimated = True
+        tokens, estimated = self._output_tokens(view)
         silence = None if since is None else now - since
         return {
             "id": view.id,
