@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import contextlib
 import sys
 import threading
 import time
@@ -61,6 +60,7 @@ from recorder.proxy.live_lines import (
     stream_line,
     summary,
 )
+from recorder.proxy.live_window import LastMinute
 from recorder.proxy.observers import Done, Observer
 from recorder.proxy.open_streams import StreamView
 from recorder.proxy.scheduling import Sliced
@@ -71,7 +71,6 @@ if TYPE_CHECKING:
     from recorder.proxy.addon import Recorder
 
 FINISHED_KEPT = 100
-WINDOW_S = 60  # the header figures of `recorder top`: the last minute
 SNAPSHOT_SLICE = 50  # open streams read per event-loop callback for GET /streams
 
 __all__ = ["ID_CHARS", "SNAPSHOT_SLICE", "Live", "Printer", "stream_line", "summary"]
@@ -134,11 +133,9 @@ class Live(Observer):
         self._wall = wall
         # per open stream: what the console has been told of its stalls
         self._watched: dict[str, _Watched] = {}
-        # per open stream: (output characters, output tokens) the window counted so far
-        self._streamed: dict[str, tuple[int, float]] = {}
         self.finished: collections.deque[dict[str, Any]] = collections.deque(maxlen=FINISHED_KEPT)
-        # the last minute by second: second -> [streams, tokens, cost]
-        self._window: dict[int, list[float]] = {}
+        # the last minute's streams, tokens and spend (the header of `recorder top`)
+        self.last_minute = LastMinute(wall, self._output_tokens)
         # while the proxy runs: how another thread asks the loop for a snapshot
         self._post: Callable[[Callable[[], None]], None] | None = None
         self._loop_thread: int | None = None
@@ -248,7 +245,7 @@ class Live(Observer):
         """A record was completed: its line, its stalls not said yet, the finished list."""
         s = summary(rec)
         self.finished.append(s)
-        self._count(s, self._streamed.pop(rec.id or "", (0, 0.0))[1])
+        self.last_minute.finished(rec.id, s)
         watched = self._watched.pop(rec.id or "", None)
         if rec.stalls and rec.duration_ms is not None:
             self._stalls_ended_with(rec, watched or _Watched(), last_output_ms)
@@ -280,47 +277,6 @@ class Live(Observer):
             )
             how = f"stream ended ({rec.outcome})" if tail else "output resumed"
             self._stall_over(rec.id, watched, gap.start_ms, gap.length_ms, how)
-
-    def _bucket(self) -> list[float]:
-        """This second's [streams, tokens, cost] of the last minute's window."""
-        second = int(self._wall())
-        bucket = self._window.get(second)
-        if bucket is None:
-            bucket = self._window[second] = [0.0, 0.0, 0.0]
-            for old in [k for k in self._window if k <= second - WINDOW_S]:
-                del self._window[old]
-        return bucket
-
-    def _count(self, s: dict[str, Any], counted: float) -> None:
-        """A finished stream in the window: its input, and what of its output the
-        walks did not count yet as it streamed (``counted`` was)."""
-        bucket = self._bucket()
-        bucket[0] += 1
-        bucket[1] += (s["input_tokens"] or 0) + max(0.0, (s["output_tokens"] or 0) - counted)
-        with contextlib.suppress(TypeError, ValueError):
-            bucket[2] += float(s["cost_usd"] or 0)
-
-    def _streamed_tokens(self, views: list[StreamView]) -> None:
-        """The output tokens each open stream produced since the last walk, in this
-        second's bucket: tokens per second while streams stream, not at their end.
-        Estimated (as ``/streams`` shows them) only for streams whose output grew."""
-        counted = self._streamed
-        now_counted: dict[str, tuple[int, float]] = {}
-        grown = 0.0
-        for view in views:
-            rid = view.id
-            if rid is None:
-                continue
-            obs = view.observations
-            chars, before = obs.output_chars, counted.get(rid, (0, 0.0))
-            tokens = before[1]
-            if chars != before[0]:
-                tokens = float(self._output_tokens(view)[0] or 0)
-                grown += max(0.0, tokens - before[1])
-            now_counted[rid] = (chars, tokens)
-        self._streamed = now_counted
-        if grown:
-            self._bucket()[1] += grown
 
     def _output_tokens(self, view: StreamView) -> tuple[int | None, bool]:
         """The stream's output tokens so far: as reported, else estimated (and which)."""
@@ -374,7 +330,7 @@ class Live(Observer):
                         rid, watched, now - since, view.keepalives - watched.kas, since - view.t0
                     )
         self._watched = watched_now
-        self._streamed_tokens(views)
+        self.last_minute.streamed(views)
         if self.on_tick is not None:
             self.on_tick(stalled, oldest)
 
@@ -433,24 +389,11 @@ class Live(Observer):
 
     def _document(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         rows.sort(key=lambda r: -(r["silence_s"] or 0.0))
-        after = self.stall_after
-        second = int(self._wall())
-        window = [b for k, b in self._window.items() if second - WINDOW_S < k <= second]
-        streams = sum(b[0] for b in window)
-        tokens = sum(b[1] for b in window)
-        cost = sum(b[2] for b in window)
         return {
-            "stall_after_s": after,
+            "stall_after_s": self.stall_after,
             "open": rows,
             "finished": list(reversed(self.finished)),
-            "last_minute": {
-                "streams": int(streams),
-                "tokens": int(tokens),
-                "cost_usd": round(cost, 6),
-                "streams_per_s": round(streams / WINDOW_S, 3),
-                "tokens_per_s": round(tokens / WINDOW_S, 3),
-                "usd_per_hour": round(cost * 3600 / WINDOW_S, 6),
-            },
+            "last_minute": self.last_minute.figures(),
         }
 
     def _open_row(self, view: StreamView, now: float, after: float) -> dict[str, Any]:
