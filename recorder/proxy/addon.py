@@ -277,7 +277,9 @@ class Recorder:
             undecodable = True
         else:
             undecodable = False
-        tap = state.tap = Tap(lambda: state.meter, decoder, self.internal_error, content_type)
+        tap = state.tap = Tap(
+            lambda: state.meter, decoder, self.internal_error, content_type, self.scheduler
+        )
         if undecodable:
             tap.give_up(Unmetered.UNDECODABLE, repr(encoding))
             self.internal_error.decode_error()
