@@ -13,14 +13,11 @@ connects.
 
 from __future__ import annotations
 
-import os
-import shutil
-import sys
-from pathlib import Path
 from typing import Protocol
 
 from recorder.app.settings import spool_dir_of
 from recorder.proxy.exposure import exposure_warnings
+from recorder.proxy.hints import command
 from recorder.proxy.options import AppConfig
 
 # a host that stands for every interface of this machine
@@ -45,19 +42,6 @@ def size_text(n: int) -> str:
     return f"{n:,} bytes"
 
 
-def command(words: str) -> str:
-    """A ``recorder`` command line to print as a hint, runnable as printed:
-    ``scripts/run`` exports RECORDER_PROG (``scripts/run top``); else ``recorder``
-    when it is on PATH; else the console script beside this Python (a mitmdump
-    started as ``.venv/bin/mitmdump`` without the venv activated)."""
-    prog = os.environ.get("RECORDER_PROG") or "recorder"
-    ours = Path(sys.executable).parent / "recorder"
-    if prog == "recorder" and shutil.which("recorder") is None and ours.exists():
-        here = os.path.relpath(ours)
-        prog = str(ours) if here.startswith("..") else here
-    return f"{prog} {words}"
-
-
 def inside_mitmproxy(config: AppConfig) -> bool:
     """Whether ``config`` came from mitmproxy's options (the mitmproxy script),
     not from `recorder proxy`'s flags: it then names its options ``recorder_…``."""
@@ -74,44 +58,62 @@ def banner_lines(
 ) -> list[str]:
     """The banner, a line each. ``mitmproxy``: printed by the mitmproxy script
     (None: told by ``config``, :func:`inside_mitmproxy`)."""
-    from recorder.store.engine import display_url
-
     under_mitmproxy = inside_mitmproxy(config) if mitmproxy is None else mitmproxy
     lines = [title]
     shown = _one_per_port(listeners)
     for lst in shown:
-        if lst.mode == "web":
-            lines.append(f"  web UI   {lst.url}")
-            continue
-        every = lst.host in EVERY_INTERFACE
-        host = "127.0.0.1" if every else f"[{lst.host}]" if ":" in lst.host else lst.host
-        base = f"http://{host}:{lst.port}"
-        where = f"every interface, port {lst.port} ({base} here)" if every else base
-        if lst.mode.startswith("reverse:"):
-            upstream = lst.mode.split(":", 1)[1].split("@", 1)[0]
-            lines.append(f"  reverse  {where}  ->  {upstream}")
-            if "anthropic" not in upstream:
-                lines.append(f"    OpenAI SDK:     OPENAI_BASE_URL={base}/v1")
-            if "openai" not in upstream:
-                lines.append(f"    Anthropic SDK:  ANTHROPIC_BASE_URL={base}")
-        else:
-            kind = lst.mode.split("@")[0]
-            lines.append(f"  {kind}  {where}")
-            lines.append(f"    Python SDKs, curl, Go:  HTTPS_PROXY={base} \\")
-            lines.append(f"                    SSL_CERT_FILE={confdir}/mitmproxy-ca-cert.pem")
-            lines.append(
-                "    Node's fetch ignores HTTPS_PROXY: NODE_USE_ENV_PROXY=1, or reverse mode"
-                " (README)"
-            )
-            if kind == "regular":
-                lines.append(
-                    f'    As a base URL ({base}/v1) it answers 502 "Request destination unknown":'
-                )
-                lines.append(
-                    "    base URLs need reverse mode, --mode reverse:https://api.openai.com@8081"
-                    " (README)"
-                )
-    lines.append(f"  records:  {display_url(config.db)}  (spool: {spool_dir_of(config)})")
+        lines += _listener_lines(lst, confdir)
+    lines += _store_lines(config)
+    lines += _metrics_lines(config)
+    served = bool(config.metrics_url)
+    lines += exposure_warnings(
+        [(lst.mode, lst.host, lst.port) for lst in shown if lst.mode != "web"],
+        (config.metrics_host, config.metrics_port_bound) if served else None,
+        listen_hint=(
+            "--listen-host 127.0.0.1; mitmproxy's default is every interface"
+            if under_mitmproxy
+            else "the default"
+        ),
+    )
+    return lines
+
+
+def _listener_lines(lst: ListenerLike, confdir: str) -> list[str]:
+    """A listener, and how to point the SDKs at it."""
+    if lst.mode == "web":
+        return [f"  web UI   {lst.url}"]
+    every = lst.host in EVERY_INTERFACE
+    host = "127.0.0.1" if every else f"[{lst.host}]" if ":" in lst.host else lst.host
+    base = f"http://{host}:{lst.port}"
+    where = f"every interface, port {lst.port} ({base} here)" if every else base
+    if lst.mode.startswith("reverse:"):
+        upstream = lst.mode.split(":", 1)[1].split("@", 1)[0]
+        lines = [f"  reverse  {where}  ->  {upstream}"]
+        if "anthropic" not in upstream:
+            lines.append(f"    OpenAI SDK:     OPENAI_BASE_URL={base}/v1")
+        if "openai" not in upstream:
+            lines.append(f"    Anthropic SDK:  ANTHROPIC_BASE_URL={base}")
+        return lines
+    kind = lst.mode.split("@")[0]
+    lines = [
+        f"  {kind}  {where}",
+        f"    Python SDKs, curl, Go:  HTTPS_PROXY={base} \\",
+        f"                    SSL_CERT_FILE={confdir}/mitmproxy-ca-cert.pem",
+        "    Node's fetch ignores HTTPS_PROXY: NODE_USE_ENV_PROXY=1, or reverse mode (README)",
+    ]
+    if kind == "regular":
+        lines.append(f'    As a base URL ({base}/v1) it answers 502 "Request destination unknown":')
+        lines.append(
+            "    base URLs need reverse mode, --mode reverse:https://api.openai.com@8081 (README)"
+        )
+    return lines
+
+
+def _store_lines(config: AppConfig) -> list[str]:
+    """Where records go."""
+    from recorder.store.engine import display_url
+
+    lines = [f"  records:  {display_url(config.db)}  (spool: {spool_dir_of(config)})"]
     if config.jsonl:
         lines.append(f"            and {config.jsonl} (JSON lines)")
     if config.capture_bodies:
@@ -125,32 +127,29 @@ def banner_lines(
         lines.append(
             f"  traces:   OTLP {config.otlp_protocol} to {shown_url(config.otlp_endpoint)}"
         )
+    return lines
+
+
+def _metrics_lines(config: AppConfig) -> list[str]:
+    """Where metrics and the live view are served (or why not)."""
     served = bool(config.metrics_url)
     if served:
-        lines.append(f"  metrics:  {config.metrics_url}")
+        lines = [f"  metrics:  {config.metrics_url}"]
     elif config.metrics_port:
         asked = _address(config.metrics_host, config.metrics_port)
         given = config.where("metrics-port")
-        lines.append(f"  metrics:  off: {asked} could not be served (see above)")
-        lines.append(f"            ({_setting(given, 'PORT')} for another, 0 for none)")
+        lines = [
+            f"  metrics:  off: {asked} could not be served (see above)",
+            f"            ({_setting(given, 'PORT')} for another, 0 for none)",
+        ]
     else:
-        lines.append(f"  metrics:  off ({_setting(config.where('metrics-port'), '0')})")
+        lines = [f"  metrics:  off ({_setting(config.where('metrics-port'), '0')})"]
     if config.live and served:
         base = config.metrics_url.removesuffix("/metrics")
-        metrics_host = config.metrics_host
-        if metrics_host in EVERY_INTERFACE:  # served everywhere: read it here
+        if config.metrics_host in EVERY_INTERFACE:  # served everywhere: read it here
             base = f"http://127.0.0.1:{config.metrics_port_bound}"
         top = "top" + ("" if base == DEFAULT_METRICS else f" --url {base}")
         lines.append(f"  live:     {base}/streams  (watch it: {command(top)})")
-    lines += exposure_warnings(
-        [(lst.mode, lst.host, lst.port) for lst in shown if lst.mode != "web"],
-        (config.metrics_host, config.metrics_port_bound) if served else None,
-        listen_hint=(
-            "--listen-host 127.0.0.1; mitmproxy's default is every interface"
-            if under_mitmproxy
-            else "the default"
-        ),
-    )
     return lines
 
 

@@ -150,14 +150,7 @@ def build(
     """
     say = warn or (lambda line: print(line, file=sys.stderr))
     # the exporter before the store: a bad OTLP setting leaves no store open
-    spans = None
-    if config.otlp_endpoint:
-        from recorder.otel import OtlpConfigError
-
-        try:
-            spans = SpanExport(config.otlp_flag, protocol=config.otlp_protocol)
-        except OtlpConfigError as e:
-            raise StartError(str(e), code=2) from None
+    spans = _spans(config)
     store = None
     if sink is None:
         try:
@@ -180,31 +173,12 @@ def build(
     # a record the metrics cannot count is an internal error like an observer's
     metrics.on_error = functools.partial(recorder.internal_error, "metrics")
     if store is not None:
-        from recorder.proxy import tokenizers
-        from recorder.store.calibration import warm_from
-
-        # the estimator's calibration is kept by the stored streams: relearn it
-        if warm_from(config.db, recorder.estimator) is None:
-            say("estimator not warmed (database unreadable)")
-        tokenizers.preload()  # a second or so, now rather than in the first request
+        _warm(config, recorder, say)
         _watch_store(metrics, store)
     # the observers in the order they are called: metrics, mitmweb's view, the
     # live view, the spans (each adds itself)
     view = WebView(recorder) if web else None
-    live = (
-        Live(
-            recorder,
-            log_format=config.log_format,
-            quiet=config.quiet,
-            verbose=config.verbose,
-            on_tick=metrics.live_streams,
-            background=True,
-            # under recorder proxy flushed by App.close, once the clients are let go
-            flush_on_done=embedded,
-        )
-        if config.live
-        else None
-    )
+    live = _live(config, recorder, metrics, embedded) if config.live else None
     if spans is not None:
         from recorder.otel.metrics import register
 
@@ -228,18 +202,61 @@ def build(
     app = App(
         config, recorder, sink, store, registry, metrics, live, view, spans, serving, passthrough
     )
+    _serve(app, metrics_optional, say)
+    return app
+
+
+def _warm(config: AppConfig, recorder: Recorder, say: Callable[[str], None]) -> None:
+    """The estimator's calibration relearnt from the stored streams; the tokenizers
+    loaded now (a second or so) rather than in the first request."""
+    from recorder.proxy import tokenizers
+    from recorder.store.calibration import warm_from
+
+    if warm_from(config.db, recorder.estimator) is None:
+        say("estimator not warmed (database unreadable)")
+    tokenizers.preload()
+
+
+def _spans(config: AppConfig) -> SpanExport | None:
+    """The OTLP span exporter, if asked for; a bad setting is a StartError (2)."""
+    if not config.otlp_endpoint:
+        return None
+    from recorder.otel import OtlpConfigError
+
     try:
-        serving.start()
+        return SpanExport(config.otlp_flag, protocol=config.otlp_protocol)
+    except OtlpConfigError as e:
+        raise StartError(str(e), code=2) from None
+
+
+def _live(config: AppConfig, recorder: Recorder, metrics: Metrics, embedded: bool) -> Live:
+    return Live(
+        recorder,
+        log_format=config.log_format,
+        quiet=config.quiet,
+        verbose=config.verbose,
+        on_tick=metrics.live_streams,
+        background=True,
+        # under recorder proxy flushed by App.close, once the clients are let go
+        flush_on_done=embedded,
+    )
+
+
+def _serve(app: App, optional: bool, say: Callable[[str], None]) -> None:
+    """Start serving ``/metrics``; an address that cannot be bound is an error, or
+    with ``optional`` a warning (recording goes on without it)."""
+    config = app.config
+    try:
+        app.serving.start()
     except OSError as e:
         where = f"{config.metrics_host}:{config.metrics_port}"
         why = f"cannot serve metrics on {where}: {e.strerror or e}"
-        if not metrics_optional:
+        if not optional:
             app.close()
             raise StartError(why) from None
         say(f"{why}; recording without /metrics (set the metrics port, 0 for none)")
-    config.metrics_url = serving.url
-    config.metrics_port_bound = serving.bound_port
-    return app
+    config.metrics_url = app.serving.url
+    config.metrics_port_bound = app.serving.bound_port
 
 
 def _open_sinks(config: AppConfig, say: Callable[[str], None]) -> tuple[bytes, SqlSink, Sink]:

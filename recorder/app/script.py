@@ -177,6 +177,7 @@ class ScriptRecorder:
                 listeners_of(ctx.master),  # type: ignore[arg-type]
                 os.path.expanduser(ctx.options.confdir),
                 title="recorder: recording inside mitmproxy",
+                mitmproxy=True,
             )
         except Exception:
             log.exception("recorder: banner")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any, cast
 
 from recorder import __version__
 from recorder.cli import (
@@ -25,12 +26,16 @@ from recorder.core.errors import RecorderError
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="recorder",
         description="Observability and metering recorder for LLM API streaming traffic.",
     )
     parser.add_argument("--version", action="version", version=f"recorder {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # (its parsers are _Parsers: argparse makes a subcommand's parser of the parent's class)
+    sub = cast(
+        "argparse._SubParsersAction[argparse.ArgumentParser]",
+        parser.add_subparsers(dest="command", metavar="COMMAND"),
+    )
     proxy.add_parser(sub)
     sessions.add_parser(sub)
     audit.add_parser(sub)
@@ -42,18 +47,17 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_parser(sub)
     db.add_parser(sub)
     top.add_parser(sub)
-    _know_usage(parser)
     return parser
 
 
-def _know_usage(parser: argparse.ArgumentParser) -> None:
-    """Every (sub)command parser records itself as a default: after parsing, the
-    deepest one given is the one whose usage fits an unrecognized argument."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                sub.set_defaults(_parser=sub)
-                _know_usage(sub)
+class _Parser(argparse.ArgumentParser):
+    """A parser that records itself as a default: after parsing, the deepest one
+    given is the one whose usage fits an unrecognized argument. Its subcommands'
+    parsers are of its class (argparse makes them so)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.set_defaults(_parser=self)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,12 +22,11 @@ and gaps of one kind are drawn alike:
 
 Without a body the record holds no per-event times: the picture then shows
 phases and gaps only, and says so. Values that came off the wire (the model
-name, the id) are shown escaped (:func:`shown`).
+name, the id) are shown escaped (recorder.core.printable).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Any
 
 from recorder.core.captured import PackedBody
 from recorder.core.meter import StreamMeter
+from recorder.core.printable import printable
 from recorder.core.record import Gap, StreamRecord
 
 FORMATS = (".svg", ".png", ".pdf")
@@ -46,18 +46,6 @@ CHARS_COLOUR, TOKENS_COLOUR = "#1f77b4", "#9467bd"
 LANES = ("stream", "output", "keepalive", "stall", "silence")
 # two silences this close are as long as each other
 SILENCE_TIE = (0.01, 1.0)  # relative, and absolute in ms
-
-
-def shown(text: str) -> str:
-    """A value off the wire as a picture may show it: C0 and C1 control
-    characters (and DEL) escaped as ``\\xNN``.
-
-    A placeholder until the shared escaping of wire values lands
-    (recorder.core.printable); only this function changes then."""
-    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
-
-_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 @dataclass(slots=True)
@@ -152,11 +140,11 @@ def draw(record: StreamRecord, path: Path, seen: Arrivals | None) -> None:
     end = max([record.duration_ms or 0.0, *(g.start_ms + g.length_ms for g in record.gaps)])
     _timeline(ax, record, seen)
     ax.set_xlim(0, max(end, 1.0) * 1.02)
-    title = f"{record.endpoint} {shown(record.model or '?')}: {record.outcome}"
+    title = f"{record.endpoint} {printable(record.model or '?')}: {record.outcome}"
     if record.stalls:
         title += f", {record.stalls} stall{'s' if record.stalls > 1 else ''}"
     # parse_math off: a model name with two dollar signs is a name, not TeX
-    ax.set_title(f"{title}\n{shown(record.id or '')}", fontsize=10, parse_math=False)
+    ax.set_title(f"{title}\n{printable(record.id or '')}", fontsize=10, parse_math=False)
     if seen is None:
         ax.text(
             0.99,

@@ -114,6 +114,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="FILE",
         help="JSON or CSV mapping the provider's key / project ids to api_key_id / project",
     )
+    _add_comparison_options(p)
+    add_db_option(p)
+    add_format_option(p, FORMATS)
+    add_table_options(p)
+    p.set_defaults(func=run)
+
+
+def _add_comparison_options(p: argparse.ArgumentParser) -> None:
+    """How the recorded usage is grouped and compared with the export."""
     p.add_argument(
         "--by",
         choices=("auto", *DIMENSIONS),
@@ -160,10 +169,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="N",
         help="list at most N explaining streams per group (default 50)",
     )
-    add_db_option(p)
-    add_format_option(p, FORMATS)
-    add_table_options(p)
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

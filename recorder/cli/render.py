@@ -23,13 +23,7 @@ from rich.text import Text
 
 from recorder.core.errors import UsageError
 from recorder.core.printable import json_text, printable
-
-
-def command(words: str) -> str:
-    """A command line to print as a hint, in the form the user started with:
-    ``scripts/run`` exports RECORDER_PROG so that hints read ``scripts/run
-    sessions …`` where a bare ``recorder`` would not be on PATH."""
-    return f"{os.environ.get('RECORDER_PROG') or 'recorder'} {words}"
+from recorder.proxy.hints import command as command  # (the CLI's hints: one rule)
 
 
 def default_format(requested: str | None) -> str:

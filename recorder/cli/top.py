@@ -174,6 +174,9 @@ def _grid(
     return grid
 
 
+KEYS = "  keys: s silence · a age · o output tokens · q quit"
+
+
 def render(
     doc: dict[str, Any] | None,
     url: str,
@@ -183,7 +186,6 @@ def render(
 ) -> Group:
     """One screen: the header, the open streams, the finished ones, fitted to
     ``width`` cells (None: every column whole, as for a pipe)."""
-    keys = "  keys: s silence · a age · o output tokens · q quit"
     if doc is None:
         title = Text(f"recorder top — {printable(url)}", style="bold")
         msg = Text(
@@ -191,8 +193,23 @@ def render(
             " point --url at its metrics server.\nRetrying every second.",
             style="bold red",
         )
-        return Group(title, msg, Text(keys, style="dim"))
+        return Group(title, msg, Text(KEYS, style="dim"))
     rows = _sorted(doc.get("open") or [], sort)
+    open_rows = [_open_cells(r) for r in rows]
+    if not open_rows:
+        none = [Text("(none)"), *(Text("") for _ in OPEN_COLUMNS[1:])]
+        open_rows.append((none, "dim"))
+    open_table = _grid("open streams", OPEN_COLUMNS, OPEN_KEEP, open_rows, width)
+    done_rows = [_finished_cells(f) for f in (doc.get("finished") or [])[:FINISHED_SHOWN]]
+    done = _grid("finished", FINISHED_COLUMNS, FINISHED_KEEP, done_rows, width)
+    parts: list[Any] = [_header(doc, rows, url, sort), Text(""), open_table, Text(""), done]
+    if problem:
+        parts.insert(1, Text(printable(problem), style="bold red"))
+    parts.append(Text(KEYS, style="dim"))
+    return Group(*parts)
+
+
+def _header(doc: dict[str, Any], rows: list[dict[str, Any]], url: str, sort: str) -> Text:
     stalled = sum(1 for r in rows if r.get("stalled"))
     minute = doc.get("last_minute") or {}
     header = Text()
@@ -206,58 +223,47 @@ def render(
         f"   ${minute.get('usd_per_hour', 0):.4f}/hour"
         f"   sorted by {sort}"
     )
+    return header
 
-    open_rows: list[tuple[list[Text], str | None]] = []
-    for r in rows:
-        stall = bool(r.get("stalled"))
-        cells = {
-            "state": Text("STALLED" if stall else "streaming"),
-            "silence": Text(_s(r.get("silence_s"))),
-            "id": _t(short_id(r.get("id"))),
-            "model": _t(r.get("model")),
-            "tokens": Text(_n(r.get("output_tokens"), bool(r.get("output_tokens_estimated")))),
-            "ttft": Text(_s(r.get("ttft_s"))),
-            "age": Text(_s(r.get("age_s"))),
-            "ka": Text(_n(r.get("keepalives"))),
-            "endpoint": _t(r.get("endpoint")),
-            "key": _t(r.get("key_last4")),
-            "events": Text(_n(r.get("events"))),
-            "chars": Text(_n(r.get("output_chars"))),
-        }
-        open_rows.append(
-            ([cells[name] for name, _ in OPEN_COLUMNS], "bold white on red" if stall else None)
-        )
-    if not open_rows:
-        none = [Text("(none)"), *(Text("") for _ in OPEN_COLUMNS[1:])]
-        open_rows.append((none, "dim"))
-    open_table = _grid("open streams", OPEN_COLUMNS, OPEN_KEEP, open_rows, width)
 
-    done_rows: list[tuple[list[Text], str | None]] = []
-    for f in (doc.get("finished") or [])[:FINISHED_SHOWN]:
-        outcome = f.get("outcome") or "-"
-        colour = "green" if outcome == "completed" else "yellow"
-        if outcome not in ("completed", "http_error", "client_disconnect"):
-            colour = "red"
-        cells = {
-            "id": _t(short_id(f.get("id"))),
-            "model": _t(f.get("model")),
-            "outcome": _t(outcome, colour),
-            "cost": Text(money(f.get("cost_usd"))),
-            "stalls": Text(str(f.get("stalls") or 0), style="yellow" if f.get("stalls") else ""),
-            "ttft": Text(duration(f.get("ttft_ms"))),
-            "duration": Text(duration(f.get("duration_ms"))),
-            "out": Text(_n(f.get("output_tokens"), f.get("output_source") == "estimated")),
-            "in": Text(_n(f.get("input_tokens"), f.get("input_source") == "estimated")),
-            "status": Text(_n(f.get("http_status"))),
-            "endpoint": _t(f.get("endpoint")),
-        }
-        done_rows.append(([cells[name] for name, _ in FINISHED_COLUMNS], None))
-    done = _grid("finished", FINISHED_COLUMNS, FINISHED_KEEP, done_rows, width)
-    parts: list[Any] = [header, Text(""), open_table, Text(""), done]
-    if problem:
-        parts.insert(1, Text(printable(problem), style="bold red"))
-    parts.append(Text(keys, style="dim"))
-    return Group(*parts)
+def _open_cells(r: dict[str, Any]) -> tuple[list[Text], str | None]:
+    stall = bool(r.get("stalled"))
+    cells = {
+        "state": Text("STALLED" if stall else "streaming"),
+        "silence": Text(_s(r.get("silence_s"))),
+        "id": _t(short_id(r.get("id"))),
+        "model": _t(r.get("model")),
+        "tokens": Text(_n(r.get("output_tokens"), bool(r.get("output_tokens_estimated")))),
+        "ttft": Text(_s(r.get("ttft_s"))),
+        "age": Text(_s(r.get("age_s"))),
+        "ka": Text(_n(r.get("keepalives"))),
+        "endpoint": _t(r.get("endpoint")),
+        "key": _t(r.get("key_last4")),
+        "events": Text(_n(r.get("events"))),
+        "chars": Text(_n(r.get("output_chars"))),
+    }
+    return [cells[name] for name, _ in OPEN_COLUMNS], "bold white on red" if stall else None
+
+
+def _finished_cells(f: dict[str, Any]) -> tuple[list[Text], str | None]:
+    outcome = f.get("outcome") or "-"
+    colour = "green" if outcome == "completed" else "yellow"
+    if outcome not in ("completed", "http_error", "client_disconnect"):
+        colour = "red"
+    cells = {
+        "id": _t(short_id(f.get("id"))),
+        "model": _t(f.get("model")),
+        "outcome": _t(outcome, colour),
+        "cost": Text(money(f.get("cost_usd"))),
+        "stalls": Text(str(f.get("stalls") or 0), style="yellow" if f.get("stalls") else ""),
+        "ttft": Text(duration(f.get("ttft_ms"))),
+        "duration": Text(duration(f.get("duration_ms"))),
+        "out": Text(_n(f.get("output_tokens"), f.get("output_source") == "estimated")),
+        "in": Text(_n(f.get("input_tokens"), f.get("input_source") == "estimated")),
+        "status": Text(_n(f.get("http_status"))),
+        "endpoint": _t(f.get("endpoint")),
+    }
+    return [cells[name] for name, _ in FINISHED_COLUMNS], None
 
 
 @contextlib.contextmanager

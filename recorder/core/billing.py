@@ -146,7 +146,13 @@ def fill_usage(
             out = OutputCounts.from_breakdown(record.output_breakdown, record.tool_calls)
         else:  # a record from before breakdowns were kept: all of it as ASCII text
             out = OutputCounts(latin=record.output_chars, tool_calls=record.tool_calls)
-        estimate = estimator.output(model, record.endpoint, out, thinking_ms=thinking_ms(record))
+        estimate = estimator.output(
+            model,
+            record.endpoint,
+            out,
+            thinking_ms=thinking_ms(record),
+            cut=record.interrupted is True,  # a short cut: allowances in proportion
+        )
         record.output_tokens = max(estimate.tokens, _provisional_output(record))
         if record.reasoning_tokens is None:
             record.reasoning_tokens = estimate.reasoning_tokens

@@ -83,7 +83,7 @@ from recorder.core.counts import InputCounts, OutputCounts
 from recorder.core.model_families import KINDS, PROFILES, family_for, hides_reasoning, model_base
 from recorder.core.record import StreamRecord
 
-ESTIMATOR_VERSION = "e2"
+ESTIMATOR_VERSION = "e3"
 # A cut stream's per-response allowance is whole from this many output tokens on,
 # and in proportion below (see the module's docstring).
 FRAMING_WHOLE_AT = 20.0

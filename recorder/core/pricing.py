@@ -281,8 +281,8 @@ def cost_of(
     reasoning = min(_n(reasoning_tokens), out) if rates.reasoning is not None else 0
     write_rate = rates.cache_write if rates.cache_write is not None else in_rate
     # only the terms with tokens (most requests read or write no cache, and reason
-    # apart from output on few models): each Decimal product and sum costs a tenth of
-    # a microsecond, once per record on the event loop; the value is the same
+    # apart from output on few models): fewer Decimal operations per record on the
+    # event loop; the value is the same
     total = _ZERO
     if uncached:
         total += uncached * in_rate

@@ -37,6 +37,7 @@ from mitmproxy import http
 from recorder.core.captured import CapturedBody
 from recorder.core.endpoints import endpoint_for
 from recorder.core.estimate import Estimator
+from recorder.core.printable import printable
 from recorder.core.sink import Sink
 from recorder.metrics.health import Health
 from recorder.proxy.config import RecorderConfig
@@ -57,6 +58,7 @@ from recorder.proxy.observers import Observer, Observers
 from recorder.proxy.open_streams import OpenStreams
 from recorder.proxy.scheduling import LoopScheduler, Scheduler, Sliced
 from recorder.proxy.state import (
+    NO_UPSTREAM,
     Answer,
     Ending,
     FlowState,
@@ -135,6 +137,7 @@ class Recorder:
         self.walk = Walk(self.scheduler, self.streams, clock, self.internal_error)
         self._readers: ThreadPoolExecutor | None = None
         self._closed = False
+        self._said_no_upstream = False  # (said once per process)
         # Whether ``done`` also closes the sink (as under ``mitmdump -s``). The runner
         # sets it False: it closes the sink itself once connections are ended, so that
         # no client waits on the database at shutdown.
@@ -274,7 +277,9 @@ class Recorder:
             undecodable = True
         else:
             undecodable = False
-        tap = state.tap = Tap(lambda: state.meter, decoder, self.internal_error, content_type)
+        tap = state.tap = Tap(
+            lambda: state.meter, decoder, self.internal_error, content_type, self.scheduler
+        )
         if undecodable:
             tap.give_up(Unmetered.UNDECODABLE, repr(encoding))
             self.internal_error.decode_error()
@@ -328,7 +333,16 @@ class Recorder:
             if state is None:
                 return
             msg = flow.error.msg if flow.error is not None else "unknown error"
-            self.finishing.end(state, Ending(self.clock(), _ending(flow, msg), msg))
+            how = _ending(flow, msg)
+            if how == NO_UPSTREAM and not self._said_no_upstream:
+                self._said_no_upstream = True
+                log.warning(
+                    "recorder: %s reached the regular-mode proxy as a base URL (502 Request"
+                    " destination unknown): base URLs need reverse mode, --mode"
+                    " reverse:https://api.openai.com@8081",
+                    printable(flow.request.path.split("?", 1)[0]),
+                )
+            self.finishing.end(state, Ending(self.clock(), how, msg))
         except Exception:
             self.internal_error("error")
 
@@ -365,6 +379,11 @@ class Recorder:
             self._readers.shutdown(wait=False, cancel_futures=True)
 
 
+# mitmproxy's words for an upstream whose TLS failed ("The remote server does not
+# speak TLS.", "Certificate verify failed: ...", "Server TLS handshake failed")
+_UPSTREAM_TLS = ("does not speak tls", "certificate verify failed", "tls handshake failed")
+
+
 def _ending(flow: http.HTTPFlow, msg: str) -> str:
     """Whose side broke. A request that never arrived whole is the client's.
     mitmproxy's HTTP/2 layer words it alike for either side
@@ -373,8 +392,13 @@ def _ending(flow: http.HTTPFlow, msg: str) -> str:
     layer says "peer closed connection" with more after it). When both sides speak
     HTTP/2 the message cannot tell, and the upstream is blamed, as before."""
     low = msg.lower()
+    if "request destination unknown" in low:
+        return NO_UPSTREAM
     if "client disconnected" in low:
         return "client_disconnect"
+    if any(words in low for words in _UPSTREAM_TLS):
+        # the upstream's TLS failed: whenever that came, it is the upstream's doing
+        return "upstream_disconnect"
     req = flow.request
     if flow.response is None and req.timestamp_end is None and not req.stream:
         # The request never arrived whole (headers, then part of a body): mitmproxy

@@ -43,7 +43,7 @@ from recorder.proxy.lifecycle import (
 )
 from recorder.proxy.observers import Done, Observers
 from recorder.proxy.scheduling import Scheduler, Sliced
-from recorder.proxy.state import Ending, FlowState, RequestNotRead, apply_facts
+from recorder.proxy.state import NO_UPSTREAM, Ending, FlowState, RequestNotRead, apply_facts
 from recorder.proxy.tap import BodyKind
 from recorder.proxy.unpriced import WARNINGS as UNPRICED
 
@@ -140,9 +140,10 @@ class Finishing:
             elif state.record.streamed is False:
                 state.record.transport = "json"
         try:
-            rec = state.meter.finish(
-                ending.at, ending=ending.how, transport_error=ending.transport_error
-            )
+            how = "upstream_disconnect" if ending.how == NO_UPSTREAM else ending.how
+            rec = state.meter.finish(ending.at, ending=how, transport_error=ending.transport_error)
+            if ending.how == NO_UPSTREAM:
+                _no_upstream(rec)
             if tap is not None:
                 rec.content_mismatch = tap.mismatch
                 if tap.unmetered is not None:
@@ -340,3 +341,22 @@ def _capture_of(state: FlowState) -> CapturedBody | None:
     if tap is None or tap.kind is not BodyKind.SSE:
         return None
     return tap.capture
+
+
+def _no_upstream(rec: StreamRecord) -> None:
+    """A request sent to the proxy itself (a regular-mode proxy used as a base URL):
+    no upstream was asked; what the client got is mitmproxy's 502."""
+    rec.outcome = "http_error"
+    rec.interrupted = False
+    rec.http_status = 502
+    rec.upstream = None
+    rec.error_type = "no_upstream"
+    rec.error_message = (
+        "the request was sent to the proxy itself (502 Request destination unknown):"
+        " a base URL needs reverse mode, --mode reverse:https://api.openai.com@8081"
+    )
+    rec.transport_error = None
+    rec.streamed = False  # (mitmproxy's page, one answer: no output stream to stall)
+    rec.transport = "json"
+    rec.stalls, rec.stall_ms, rec.max_output_gap_ms = 0, 0.0, None
+    rec.gaps = [g for g in rec.gaps if g.kind != "stall"]

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import contextlib
 import sys
 import threading
 import time
@@ -61,6 +60,7 @@ from recorder.proxy.live_lines import (
     stream_line,
     summary,
 )
+from recorder.proxy.live_window import LastMinute
 from recorder.proxy.observers import Done, Observer
 from recorder.proxy.open_streams import StreamView
 from recorder.proxy.scheduling import Sliced
@@ -71,7 +71,6 @@ if TYPE_CHECKING:
     from recorder.proxy.addon import Recorder
 
 FINISHED_KEPT = 100
-WINDOW_S = 60  # the header figures of `recorder top`: the last minute
 SNAPSHOT_SLICE = 50  # open streams read per event-loop callback for GET /streams
 
 __all__ = ["ID_CHARS", "SNAPSHOT_SLICE", "Live", "Printer", "stream_line", "summary"]
@@ -135,8 +134,8 @@ class Live(Observer):
         # per open stream: what the console has been told of its stalls
         self._watched: dict[str, _Watched] = {}
         self.finished: collections.deque[dict[str, Any]] = collections.deque(maxlen=FINISHED_KEPT)
-        # the last minute by second: second -> [streams, tokens, cost]
-        self._window: dict[int, list[float]] = {}
+        # the last minute's streams, tokens and spend (the header of `recorder top`)
+        self.last_minute = LastMinute(wall, self._output_tokens)
         # while the proxy runs: how another thread asks the loop for a snapshot
         self._post: Callable[[Callable[[], None]], None] | None = None
         self._loop_thread: int | None = None
@@ -246,7 +245,7 @@ class Live(Observer):
         """A record was completed: its line, its stalls not said yet, the finished list."""
         s = summary(rec)
         self.finished.append(s)
-        self._count(s)
+        self.last_minute.finished(rec.id, s)
         watched = self._watched.pop(rec.id or "", None)
         if rec.stalls and rec.duration_ms is not None:
             self._stalls_ended_with(rec, watched or _Watched(), last_output_ms)
@@ -279,17 +278,16 @@ class Live(Observer):
             how = f"stream ended ({rec.outcome})" if tail else "output resumed"
             self._stall_over(rec.id, watched, gap.start_ms, gap.length_ms, how)
 
-    def _count(self, s: dict[str, Any]) -> None:
-        second = int(self._wall())
-        bucket = self._window.get(second)
-        if bucket is None:
-            bucket = self._window[second] = [0.0, 0.0, 0.0]
-            for old in [k for k in self._window if k <= second - WINDOW_S]:
-                del self._window[old]
-        bucket[0] += 1
-        bucket[1] += (s["input_tokens"] or 0) + (s["output_tokens"] or 0)
-        with contextlib.suppress(TypeError, ValueError):
-            bucket[2] += float(s["cost_usd"] or 0)
+    def _output_tokens(self, view: StreamView) -> tuple[int | None, bool]:
+        """The stream's output tokens so far: as reported, else estimated (and which)."""
+        obs = view.observations
+        usage = obs.usage
+        if usage is not None and usage.output_tokens is not None:
+            return usage.output_tokens, False
+        if not obs.output_chars:
+            return None, False
+        counts = OutputCounts.from_observations(obs)
+        return self.recorder.estimator.output(view.model, view.endpoint, counts).tokens, True
 
     # -- the walk -------------------------------------------------------------
 
@@ -332,6 +330,7 @@ class Live(Observer):
                         rid, watched, now - since, view.keepalives - watched.kas, since - view.t0
                     )
         self._watched = watched_now
+        self.last_minute.streamed(views)
         if self.on_tick is not None:
             self.on_tick(stalled, oldest)
 
@@ -390,24 +389,11 @@ class Live(Observer):
 
     def _document(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         rows.sort(key=lambda r: -(r["silence_s"] or 0.0))
-        after = self.stall_after
-        second = int(self._wall())
-        window = [b for k, b in self._window.items() if second - WINDOW_S < k <= second]
-        streams = sum(b[0] for b in window)
-        tokens = sum(b[1] for b in window)
-        cost = sum(b[2] for b in window)
         return {
-            "stall_after_s": after,
+            "stall_after_s": self.stall_after,
             "open": rows,
             "finished": list(reversed(self.finished)),
-            "last_minute": {
-                "streams": int(streams),
-                "tokens": int(tokens),
-                "cost_usd": round(cost, 6),
-                "streams_per_s": round(streams / WINDOW_S, 3),
-                "tokens_per_s": round(tokens / WINDOW_S, 3),
-                "usd_per_hour": round(cost * 3600 / WINDOW_S, 6),
-            },
+            "last_minute": self.last_minute.figures(),
         }
 
     def _open_row(self, view: StreamView, now: float, after: float) -> dict[str, Any]:
@@ -415,15 +401,7 @@ class Live(Observer):
         since = view.silent_since if may else None
         obs = view.observations
         first = view.first_output_at
-        tokens: int | None = None
-        estimated = False
-        usage = obs.usage
-        if usage is not None and usage.output_tokens is not None:
-            tokens = usage.output_tokens
-        elif obs.output_chars:
-            counts = OutputCounts.from_observations(obs)
-            tokens = self.recorder.estimator.output(view.model, view.endpoint, counts).tokens
-            estimated = True
+        tokens, estimated = self._output_tokens(view)
         silence = None if since is None else now - since
         return {
             "id": view.id,

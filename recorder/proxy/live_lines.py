@@ -157,7 +157,7 @@ class Printer:
     only when it said it is idle, and while lines keep coming it gathers them for
     ``GATHER_S`` and writes them in one go. A line may also be handed over unmade, as
     a callable this thread calls: the loop then pays for the hand-over only, not for
-    the formatting (a stream's line cost tens of microseconds on the loop)."""
+    the formatting, the dear part of a line (docs/performance.md)."""
 
     GATHER_S = 0.05
 

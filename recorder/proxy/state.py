@@ -58,12 +58,17 @@ class Pending:
     answer: Answer | None = None  # the response's headers, put on the record with it
 
 
+# how an exchange ended that never had an upstream: a request sent to a regular-mode
+# proxy itself (a base URL), which answered 502 "Request destination unknown"
+NO_UPSTREAM = "no_upstream"
+
+
 @dataclass(slots=True)
 class Ending:
     """How an exchange ended, kept until its record is closed (``finish_delay``)."""
 
     at: float
-    how: str  # "eof", "client_disconnect", "upstream_disconnect"
+    how: str  # "eof", "client_disconnect", "upstream_disconnect", NO_UPSTREAM
     transport_error: str | None
     body: bytes | None = None  # a response that was not streamed
     status: int | None = None

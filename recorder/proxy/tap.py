@@ -15,10 +15,14 @@ streamed, or an error) is kept, up to ``JSON_MAX_BYTES``, and read whole at the
 end. A body whose declared type says otherwise is metered all the same, and the
 record says so (``content_mismatch``).
 
-A compressed body is decoded on the side, bounded (``recorder.proxy.decoding``):
-``DECODE_SLICE`` bytes at most per metering, so that no metering holds the event
-loop long however the body decompresses, and ``DECODE_MAX_BYTES`` at most per body;
-past it the rest passes unmetered and the record says why.
+A compressed body is decoded on the side, bounded (``recorder.proxy.decoding``),
+and never inside the tap: its pieces are decoded in loop callbacks of their own
+(``scheduling``), each piece to at most ``DECODE_RATIO`` times its size at once
+(what any real compression gives, so each piece's output keeps its arrival time);
+what a piece decodes to beyond that (a bomb's ratio) waits in the decoder and is
+decoded ``DECODE_SLICE`` bytes a callback, the loop serving everything else between
+two slices. Past ``DECODE_MAX_BYTES`` a body is decoded no further: the rest passes
+unmetered and the record says why.
 
 With a capture (``--capture-bodies``, or mitmweb's view) each piece is metered as
 it comes, and an event stream's decoded pieces are kept with their times.
@@ -37,14 +41,17 @@ from recorder.core.captured import CapturedBody
 from recorder.core.meter import StreamMeter
 from recorder.proxy.decoding import Decoder
 from recorder.proxy.internal_errors import InternalErrors
+from recorder.proxy.scheduling import Handle, Scheduler
 
 BATCH_PIECES = 128
 BATCH_BYTES = 64 * 1024
-# decoded bytes per metering of a compressed body (a block of about a millisecond)
-DECODE_SLICE = 1 << 20
+# a compressed piece may decode to this many times its size at once
+DECODE_RATIO = 32
+# decoded bytes per loop callback beyond that (a block of about a millisecond)
+DECODE_SLICE = 64 << 10
 # when the exchange ends, what is left to decode, at most
-DECODE_AT_END = 8 << 20
-DECODE_MAX_BYTES = 64 << 20  # per body
+DECODE_AT_END = 1 << 20
+DECODE_MAX_BYTES = 32 << 20  # per body
 JSON_MAX_BYTES = 16 << 20  # a body that is not streamed, kept to be read at the end
 HEAD_MAX_BYTES = 64 << 10  # read to tell what a body is, at most
 REQUEST_MAX_BYTES = 64 << 20  # a request body read for its facts, at most (decoded too)
@@ -97,11 +104,13 @@ class Tap:
     __slots__ = (
         "_buffered",
         "_decoded",
+        "_decoding",
         "_errors",
         "_head",
         "_json",
         "_last_stamp",
         "_meter",
+        "_scheduler",
         "_seen",
         "broken",
         "capture",
@@ -121,11 +130,15 @@ class Tap:
         decoder: Decoder | None,
         errors: InternalErrors,
         content_type: str = "text/event-stream",
+        scheduler: Scheduler | None = None,
     ) -> None:
         # the meter is asked for only when pieces are metered: the exchange's record
         # may not be made yet when its body starts
         self._meter = meter
         self._errors = errors
+        # decodes a compressed body in callbacks of its own (None: in the tap's batches)
+        self._scheduler = scheduler
+        self._decoding: Handle | None = None
         self.decoder = decoder
         self.content_type = content_type
         # what the body is: an event stream unless it turns out otherwise (told from
@@ -196,9 +209,9 @@ class Tap:
         times: list[float] = []
         for piece, stamp in zip(pieces, stamps, strict=True):
             self._last_stamp = stamp
-            data = piece if decoder is None else decoder.decode(piece, budget)
+            # (at most what a real compression gives: a bomb's rest waits in the decoder)
+            data = piece if decoder is None else decoder.decode(piece, DECODE_RATIO * len(piece))
             if data:
-                budget -= len(data)
                 out.append(data)
                 times.append(stamp)
         while decoder is not None and budget > 0 and decoder.backlog:
@@ -280,6 +293,22 @@ class Tap:
             self.pieces.append(body)
             self.stamps.append(at)
 
+    def _decode_soon(self) -> None:
+        """Have what waits decoded and metered in a loop callback of its own."""
+        if self._decoding is None:
+            if self._scheduler is None:
+                self.meter_waiting()
+            else:
+                self._decoding = self._scheduler.call_later(0, self._decode_some)
+
+    def _decode_some(self) -> None:
+        """One slice of a compressed body: what came, and ``DECODE_SLICE`` of what a
+        piece holds beyond; another callback for the rest."""
+        self._decoding = None
+        self.meter_waiting()
+        if self.waiting and not self.broken:
+            self._decode_soon()
+
     def failed(self, e: Exception) -> None:
         """The tap could not go on: a counted internal error, and the record says so."""
         self.give_up(Unmetered.TAP_FAILED, f"{type(e).__name__}: {e}")
@@ -297,7 +326,8 @@ class Tap:
     def callable(self, clock: Callable[[], float]) -> Callable[[bytes], bytes]:
         """The function mitmproxy calls with each piece (``response.stream``)."""
         pieces, stamps = self.pieces, self.stamps
-        meter_waiting = self.meter_waiting
+        # a compressed body is decoded in callbacks of its own, never in the tap
+        meter_waiting = self._decode_soon if self.decoder is not None else self.meter_waiting
         # with a capture every piece is metered (and kept) as it comes
         batch_pieces = 1 if self.capture is not None else BATCH_PIECES
 

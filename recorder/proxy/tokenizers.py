@@ -113,9 +113,9 @@ def _toktok(encoding: str) -> TokenCounter | None:
         return None
 
     # ``truncate`` returns the whole text's count, exactly ``batch_count``'s, in one
-    # pass on the caller's thread: 0.3 µs for a short prompt, where ``batch_count``
-    # (which hands its batch to a Rust thread pool even with threads=1) takes some
-    # 25 µs whatever the text. The proxy counts every OpenAI prompt with this.
+    # pass on the caller's thread, where ``batch_count`` hands its batch to a Rust
+    # thread pool even with threads=1 (docs/performance.md has the figures). The
+    # proxy counts every OpenAI prompt with this.
     def count(text: str) -> int:
         return int(truncate(text, _ALL_TOKENS, encoding)[1])
 

@@ -15,6 +15,7 @@ import threading
 
 from recorder.core.printable import printable
 from recorder.core.record import StreamRecord
+from recorder.proxy.hints import command
 
 MAX_NAMED = 100
 
@@ -45,16 +46,18 @@ class UnpricedWarnings:
                 self._full = True
                 log.warning(
                     "recorder: more than %d models have no price; further ones are not named "
-                    "(see llm_recorder_unpriced_streams_total or `recorder prices missing`)",
+                    "(see llm_recorder_unpriced_streams_total or `%s`)",
                     self.max_named,
+                    command("prices missing"),
                 )
                 return True
             self._seen.add(model)
         log.warning(
             "recorder: %s streams are recorded without a cost: %s (add it with --prices FILE; "
-            "`recorder prices missing` lists every unpriced model)",
+            "`%s` lists every unpriced model)",
             printable(model),  # a client's name for it: it must not write to the terminal
             printable(reason),
+            command("prices missing"),
         )
         return True
 

@@ -42,7 +42,6 @@ from recorder.store.engine import make_engine
 from recorder.store.migrate import upgrade
 from recorder.store.queries import SessionFilter, list_sessions
 from recorder.store.reprice_sql import reprice
-from recorder.store.sinks import FanoutSink
 from recorder.store.writer import SqlSink
 from tests.kit.billing import check_every_grouping
 from tests.kit.cli import Cli
@@ -417,12 +416,13 @@ def simulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
     url = f"sqlite:///{root / 'recorder.db'}"
     upgrade(url)
     kinds: dict[str, str] = {}
+    sql = SqlSink(url, root / "spool")
     with (
         run_in_thread() as sim,
-        running_proxy([f"reverse:{sim.url}@{free_port()}"], str(root / "mitmproxy")) as proxy,
+        running_proxy(
+            [f"reverse:{sim.url}@{free_port()}"], str(root / "mitmproxy"), also=sql
+        ) as proxy,
     ):
-        sql = SqlSink(url, root / "spool")
-        proxy.recorder.sink = FanoutSink(proxy.sink, sql)
         with httpx.Client(base_url=proxy.url(), timeout=20) as client:
             for kind, path, headers, body, fault in TRAFFIC:
                 doc = dict(body)

@@ -230,7 +230,14 @@ def test_every_other_failure_is_one_line_too(
 # Exceptions that never reach a user: the writer's signal that a batch waits for
 # the database, and the simulator's own (it stands alone; `recorder simulate`
 # says its FaultError in one line itself).
-INTERNAL = {"recorder.store.link.Unavailable"}
+# caught where they are raised, never shown to a user: the store's outage (spooled
+# through), an exchange's illegal move (the recorder's own bug, counted), a request
+# body that cannot be read (said on its record)
+INTERNAL = {
+    "recorder.store.link.Unavailable",
+    "recorder.proxy.lifecycle.IllegalMove",
+    "recorder.proxy.state.RequestNotRead",
+}
 STANDALONE = "recorder.simulate."
 
 

@@ -316,5 +316,5 @@ def test_wire_values_in_the_picture_are_escaped(tmp_path: Path, cli: Cli) -> Non
     ran = cli("show", rec.id or "", "--db", url, "--plot", str(out))
     assert ran.code == 0, ran.err
     text = _svg_text(out)
-    assert "gpt-4o\\x1b[31m\\x0ared$x^2$" in text
+    assert "gpt-4o\\x1b[31m\\nred$x^2$" in text  # (as every text surface shows it)
     assert "\x1b" not in out.read_text()

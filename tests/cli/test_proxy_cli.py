@@ -246,7 +246,7 @@ def test_a_sqlite_file_given_as_db_is_that_file(tmp_path: Path, sim: Simulator) 
     said = "recorder proxy: --db r.db: read as sqlite:///r.db (a SQLite file)"
     assert (banner + out).count(said) == 1, banner + out
     assert "records:  sqlite:///r.db" in banner
-    assert "1 records: 1 written to the database" in out
+    assert "1 record: 1 written to the database" in out
     with sa.create_engine(f"sqlite:///{tmp_path / 'r.db'}").connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM streams")).scalar_one() == 1
     assert not (tmp_path / "recorder.db").exists()

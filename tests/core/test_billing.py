@@ -12,7 +12,7 @@ import pytest
 from recorder.core import StreamMeter, StreamRecord
 from recorder.core.billing import apply_prices, complete_usage, input_tokenizer
 from recorder.core.counts import InputCounts, OutputCounts, count_request
-from recorder.core.estimate import Calibration, Estimator
+from recorder.core.estimate import FRAMING_WHOLE_AT, Calibration, Estimator
 from recorder.core.model_families import PROFILES
 from recorder.core.price_files import load_prices
 from recorder.core.pricing import PriceTable
@@ -126,7 +126,7 @@ def test_cut_anthropic_stream_keeps_exact_input_and_estimates_output() -> None:
     assert rec.usage_source == "mixed"
     expected_output = round(100 + PROFILES["anthropic"].response_tokens)
     assert rec.output_tokens == expected_output  # not the provisional 1
-    assert rec.estimate_method == "e2;output:chars/default"
+    assert rec.estimate_method == "e3;output:chars/default"
     assert rec.service_tier == "standard"
     cost = (
         100 * Decimal(3) + 1000 * Decimal("0.3") + 300 * Decimal("3.75") + 200 * Decimal(6)
@@ -193,7 +193,7 @@ def test_chat_without_include_usage_is_estimated_and_billed() -> None:
     assert rec.output_tokens == 4  # one token per delta
     p = PROFILES["openai-o200k"]
     assert rec.input_tokens == round(100 + p.message_tokens + p.request_tokens)
-    assert rec.estimate_method == "e2;input:chars/default;output:deltas"
+    assert rec.estimate_method == "e3;input:chars/default;output:deltas"
     assert rec.input_breakdown is not None and rec.input_breakdown["latin"] == 400
     assert rec.cost_usd == f"{(rec.input_tokens * Decimal('2.5') + 4 * 10) / M:.12f}"
     assert rec.price_version == "test:gpt-4o@2026-11-30"
@@ -238,9 +238,12 @@ def test_responses_web_search_and_hidden_reasoning() -> None:
     rec = run("responses", body, ending="client_disconnect", model="gpt-5-mini")
     assert rec.server_tool_requests == {"web_search": 1}
     profile = PROFILES["openai-reasoning"]
-    # three deltas, the message's framing, and the search call's (a tool call)
-    assert rec.output_tokens == 3 + profile.response_tokens + profile.call_tokens
-    assert rec.estimate_method == "e2;output:deltas+hidden-reasoning"
+    # three deltas, the message's framing (a cut stream's: in proportion to what it
+    # streamed, whole from FRAMING_WHOLE_AT tokens on), and the search call's (whole:
+    # a call that started has streamed its name)
+    framing = profile.response_tokens * 3 / FRAMING_WHOLE_AT
+    assert rec.output_tokens == round(3 + framing + profile.call_tokens)
+    assert rec.estimate_method == "e3;output:deltas+hidden-reasoning"
     assert rec.input_source == "none" and rec.usage_source == "mixed"
     assert rec.output_breakdown is not None and rec.output_breakdown["summary"] == len("Searching…")
     cost = rec.output_tokens * Decimal(2) / M + Decimal("0.01")
@@ -315,7 +318,7 @@ def test_completed_records_teach_the_estimator() -> None:
     cut = run(
         "messages", sse([ANTHROPIC_START, text_delta("z" * 100)], named=True), estimator=estimator
     )
-    assert cut.estimate_method == "e2;output:chars/calibrated"
+    assert cut.estimate_method == "e3;output:chars/calibrated"
     assert cut.output_tokens == 50 + PROFILES["anthropic"].response_tokens
 
 
@@ -345,7 +348,7 @@ def test_real_capture_estimate_matches_its_reported_usage() -> None:
     reported.output_source = "none"
     complete_usage(reported, meter.interpreter.obs, None, PRICES, None)
     assert reported.output_tokens == 177
-    assert reported.estimate_method == "e2;output:deltas"
+    assert reported.estimate_method == "e3;output:deltas"
 
 
 @pytest.mark.parametrize("endpoint", ["chat.completions", "responses", "messages"])
@@ -396,7 +399,7 @@ def test_hidden_reasoning_of_a_cut_stream_is_estimated_from_thinking_time() -> N
     cut = timed_responses(estimator, thinking_s=5.0, reasoning_tokens=None)
     profile = PROFILES["openai-reasoning"]
     assert cut.output_source == "estimated"
-    assert cut.estimate_method == "e2;output:deltas+reasoning-from-time"
+    assert cut.estimate_method == "e3;output:deltas+reasoning-from-time"
     assert cut.reasoning_tokens == 1000
     assert cut.output_tokens == 3 + profile.response_tokens + 1000
 
@@ -407,7 +410,7 @@ def test_without_a_learned_rate_hidden_reasoning_stays_a_lower_bound() -> None:
     for seconds in (2.0, 4.0):
         timed_responses(estimator, thinking_s=seconds, reasoning_tokens=int(200 * seconds))
     cut = timed_responses(estimator, thinking_s=5.0, reasoning_tokens=None)
-    assert cut.estimate_method == "e2;output:deltas+hidden-reasoning"
+    assert cut.estimate_method == "e3;output:deltas+hidden-reasoning"
     assert cut.reasoning_tokens is None
     timed_responses(estimator, thinking_s=8.0, reasoning_tokens=1600)
     replay = run(
@@ -417,7 +420,7 @@ def test_without_a_learned_rate_hidden_reasoning_stays_a_lower_bound() -> None:
         model="gpt-5-mini",
         estimator=estimator,
     )
-    assert replay.estimate_method == "e2;output:chars/default+hidden-reasoning"
+    assert replay.estimate_method == "e3;output:chars/default+hidden-reasoning"
 
 
 def test_a_newer_claude_counts_its_own_tokens() -> None:
@@ -459,13 +462,13 @@ def test_the_counts_at_hand_give_what_the_breakdowns_give() -> None:
     meter.feed(body)
     rec = meter.finish(ending="eof")
     complete_usage(rec, meter.interpreter.obs, counts, PRICES, live)
-    assert rec.estimate_method == "e2;input:tokenizer/o200k_base;output:deltas"
+    assert rec.estimate_method == "e3;input:tokenizer/o200k_base;output:deltas"
     # the stored row estimated again: the same figures from its breakdowns
     stored = StreamRecord(**{name: getattr(rec, name) for name in FIELDS})
     stored.input_tokens = stored.output_tokens = stored.reasoning_tokens = None
     complete_usage(stored, None, None, PRICES, None)
     assert (stored.input_tokens, stored.output_tokens) == (rec.input_tokens, rec.output_tokens)
-    assert stored.estimate_method == "e2;input:tokenizer/unknown;output:deltas"
+    assert stored.estimate_method == "e3;input:tokenizer/unknown;output:deltas"
     # a record with reported usage teaches the same from its counts as from its breakdowns
     for taught in (rec, stored):
         taught.input_tokens, taught.output_tokens = 700, 40
@@ -478,11 +481,11 @@ def test_the_counts_at_hand_give_what_the_breakdowns_give() -> None:
 @pytest.mark.parametrize(
     ("method", "name"),
     [
-        ("e2;input:tokenizer/o200k_base;output:deltas", "o200k_base"),
-        ("e2;input:tokenizer/cl100k_base+files-uncounted", "cl100k_base"),
-        ("e2;input:tokenizer/unknown;output:deltas", None),
-        ("e2;input:chars/default;output:tokenizer/o200k_base", None),
-        ("e2;output:deltas", None),
+        ("e3;input:tokenizer/o200k_base;output:deltas", "o200k_base"),
+        ("e3;input:tokenizer/cl100k_base+files-uncounted", "cl100k_base"),
+        ("e3;input:tokenizer/unknown;output:deltas", None),
+        ("e3;input:chars/default;output:tokenizer/o200k_base", None),
+        ("e3;output:deltas", None),
         (None, None),
     ],
 )

@@ -514,3 +514,28 @@ def test_printer_counts_what_it_cannot_hold() -> None:
     out.release.set()
     printer.flush(10.0)
     assert out.getvalue().splitlines() == ["first", *(f"more {i}" for i in range(5))]
+
+
+async def test_tokens_per_second_count_a_stream_while_it_streams_and_once_in_all() -> None:
+    """`recorder top`'s tokens/s: a long stream's output counts in the last minute as
+    it streams (it read 0.0 until the stream ended), and its whole record once."""
+    from tests.kit.flows import timers_of
+
+    addon, sink, clock, live, _, _ = wired(quiet=True)
+    timers = timers_of(addon)
+    with taddons.context(addon, live):
+        flow = await open_stream(addon, clock)
+        feed(flow, clock, ROLE)
+        for i in range(30):
+            feed(flow, clock, delta(f"word{i} "), after=0.0)
+            timers.advance(0.1)  # the walk comes once a second
+        mid = live.snapshot()["last_minute"]
+        assert mid["tokens"] > 0 and mid["tokens_per_s"] > 0 and mid["streams"] == 0
+        feed(flow, clock, CHAT_SSE[CHAT_SSE.rindex(b"data: {") :])
+        flow.response.stream(b"")  # type: ignore[union-attr,operator]
+        addon.response(flow)
+        timers.advance(2.0)
+    (rec,) = sink.records
+    end = live.snapshot()["last_minute"]
+    assert end["streams"] == 1
+    assert end["tokens"] == (rec.input_tokens or 0) + (rec.output_tokens or 0)

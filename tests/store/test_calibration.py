@@ -53,14 +53,14 @@ def test_a_restart_keeps_what_the_estimator_learned(db_url: str, tmp_path: Path)
 
     before = cut_stream()
     fill_usage(before, Estimator())
-    assert before.estimate_method == "e2;output:chars/default"
+    assert before.estimate_method == "e3;output:chars/default"
 
     estimator = Estimator()  # a new process: nothing learned in memory
     assert warm_from(db_url, estimator) == 30
     assert estimator.calibration.ratio("claude-sonnet-4-5", "output", "latin") == 2.5
     after = cut_stream()
     fill_usage(after, estimator)
-    assert after.estimate_method == "e2;output:chars/calibrated"
+    assert after.estimate_method == "e3;output:chars/calibrated"
     assert after.output_tokens == 360 + PROFILES["anthropic"].response_tokens
 
 
