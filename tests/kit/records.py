@@ -158,6 +158,13 @@ def full_record(**overrides: Any) -> StreamRecord:
         unpriced_reason="no 'priority' service-tier rate for claude-x",
         content_mismatch="declared text/plain, body is an event stream",
         transport="eventstream",
+        connection_id="b7e1c0de-5e55-4a11-9c0a-000000000031",
+        input_audio_tokens=5000,
+        cache_read_audio_tokens=4000,
+        input_image_tokens=300,
+        cache_read_image_tokens=100,
+        output_audio_tokens=600,
+        output_audio_ms=29875.5,
         gaps=[
             Gap("stall", 1000.0, 61000.25),
             Gap("keepalive", 2000.0, 15000.5),
