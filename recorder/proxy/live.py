@@ -298,7 +298,7 @@ class Live(Observer):
         """Whether the stream has an output stream to stall (not an HTTP error, not a
         JSON answer: the meter counts no stall there either)."""
         status = view.http_status
-        return view.streamed and (status is None or 200 <= status < 300)
+        return view.streamed and (status is None or 200 <= status < 300 or status == 101)
 
     def walked(self, views: list[StreamView], now: float) -> None:
         """The recorder's walk over the open streams (once a second, what waited
@@ -441,6 +441,7 @@ class Live(Observer):
             "output_tokens_estimated": estimated,
             "silence_s": None if silence is None else round(silence, 3),
             "stalled": may and view.stalled_since(now) is not None,
+            "transport": view.transport,
         }
 
     def snapshot_json(self, timeout: float = 2.0) -> bytes:
