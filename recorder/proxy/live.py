@@ -47,7 +47,7 @@ import orjson
 from mitmproxy.utils import vt_codes
 
 from recorder.core.counts import OutputCounts
-from recorder.core.endpoints import endpoint_for
+from recorder.core.endpoints import endpoint_for, websocket_endpoint_for
 from recorder.core.printable import json_text, printable
 from recorder.core.record import StreamRecord
 from recorder.proxy.live_lines import (
@@ -217,6 +217,8 @@ class Live(Observer):
             req = flow.request
             if endpoint_for(req.method, req.path) is not None:
                 return
+            if flow.websocket is not None and websocket_endpoint_for(req.path) is not None:
+                return  # metered: its responses are records (recorder.proxy.websocket)
             path = req.path.split("?", 1)[0]  # a query string may carry a key
             status = flow.response.status_code if flow.response is not None else None
             err = flow.error.msg if flow.error is not None else None

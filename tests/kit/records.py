@@ -24,6 +24,7 @@ from recorder.core.record import (
     INTERRUPTED_OUTCOMES,
     OUTCOMES,
     SOURCES,
+    TRANSPORTS,
     Gap,
     StreamRecord,
     combine_sources,
@@ -258,6 +259,8 @@ def random_records(rng: random.Random, n: int) -> list[StreamRecord]:
                 price_version="t:m@d" if priced else None,
             )
         )
+        # (drawn after the record's other values: the same seed gives them as before)
+        out[-1].transport = rng.choice(TRANSPORTS)
     return out
 
 
