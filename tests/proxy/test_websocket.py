@@ -441,3 +441,35 @@ def test_an_unmetered_websocket_path_is_left_alone() -> None:
     send(addon, flow, create(), clock, client=True)
     close(addon, flow, by_client=True)
     assert _records(sink) == [] and addon.health.websocket_connections == 0
+
+
+def test_the_live_view_shows_websocket_responses_while_open_and_their_lines() -> None:
+    """/streams has the open response (its transport, its stall while it lasts); the
+    console line of each finished one says ws; the stall is said once."""
+    import io
+
+    from recorder.proxy.live import Live
+
+    addon, sink, clock = make(stall_after=5.0)
+    out = io.StringIO()
+    live = Live(addon, out=out, wall=lambda: 1_790_000_000.0)
+    flow = ws_flow("/v1/responses")
+    addon.websocket_start(flow)
+    send(addon, flow, create(), clock, client=True)
+    events = responses_turn("resp_live", ["a", "b"])
+    send(addon, flow, events[0], clock)
+    send(addon, flow, events[1], clock)
+    clock.now += 6.0
+    live.tick()
+    (row,) = live.snapshot()["open"]
+    assert row["transport"] == "websocket" and row["endpoint"] == "responses"
+    assert row["stalled"] is True and row["output_chars"] == 1
+    for event in events[2:]:
+        send(addon, flow, event, clock)
+    close(addon, flow, by_client=True)
+    lines = out.getvalue().splitlines()
+    assert any(" stall: " in line for line in lines)
+    (line,) = [ln for ln in lines if " completed " in ln]
+    assert " responses ws gpt-5 101 completed " in line
+    assert live.snapshot()["finished"][0]["transport"] == "websocket"
+    assert len(_records(sink)) == 1
