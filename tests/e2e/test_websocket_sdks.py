@@ -206,7 +206,10 @@ def test_a_client_that_closes_mid_response(clean: RunningProxy, sim: Simulator) 
     async def talk() -> None:
         async with websockets.connect(
             _ws_url(clean, "/v1/realtime?model=gpt-realtime"),
-            additional_headers={"authorization": "Bearer sk-leave"},
+            additional_headers={
+                "authorization": "Bearer sk-leave",
+                "x-sim-fault": "delay=0.05,deltas=20",  # still streaming when it leaves
+            },
         ) as ws:
             await ws.recv()  # session.created
             await ws.send(json.dumps({"type": "response.create"}))
