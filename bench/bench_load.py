@@ -4,6 +4,7 @@ Run (each mode is one command; ``--quick`` shrinks it to a smoke run of seconds)
 
     .venv/bin/python bench/bench_load.py            # 500 concurrent streams, 3 rounds (~1 min)
     .venv/bin/python bench/bench_load.py --long     # a million events; an hour of keepalives
+    .venv/bin/python bench/bench_load.py --websocket   # 200 WebSocket connections x 10 responses
 
 **Load.** ``--streams`` concurrent streams through one ``recorder proxy`` (SQLite,
 metrics on, pinned to CPU 0; the simulator and this client on CPU 1), mixed
@@ -41,6 +42,16 @@ addon, for context (delays and memory of mitmproxy alone; no records to check).
   hour and within 1 % of the hour of the simulator's own pause (its sleeps overshoot
   a little, scaled up like everything else), the longest keepalive gap about 1 s
   (within the clock's scaled jitter), at most one stall.
+
+**WebSocket** (``--websocket``): ``--connections`` (200) concurrent WebSocket
+connections through one ``recorder proxy``, each carrying ``--responses`` (10)
+responses one after the other (OpenAI's Responses API in WebSocket mode on half of
+them, the Realtime API on the other half), each response ``--deltas`` text deltas
+an ``--interval`` apart. After each round: every response is one row (rows,
+``llm_recorder_records_written_total`` and distinct ids equal the responses sent),
+every row has ``transport`` ``websocket`` and is ``completed``, nothing is in
+flight; and the proxy's memory after each measured round must not grow (the same
+bound as above).
 
 Exit status: non-zero when a record is missing, doubled or wrong, a counter
 disagrees, memory grows, or a bound is exceeded. Timings are printed, and only the
@@ -242,6 +253,137 @@ def run_load(args: argparse.Namespace, failures: list[str]) -> None:
     proxy.cleanup()
 
 
+# -- WebSocket connections ----------------------------------------------------------
+
+
+async def ws_connection(port: int, i: int, responses: int, deltas: int, interval: float) -> int:
+    """One client connection of the WebSocket load: ``responses`` responses one after
+    the other, Responses API in WebSocket mode on even ``i``, Realtime on odd; the
+    responses it saw end."""
+    import json
+
+    import websockets
+
+    faults = f"deltas={deltas}+delay={interval}"
+    realtime = i % 2 == 1
+    path = (
+        f"/v1/realtime?model=gpt-realtime%2B{faults.replace('+', '%2B')}"
+        if realtime
+        else ("/v1/responses")
+    )
+    ended = 0
+    async with websockets.connect(
+        f"ws://127.0.0.1:{port}{path}",
+        additional_headers={"authorization": f"Bearer sk-bench-ws-{i % 7}"},
+        max_size=None,
+        open_timeout=60,
+    ) as ws:
+        for n in range(responses):
+            if realtime:
+                create = {"type": "response.create", "event_id": f"c{n}"}
+                last = ("response.done",)
+            else:
+                create = {"type": "response.create", "model": f"gpt-5+{faults}", "input": f"r{n}"}
+                last = ("response.completed", "response.failed", "response.incomplete")
+            await ws.send(json.dumps(create))
+            async for raw in ws:
+                if json.loads(raw).get("type") in last:
+                    ended += 1
+                    break
+    return ended
+
+
+def run_websocket(args: argparse.Namespace, failures: list[str]) -> None:
+    """``--websocket``: ``--connections`` concurrent WebSocket connections, each with
+    ``--responses`` responses, per round: every response one record (rows, counters),
+    each with transport websocket; memory flat over rounds."""
+    proxy_cpu = None if args.no_pin else PROXY_CPU
+    client_cpu = None if args.no_pin else CLIENT_CPU
+    set_affinity(client_cpu)
+    sim = SimChild.start(__file__, client_cpu)
+    proxy = Proxy.start(
+        "recorder", f"http://127.0.0.1:{sim.port}", proxy_cpu, extra=args.recorder_arg
+    )
+    total = 0
+    rss: list[float] = []
+    n, per = args.connections, args.responses
+    print(
+        f"# WebSocket load through recorder: {n} concurrent connections x {per} responses"
+        f" (Responses in WebSocket mode and Realtime in turn), {args.deltas} deltas each,"
+        f" {args.warmups} warm-up rounds and {args.rounds} rounds"
+    )
+    print()
+    print(
+        "| round | connections | responses ended | rows | websocket rows"
+        " | proxy RSS MiB | proxy CPU s |"
+    )
+    print("|---|---|---|---|---|---|---|")
+
+    async def round_() -> list[int | BaseException]:
+        async def one(i: int) -> int:
+            await asyncio.sleep(i / n)  # connections opened over a second
+            return await ws_connection(proxy.port, i, per, args.deltas, args.interval)
+
+        return await asyncio.gather(*(one(i) for i in range(n)), return_exceptions=True)
+
+    try:
+        for r in range(args.warmups + args.rounds):
+            name = f"warm-up {r + 1}" if r < args.warmups else str(r - args.warmups + 1)
+            c0 = proxy.cpu_seconds()
+            results = asyncio.run(round_())
+            ended = sum(x for x in results if isinstance(x, int))
+            errors = [x for x in results if isinstance(x, BaseException)]
+            if errors:
+                failures.append(f"round {name}: {len(errors)} connections failed: {errors[0]!r}")
+            total += n * per
+            written = proxy.wait_metric("llm_recorder_records_written_total", total, 120.0)
+            with sqlite3.connect(proxy.workdir / "recorder.db") as conn:
+                rows, ws_rows, ids = conn.execute(
+                    "SELECT count(*), sum(transport = 'websocket'), count(DISTINCT id) FROM streams"
+                ).fetchone()
+                outcomes = dict(
+                    conn.execute("SELECT outcome, count(*) FROM streams GROUP BY outcome")
+                )
+            if ended != n * per:
+                failures.append(f"round {name}: {ended} of {n * per} responses ended at the client")
+            if not written == rows == ws_rows == ids == total:
+                failures.append(
+                    f"round {name}: {total} responses sent, written {written:.0f}, rows {rows},"
+                    f" websocket rows {ws_rows}, distinct ids {ids}"
+                )
+            if outcomes.get("completed") != total:
+                failures.append(f"round {name}: outcomes {outcomes}")
+            if proxy.metric_sum("llm_streams_in_flight") != 0:
+                failures.append(f"round {name}: streams still in flight")
+            cpu = proxy.cpu_seconds() - c0
+            if r >= args.warmups:
+                rss.append(proxy.rss_mib())
+            print(
+                f"| {name} | {n} | {ended} | {rows} | {ws_rows}"
+                f" | {proxy.rss_mib():.1f} | {cpu:.2f} |"
+            )
+    finally:
+        code = proxy.stop()
+        sim.stop()
+    if code != 0:
+        failures.append(f"recorder proxy exited {code}")
+    if len(rss) >= 2:
+        allowed = 4.0 + 0.02 * rss[0]
+        grown = rss[-1] - rss[0]
+        if grown > allowed:
+            failures.append(
+                f"memory grew by {grown:.1f} MiB over {len(rss)} rounds (allowed {allowed:.1f})"
+            )
+        print()
+        print(
+            "Memory after each round: "
+            + ", ".join(f"{v:.1f}" for v in rss)
+            + f" MiB; last less first: {grown:+.1f} MiB"
+            f" ({grown * 2**20 / (n * per * max(1, len(rss) - 1)):+,.0f} bytes per response)"
+        )
+    proxy.cleanup()
+
+
 # -- long streams --------------------------------------------------------------------
 
 
@@ -438,6 +580,11 @@ def main() -> int:
     parser.add_argument("--child-scaled-proxy", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
     parser.add_argument("--long", action="store_true", help="the long-stream runs instead")
+    parser.add_argument(
+        "--websocket", action="store_true", help="WebSocket connections of many responses instead"
+    )
+    parser.add_argument("--connections", type=int, default=200, help="--websocket: connections")
+    parser.add_argument("--responses", type=int, default=10, help="--websocket: per connection")
     parser.add_argument("--streams", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmups", type=int, default=2, help="rounds before measuring")
@@ -473,6 +620,7 @@ def main() -> int:
         args.streams, args.rounds, args.deltas, args.interval = 30, 2, 12, 0.01
         args.warmups = 1
         args.events, args.hour, args.speedup = 20_000, 600.0, 200.0
+        args.connections, args.responses = 20, 3
 
     import mitmproxy.version
 
@@ -485,6 +633,8 @@ def main() -> int:
     failures: list[str] = []
     if args.long:
         run_long(args, failures)
+    elif args.websocket:
+        run_websocket(args, failures)
     else:
         run_load(args, failures)
     print(f"# {time.monotonic() - t0:.0f} s in all")

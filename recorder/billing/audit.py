@@ -47,13 +47,14 @@ from recorder.core.record_time import parse_started_at
 if TYPE_CHECKING:
     import pandas as pd  # type: ignore[import-untyped]
 
-GROUP_KEYS = ("key", "project", "model", "endpoint", "outcome", "day", "hour")
+GROUP_KEYS = ("key", "project", "model", "endpoint", "outcome", "day", "hour", "transport")
 KEY_COLUMNS = {
     "key": "api_key_id",
     "project": "project",
     "model": "model",
     "endpoint": "endpoint",
     "outcome": "outcome",
+    "transport": "transport",
 }
 TOKEN_FIGURES = (
     "input_tokens",
@@ -90,6 +91,7 @@ COLUMNS = (
     "usage_source",
     "cost_usd",
     "price_version",
+    "transport",
 )
 DEFAULT_BY = ("day", "model")
 

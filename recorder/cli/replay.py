@@ -1,6 +1,9 @@
 """`recorder replay FILE`: meter a captured SSE body offline (its protocol is told
 from its first events; ``--endpoint`` overrides).
 `recorder replay --id ID`: meter a body the proxy stored (``--capture-bodies``) again.
+`recorder replay FILE.ws.jsonl`: meter a WebSocket capture (a connection's messages
+with their times, one JSON line each: ``{"t": 0.41, "dir": "s2c", "text": "..."}``;
+docs/record.md, "OpenAI over a WebSocket"): each response one record, with its timings.
 
 A body alone cannot tell timings, stalls, the HTTP status or the key: with FILE
 those fields are null. Unreported output is estimated from what the body carried
@@ -27,15 +30,23 @@ from recorder.cli.render import add_format_option, emit
 from recorder.core.billing import complete_usage
 from recorder.core.captured import BodyFormatError, remeter
 from recorder.core.detect import NotSSE, detect_endpoint
-from recorder.core.meter import StreamMeter
+from recorder.core.meter import DEFAULT_STALL_AFTER_S, StreamMeter
 from recorder.core.price_files import load_price_file
 from recorder.core.pricing import PriceTable, PriceTableError
 from recorder.core.protocols import ENDPOINTS
 from recorder.core.record import StreamRecord
+from recorder.core.ws_capture import (
+    NotACapture,
+    looks_like_capture,
+    read_capture,
+    replay_capture,
+)
 from recorder.store.queries import get_body
 from recorder.store.reading import reading_store
 
 READ_SIZE = 64 * 1024
+# A WebSocket capture's name ends so (a file whose first byte is "{" is one too)
+WS_SUFFIX = ".ws.jsonl"
 # Enough for the first events of any body (a Responses response.created event
 # echoes the request's instructions and tools, which can be long).
 DETECT_SIZE = 256 * 1024
@@ -66,7 +77,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--stall-after",
         type=float,
         metavar="SECONDS",
-        help="with --id: the stall threshold (default: the one the proxy used)",
+        help="with --id or a WebSocket capture: the stall threshold (default: the one"
+        " the proxy used; 30 for a capture)",
     )
     p.add_argument(
         "--prices",
@@ -138,13 +150,45 @@ def run(args: argparse.Namespace) -> int:
         return 0
     try:
         if args.file == "-":
+            stdin = sys.stdin.buffer
+            head = stdin.peek(DETECT_SIZE) if hasattr(stdin, "peek") else b""
+            if looks_like_capture(head):
+                return _replay_websocket(stdin, "standard input", args, prices)
             record = _replay_file(sys.stdin.buffer, "standard input", args.endpoint, prices)
         else:
             with Path(args.file).open("rb") as fh:
+                if args.file.endswith(WS_SUFFIX) or looks_like_capture(fh.peek(DETECT_SIZE)):
+                    return _replay_websocket(fh, args.file, args, prices)
                 record = _replay_file(fh, args.file, args.endpoint, prices)
     except OSError as e:
         raise CliError(f"cannot read {args.file}: {e.strerror or e}", 2) from None
     emit(record.to_dict(), args.format, single=True)
+    return 0
+
+
+def _replay_websocket(
+    fh: BinaryIO, name: str, args: argparse.Namespace, prices: PriceTable | None
+) -> int:
+    """A WebSocket capture (``recorder.core.ws_capture``): every response of it one
+    record, printed as a list, in the order they ended."""
+    try:
+        capture = read_capture(fh)
+    except NotACapture as e:
+        raise CliError(f"{name} is not a WebSocket capture: {e}", 2) from None
+    endpoint = args.endpoint or capture.endpoint
+    if endpoint not in ("responses", "realtime"):
+        raise CliError(f"{name}: a WebSocket capture is of responses or realtime", 2)
+    if args.endpoint is None:
+        print(f"recorder replay: {name}: {endpoint} over a WebSocket", file=sys.stderr)
+    if capture.skipped:
+        print(f"recorder replay: {name}: {capture.skipped} line(s) skipped", file=sys.stderr)
+    stall_after = args.stall_after if args.stall_after is not None else DEFAULT_STALL_AFTER_S
+    records = []
+    for meter, record in replay_capture(capture, endpoint, stall_after=stall_after):
+        if prices is not None:
+            complete_usage(record, meter.interpreter.obs, None, prices, None, learn=False)
+        records.append(record.to_dict())
+    emit(records, args.format)
     return 0
 
 

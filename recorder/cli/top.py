@@ -86,6 +86,14 @@ def _s(seconds: float | None) -> str:
     return duration(None if seconds is None else seconds * 1000.0)
 
 
+def _endpoint(row: dict[str, Any]) -> str | None:
+    """A row's endpoint, ``ws`` after it for a response of a WebSocket connection."""
+    endpoint = row.get("endpoint")
+    if endpoint is not None and row.get("transport") == "websocket":
+        return f"{endpoint} ws"
+    return endpoint
+
+
 def _t(value: Any, style: str = "") -> Text:
     """A value from the wire (a model, an endpoint, an id) as a cell: escaped, and
     a Text, never read as Rich markup (``[link=…]`` would write a hyperlink)."""
@@ -237,7 +245,7 @@ def _open_cells(r: dict[str, Any]) -> tuple[list[Text], str | None]:
         "ttft": Text(_s(r.get("ttft_s"))),
         "age": Text(_s(r.get("age_s"))),
         "ka": Text(_n(r.get("keepalives"))),
-        "endpoint": _t(r.get("endpoint")),
+        "endpoint": _t(_endpoint(r)),
         "key": _t(r.get("key_last4")),
         "events": Text(_n(r.get("events"))),
         "chars": Text(_n(r.get("output_chars"))),
@@ -261,7 +269,7 @@ def _finished_cells(f: dict[str, Any]) -> tuple[list[Text], str | None]:
         "out": Text(_n(f.get("output_tokens"), f.get("output_source") == "estimated")),
         "in": Text(_n(f.get("input_tokens"), f.get("input_source") == "estimated")),
         "status": Text(_n(f.get("http_status"))),
-        "endpoint": _t(f.get("endpoint")),
+        "endpoint": _t(_endpoint(f)),
     }
     return [cells[name] for name, _ in FINISHED_COLUMNS], None
 

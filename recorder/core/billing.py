@@ -25,6 +25,7 @@ naming only the figures that were estimated (``recorder.core.estimate``).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from recorder.core.counts import InputCounts, OutputCounts
@@ -157,9 +158,28 @@ def fill_usage(
         if record.reasoning_tokens is None:
             record.reasoning_tokens = estimate.reasoning_tokens
         record.output_source = "estimated"
-        methods.append(f"output:{estimate.method}")
+        method = f"output:{estimate.method}"
+        if record.endpoint == "realtime":
+            audio = audio_output_tokens(record.output_audio_ms)
+            record.output_audio_tokens = audio
+            if audio:
+                record.output_tokens += audio
+                method += "+audio-from-duration"
+        methods.append(method)
     record.usage_source = combine_sources(record.input_source, record.output_source)
     record.estimate_method = ";".join((ESTIMATOR_VERSION, *methods)) if methods else None
+
+
+# OpenAI's Realtime bills an assistant's audio at one token per 50 ms of it
+# (https://developers.openai.com/api/docs/guides/realtime-costs)
+AUDIO_OUTPUT_MS_PER_TOKEN = 50.0
+
+
+def audio_output_tokens(audio_ms: float | None) -> int:
+    """The output tokens of ``audio_ms`` of a Realtime response's audio (0: none)."""
+    if not audio_ms or audio_ms <= 0:
+        return 0
+    return math.ceil(audio_ms / AUDIO_OUTPUT_MS_PER_TOKEN)
 
 
 def input_tokenizer(estimate_method: str | None) -> str | None:

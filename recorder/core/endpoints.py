@@ -26,3 +26,23 @@ def endpoint_for(method: str, path: str) -> str | None:
         if path.endswith(suffix):
             return endpoint
     return None
+
+
+# The endpoints served over a WebSocket (a GET that upgrades): the Responses API's
+# WebSocket mode and the Realtime API.
+_WEBSOCKET_SUFFIXES: tuple[tuple[str, str], ...] = (
+    ("/v1/responses", "responses"),
+    ("/openai/responses", "responses"),
+    ("/v1/realtime", "realtime"),
+    ("/openai/realtime", "realtime"),  # Azure OpenAI's v1 API
+)
+
+
+def websocket_endpoint_for(path: str) -> str | None:
+    """The endpoint a WebSocket connection (its upgrade request's path) serves, or
+    None when it is not one we meter."""
+    path = path.split("?", 1)[0].split("#", 1)[0].rstrip("/")
+    for suffix, endpoint in _WEBSOCKET_SUFFIXES:
+        if path.endswith(suffix):
+            return endpoint
+    return None

@@ -84,6 +84,9 @@ from recorder.core.model_families import KINDS, PROFILES, family_for, hides_reas
 from recorder.core.record import StreamRecord
 
 ESTIMATOR_VERSION = "e3"
+# Endpoints whose counts teach nothing: a Realtime response's output tokens are
+# mostly audio, which no character of its transcript measures
+_NOT_TAUGHT = frozenset({"realtime"})
 # A cut stream's per-response allowance is whole from this many output tokens on,
 # and in proportion below (see the module's docstring).
 FRAMING_WHOLE_AT = 20.0
@@ -366,7 +369,7 @@ class Estimator:
         from the breakdowns.
         """
         model = record.response_model or record.model
-        if not model:
+        if not model or record.endpoint in _NOT_TAUGHT:
             return
         family = family_for(model, record.endpoint)
         profile = PROFILES[family]

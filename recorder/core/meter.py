@@ -51,10 +51,13 @@ __all__ = [
     "KEEPALIVE_GAPS_KEPT",
     "MAX_INTERVALS",
     "MAX_STALL_GAPS",
+    "SWITCHING_PROTOCOLS",
     "StreamMeter",
 ]
 
 ENDINGS = ("eof", "upstream_disconnect", "client_disconnect")
+# The status of a WebSocket upgrade: each response on the connection came after it
+SWITCHING_PROTOCOLS = 101
 
 Pairs = Iterator[tuple[bytes, float | None]]
 # the figures of the reported usage (``Usage``) that the record takes as they are
@@ -64,6 +67,11 @@ _REPORTED = (
     "cache_read_tokens",
     "cache_write_tokens",
     "reasoning_tokens",
+    "input_audio_tokens",
+    "cache_read_audio_tokens",
+    "input_image_tokens",
+    "cache_read_image_tokens",
+    "output_audio_tokens",
 )
 
 
@@ -316,6 +324,25 @@ class StreamMeter(Rhythm):
             self._fused = read = self.interpreter.piece_reader(self.framer)
             self._run = None if read is None else self.framer.runner(read)
 
+    def feed_event(self, event: Event, now: float | None = None) -> None:
+        """One event framed already (a WebSocket message: its ``type`` and its
+        text), received at ``now``: what :meth:`feed` does for a piece that is
+        exactly this one event (the time's silence, the event, its output)."""
+        if self._t0 is None:
+            now = None
+        elif now is not None:
+            self._bytes_at(now)
+        self._interpret([event], now)
+
+    def feed_keepalive(self, now: float | None = None) -> None:
+        """A keepalive that is not a comment of the body (a WebSocket ping or pong),
+        received at ``now``: counted, timed and kept as a comment line is."""
+        if self._t0 is None:
+            now = None
+        elif now is not None:
+            self._bytes_at(now)
+        self._interpret([Comment("ping")], now)
+
     def read_body(self, body: bytes, now: float | None = None) -> None:
         """A whole non-streamed JSON body (``streamed: false``)."""
         self.record.streamed = False
@@ -349,7 +376,7 @@ class StreamMeter(Rhythm):
         obs = self.interpreter.obs
         rec = self.record
         status = rec.http_status
-        if status is not None and not 200 <= status < 300:
+        if status is not None and not 200 <= status < 300 and status != SWITCHING_PROTOCOLS:
             rec.outcome = "http_error"
         elif obs.terminal is not None:
             rec.outcome = obs.terminal
@@ -365,6 +392,7 @@ class StreamMeter(Rhythm):
         rec.oversized_events = self.oversized_events
         rec.partial_event_at_end = self.partial_event_at_end
         _observed(rec, obs)
+        self.interpreter.annotate(rec)
         return rec
 
 

@@ -42,7 +42,22 @@ from recorder.core.record import StreamRecord
 FORMAT = "recorder-prices/1"
 QUANTUM = Decimal("0.000000000001")  # 12 fractional digits
 _ZERO = Decimal(0)
-RATE_FIELDS = ("input", "output", "cache_read", "cache_write", "cache_write_1h", "reasoning")
+RATE_FIELDS = (
+    "input",
+    "output",
+    "cache_read",
+    "cache_write",
+    "cache_write_1h",
+    "reasoning",
+    # by modality, where a model prices audio and images apart from text (Realtime)
+    "input_audio",
+    "cache_read_audio",
+    "output_audio",
+    "input_image",
+    "cache_read_image",
+)
+# the reasons of a record whose usage's modality parts cannot be priced
+MODALITY_REASONS = ("no audio-token rate", "no image-token rate", "no modality split")
 
 
 # the tiers that are the standard rates ("auto": the provider's default, which a
@@ -63,6 +78,8 @@ def unpriced_kind(reason: str | None) -> str | None:
     of a record's ``unpriced_reason``; None when it has none."""
     if not reason:
         return None
+    if reason.startswith(MODALITY_REASONS):
+        return "modality"
     return "model" if reason.startswith(("no price for model", "no model named")) else "tier"
 
 
@@ -76,6 +93,12 @@ class Rates:
     cache_write: Decimal | None = None  # the default lifetime (Anthropic: 5 minutes)
     cache_write_1h: Decimal | None = None
     reasoning: Decimal | None = None  # only where reasoning is priced apart from output
+    # audio and image tokens, where priced apart from text (the parts of the figures)
+    input_audio: Decimal | None = None
+    cache_read_audio: Decimal | None = None
+    output_audio: Decimal | None = None
+    input_image: Decimal | None = None
+    cache_read_image: Decimal | None = None
     # cache writes of lifetimes beyond one hour, by hours (LiteLLM's ``_above_<N>hr``):
     # kept and shown; a record has no counts for them yet (docs/billing.md)
     cache_write_hours: tuple[tuple[int, Decimal], ...] = ()
@@ -177,6 +200,97 @@ class Cost:
     long_context: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Modality:
+    """The parts of a request's token figures by modality (None: not told)."""
+
+    input_audio: int | None = None
+    cache_read_audio: int | None = None
+    input_image: int | None = None
+    cache_read_image: int | None = None
+    output_audio: int | None = None
+
+    @classmethod
+    def of(cls, record: StreamRecord) -> Modality | None:
+        """A record's parts; None when it has none at all (not a Realtime record)."""
+        parts = cls(
+            record.input_audio_tokens,
+            record.cache_read_audio_tokens,
+            record.input_image_tokens,
+            record.cache_read_image_tokens,
+            record.output_audio_tokens,
+        )
+        return None if parts == _NO_MODALITY else parts
+
+
+_NO_MODALITY = Modality()
+
+
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    """Known modality parts, as counts (0 where a part was not told)."""
+
+    input_audio: int = 0
+    cache_read_audio: int = 0
+    input_image: int = 0
+    cache_read_image: int = 0
+    output_audio: int = 0
+
+
+_NO_PARTS = _Parts()
+
+
+def _modal_parts(
+    entry: PriceEntry, rates: Rates, modality: Modality | None, inp: int, out: int
+) -> _Parts:
+    """The parts to price apart from text (``_NO_PARTS``: none), or :class:`Unpriced`:
+    audio or image tokens the entry has no rate for; or an entry that prices audio
+    apart and usage whose split is not known (pricing it all as text would bill
+    an audio model's output at a fraction of its price)."""
+    audio_model = rates.input_audio is not None or rates.output_audio is not None
+    if modality is None:
+        if audio_model and (inp or out):
+            raise Unpriced(f"no modality split in the usage: {entry.key} prices audio apart")
+        return _NO_PARTS
+    if audio_model and (
+        (inp and modality.input_audio is None) or (out and modality.output_audio is None)
+    ):
+        raise Unpriced(f"no modality split in the usage: {entry.key} prices audio apart")
+    parts = _Parts(
+        min(_n(modality.input_audio), inp),
+        min(_n(modality.cache_read_audio), _n(modality.input_audio)),
+        min(_n(modality.input_image), inp),
+        min(_n(modality.cache_read_image), _n(modality.input_image)),
+        min(_n(modality.output_audio), out),
+    )
+    if (parts.input_audio and rates.input_audio is None) or (
+        parts.output_audio and rates.output_audio is None
+    ):
+        raise Unpriced(f"no audio-token rate for {entry.key}")
+    if parts.input_image and rates.input_image is None:
+        raise Unpriced(f"no image-token rate for {entry.key}")
+    return parts
+
+
+def _modal_cost(rates: Rates, parts: _Parts) -> Decimal:
+    """The audio and image parts' cost (their rates checked by ``_modal_parts``);
+    a cached part without a cached rate costs the part's input rate."""
+    total = _ZERO
+    if parts.input_audio:
+        rate = rates.input_audio or _ZERO
+        cached = rates.cache_read_audio if rates.cache_read_audio is not None else rate
+        total += (parts.input_audio - parts.cache_read_audio) * rate
+        total += parts.cache_read_audio * cached
+    if parts.input_image:
+        rate = rates.input_image or _ZERO
+        cached = rates.cache_read_image if rates.cache_read_image is not None else rate
+        total += (parts.input_image - parts.cache_read_image) * rate
+        total += parts.cache_read_image * cached
+    if parts.output_audio:
+        total += parts.output_audio * (rates.output_audio or _ZERO)
+    return total
+
+
 def overlay(base: PriceTable, top: PriceTable) -> PriceTable:
     """``base`` with ``top``'s entries added or replacing base's, whole entry by entry.
 
@@ -258,10 +372,13 @@ def cost_of(
     reasoning_tokens: int | None = None,
     service_tier: str | None = None,
     server_tool_requests: Mapping[str, int] | None = None,
+    modality: Modality | None = None,
 ) -> Cost:
     """The exact cost of one request's usage under ``entry``.
 
-    Raises :class:`Unpriced` when ``service_tier`` is one the entry has no rate for.
+    Raises :class:`Unpriced` when ``service_tier`` is one the entry has no rate
+    for, and when ``modality`` has audio or image tokens it has no rate for (or
+    an entry that prices audio apart is given no modality split).
     """
     inp = _n(input_tokens)
     rates, long_tiers, tier_used = tier_rates(entry, service_tier, inp)
@@ -276,8 +393,14 @@ def cost_of(
     cache_write = _n(cache_write_tokens)
     write_1h = min(_n(cache_write_1h_tokens), cache_write)
     write_default = cache_write - write_1h
-    uncached = max(0, inp - cache_read - cache_write)
     out = _n(output_tokens)
+    parts = _modal_parts(entry, rates, modality, inp, out)
+    if parts is not _NO_PARTS:
+        # the audio and image parts are priced apart; text is the rest
+        inp -= parts.input_audio + parts.input_image
+        cache_read = max(0, cache_read - parts.cache_read_audio - parts.cache_read_image)
+        out -= parts.output_audio
+    uncached = max(0, inp - cache_read - cache_write)
     reasoning = min(_n(reasoning_tokens), out) if rates.reasoning is not None else 0
     write_rate = rates.cache_write if rates.cache_write is not None else in_rate
     # only the terms with tokens (most requests read or write no cache, and reason
@@ -298,6 +421,8 @@ def cost_of(
         total += (out - reasoning) * (rates.output or _ZERO)
     if reasoning:
         total += reasoning * (rates.reasoning or _ZERO)
+    if parts is not _NO_PARTS:
+        total += _modal_cost(rates, parts)
     for tool, count in (server_tool_requests or {}).items():
         price = entry.server_tools.get(tool)
         if price is not None and count > 0:
@@ -340,4 +465,5 @@ def cost_or_reason(record: StreamRecord, table: PriceTable) -> Cost | None:
         reasoning_tokens=record.reasoning_tokens,
         service_tier=record.service_tier,
         server_tool_requests=record.server_tool_requests,
+        modality=Modality.of(record),
     )

@@ -135,6 +135,16 @@ class StreamRecord:
     # streamed), "eventstream" (AWS's binary event stream), "websocket" (one response
     # of many on a WebSocket connection)
     transport: Transport = "sse"
+    # issue 31, OpenAI over WebSocket: the connection a response came on (the
+    # responses of one connection share it; null over HTTP), the modality parts of
+    # the token figures (Realtime: text is the rest), and the output audio's length
+    connection_id: str | None = None
+    input_audio_tokens: int | None = None  # of input_tokens: audio (cached included)
+    cache_read_audio_tokens: int | None = None  # of cache_read_tokens: audio
+    input_image_tokens: int | None = None  # of input_tokens: images (cached included)
+    cache_read_image_tokens: int | None = None  # of cache_read_tokens: images
+    output_audio_tokens: int | None = None  # of output_tokens: audio
+    output_audio_ms: float | None = None  # the output audio streamed, in milliseconds
     gaps: list[Gap] = field(default_factory=list)
 
     def to_dict(self, *, with_gaps: bool = False) -> dict[str, Any]:

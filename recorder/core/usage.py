@@ -31,6 +31,12 @@ class Usage:
     # the parts of cache_write_tokens by cache lifetime (Anthropic ``cache_creation``)
     cache_write_5m_tokens: int | None = None
     cache_write_1h_tokens: int | None = None
+    # the parts of the figures by modality (OpenAI Realtime's token details)
+    input_audio_tokens: int | None = None
+    cache_read_audio_tokens: int | None = None
+    input_image_tokens: int | None = None
+    cache_read_image_tokens: int | None = None
+    output_audio_tokens: int | None = None
 
 
 MAX_COUNT = 2**63 - 1  # what a BIGINT column holds; anything above is noise
@@ -123,4 +129,28 @@ def from_anthropic(raw: dict[str, Any], *, output_final: bool) -> Usage:
         ),
         cache_write_5m_tokens=write_5m,
         cache_write_1h_tokens=write_1h,
+    )
+
+
+def from_openai_realtime(raw: dict[str, Any]) -> Usage:
+    """Realtime ``response.done``'s ``response.usage``: totals, and their parts by
+    modality (``input_token_details``: text, audio, image and cached tokens, the
+    cached ones by modality in ``cached_tokens_details``; ``output_token_details``:
+    text and audio). ``input_tokens`` includes the cached ones. Without the
+    details (some paths send only the totals) every part stays None: the
+    modality split is unknown, not zero."""
+    details = raw.get("input_token_details")
+    cached = _sub(details, "cached_tokens_details")
+    if cached is None and _sub(details, "cached_tokens") == 0:
+        cached = {"audio_tokens": 0, "image_tokens": 0}  # nothing cached: no part of it
+    return Usage(
+        input_tokens=_int(raw.get("input_tokens")),
+        output_tokens=_int(raw.get("output_tokens")),
+        cache_read_tokens=_int(_sub(details, "cached_tokens")),
+        reasoning_tokens=_int(_sub(raw.get("output_token_details"), "reasoning_tokens")),
+        input_audio_tokens=_int(_sub(details, "audio_tokens")),
+        cache_read_audio_tokens=_int(_sub(cached, "audio_tokens")),
+        input_image_tokens=_int(_sub(details, "image_tokens")),
+        cache_read_image_tokens=_int(_sub(cached, "image_tokens")),
+        output_audio_tokens=_int(_sub(raw.get("output_token_details"), "audio_tokens")),
     )

@@ -213,6 +213,16 @@ HEALTH_METRICS: dict[str, tuple[str, str, str]] = {
         "counter",
         "Compressed bodies the recorder could not decode to meter them.",
     ),
+    "websocket_connections": (
+        "llm_recorder_websocket_connections",
+        "counter",
+        "WebSocket connections to a metered endpoint (Responses, Realtime) that ended.",
+    ),
+    "websocket_connections_without_response": (
+        "llm_recorder_websocket_connections_without_response",
+        "counter",
+        "WebSocket connections that ended without a response: no record was made of them.",
+    ),
 }
 
 

@@ -387,6 +387,10 @@ class Metrics:
             parse_issues=lambda: health.parse_issues,
             internal_errors=lambda: health.internal_errors,
             decode_errors=lambda: health.decode_errors,
+            websocket_connections=lambda: health.websocket_connections,
+            websocket_connections_without_response=lambda: (
+                health.websocket_connections_without_response
+            ),
         )
 
 

@@ -16,6 +16,10 @@ class Health:
     parse_issues: int = 0  # malformed events (from finished records)
     decode_errors: int = 0  # compressed bodies that could not be decoded on the side
     in_flight: int = 0  # streams open right now
+    # issue 31: WebSocket connections to a metered endpoint that ended, and those of
+    # them that carried no response (no record was made of them)
+    websocket_connections: int = 0
+    websocket_connections_without_response: int = 0
 
     def snapshot(self) -> dict[str, Any]:
         """A copy of the counters."""

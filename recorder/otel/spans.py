@@ -145,6 +145,8 @@ def _attributes(rec: StreamRecord, err: str | None) -> dict[str, AttributeValue]
         "error.type": err,
         "recorder.record_id": rec.id,
         "recorder.endpoint": rec.endpoint,
+        "recorder.transport": rec.transport,
+        "recorder.connection_id": rec.connection_id,
         "recorder.estimate_method": rec.estimate_method,
         "recorder.cost_usd": rec.cost_usd,  # a decimal string: no float rounding
         "recorder.price_version": rec.price_version,
@@ -178,7 +180,7 @@ def _events(rec: StreamRecord, start: int, end: int, err: str | None) -> list[Sp
     for gap in [g for g in rec.gaps if g.kind == "stall"][:MAX_STALL_EVENTS]:
         at = start + int(gap.start_ms * 1_000_000)
         events.append(SpanEvent("recorder.stall", at, {"recorder.stall.length_ms": gap.length_ms}))
-    if rec.outcome == "error" and rec.http_status == 200:
+    if rec.outcome == "error" and rec.http_status in (200, 101):
         # an error event inside a stream that had begun well; it ends the stream
         details = {
             "error.type": err,

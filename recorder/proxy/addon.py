@@ -76,6 +76,7 @@ from recorder.proxy.tap import (
     declared_kind,
 )
 from recorder.proxy.walk import Walk, Watcher
+from recorder.proxy.websocket import WebSockets
 
 __all__ = ["BATCH_BYTES", "BATCH_PIECES", "FlowState", "Recorder", "RecorderConfig"]
 
@@ -136,6 +137,18 @@ class Recorder:
         )
         self.walk = Walk(self.scheduler, self.streams, clock, self.internal_error)
         self._readers: ThreadPoolExecutor | None = None
+        # WebSocket connections: each response an exchange (recorder.proxy.websocket)
+        self.websockets = WebSockets(
+            config,
+            self.streams,
+            self._maker,
+            self.finishing,
+            self.walk,
+            self.health,
+            self.internal_error,
+            clock,
+            self._reader_pool,
+        )
         self._closed = False
         self._said_no_upstream = False  # (said once per process)
         # Whether ``done`` also closes the sink (as under ``mitmdump -s``). The runner
@@ -346,6 +359,27 @@ class Recorder:
         except Exception:
             self.internal_error("error")
 
+    def websocket_start(self, flow: http.HTTPFlow) -> None:
+        """A WebSocket connection began: one to a metered endpoint is watched."""
+        try:
+            self.websockets.websocket_start(flow)
+        except Exception:
+            self.internal_error("websocket_start")
+
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        """A message crossed it (read, never changed): a response begins, goes on or ends."""
+        try:
+            self.websockets.websocket_message(flow)
+        except Exception:
+            self.internal_error("websocket_message")
+
+    def websocket_end(self, flow: http.HTTPFlow) -> None:
+        """It closed: a response still open is its disconnect."""
+        try:
+            self.websockets.websocket_end(flow)
+        except Exception:
+            self.internal_error("websocket_end")
+
     def done(self) -> None:
         """Shutdown: end what is still open, finish every record, then (unless the
         runner does) close the sink."""
@@ -353,6 +387,7 @@ class Recorder:
             self.walk.stop()
             now = self.clock()
             self._starts.take_all()  # made as they end, below
+            self.websockets.shutdown()
             open_states = self.streams.take_all()
             self.cut_at_shutdown += len(open_states)
             self.finishing.drain()  # from now on nothing is put off

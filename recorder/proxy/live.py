@@ -46,7 +46,7 @@ import orjson
 from mitmproxy.utils import vt_codes
 
 from recorder.core.counts import OutputCounts
-from recorder.core.endpoints import endpoint_for
+from recorder.core.endpoints import endpoint_for, websocket_endpoint_for
 from recorder.core.printable import json_text, printable
 from recorder.core.record import StreamRecord
 from recorder.proxy.live_lines import (
@@ -216,6 +216,8 @@ class Live(Observer):
             req = flow.request
             if endpoint_for(req.method, req.path) is not None:
                 return
+            if flow.websocket is not None and websocket_endpoint_for(req.path) is not None:
+                return  # metered: its responses are records (recorder.proxy.websocket)
             path = req.path.split("?", 1)[0]  # a query string may carry a key
             status = flow.response.status_code if flow.response is not None else None
             err = flow.error.msg if flow.error is not None else None
@@ -296,7 +298,7 @@ class Live(Observer):
         """Whether the stream has an output stream to stall (not an HTTP error, not a
         JSON answer: the meter counts no stall there either)."""
         status = view.http_status
-        return view.streamed and (status is None or 200 <= status < 300)
+        return view.streamed and (status is None or 200 <= status < 300 or status == 101)
 
     def walked(self, views: list[StreamView], now: float) -> None:
         """The recorder's walk over the open streams (once a second, what waited
@@ -419,6 +421,7 @@ class Live(Observer):
             "output_tokens_estimated": estimated,
             "silence_s": None if silence is None else round(silence, 3),
             "stalled": may and view.stalled_since(now) is not None,
+            "transport": view.transport,
         }
 
     def snapshot_json(self, timeout: float = 2.0) -> bytes:

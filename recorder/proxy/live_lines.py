@@ -52,6 +52,8 @@ def summary(rec: StreamRecord) -> dict[str, Any]:
         "stall_ms": rec.stall_ms,
         "keepalives": rec.keepalives,
         "events": rec.events,
+        "transport": rec.transport,
+        "connection_id": rec.connection_id,
     }
 
 
@@ -114,6 +116,8 @@ def stream_line(s: dict[str, Any], *, colour: bool = False, clock: str = "") -> 
         clock,
         # the model is the client's (or the upstream's): shown, never obeyed
         _paint(printable(str(s["endpoint"])), "cyan", colour),
+        # one response of many on a WebSocket connection
+        "ws" if s.get("transport") == "websocket" else "",
         printable(str(s["model"] or "-")),
         str(s["http_status"] if s["http_status"] is not None else "-"),
         _paint(printable(str(s["outcome"])), _outcome_colour(s["outcome"]), colour),

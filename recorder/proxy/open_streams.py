@@ -65,6 +65,12 @@ class StreamView:
         return self._state.record.streamed is not False
 
     @property
+    def transport(self) -> str:
+        """How its response comes: ``websocket`` for one response of a WebSocket
+        connection (the record's, once the exchange ends)."""
+        return self._state.record.transport
+
+    @property
     def streaming(self) -> bool:
         """Whether its body is being tapped now."""
         return self._state.tap is not None

@@ -24,6 +24,7 @@ the arrival time of every piece (capped like captured bodies, 8 MiB a body,
 from __future__ import annotations
 
 import logging
+from decimal import Decimal
 from typing import Any
 
 from mitmproxy import contentviews, ctx, http
@@ -32,7 +33,7 @@ from mitmproxy.hooks import UpdateHook
 
 from recorder.core import money
 from recorder.core.captured import CapturedBody
-from recorder.core.endpoints import endpoint_for
+from recorder.core.endpoints import endpoint_for, websocket_endpoint_for
 from recorder.core.printable import printable
 from recorder.core.record import StreamRecord
 from recorder.core.transcript import transcript
@@ -46,6 +47,7 @@ log = logging.getLogger("recorder")
 TIMELINE = "recorder.timeline"  # [(seconds since the request, piece length), ...]
 ENDPOINT = "recorder.endpoint"
 STALL_AFTER = "recorder.stall_after"
+WEBSOCKET = "recorder.websocket"  # a connection's responses so far: [count, cost]
 
 MARK_STALLED = ":warning:"
 MARK_BROKEN = ":red_circle:"
@@ -55,7 +57,7 @@ INTERRUPTED = ("upstream_disconnect", "client_disconnect", "truncated")
 def summary(rec: StreamRecord) -> str:
     """The record in one line, with the words mitmweb's filter looks for."""
     parts = [f"LLM {printable(rec.model or rec.endpoint or '?')} {rec.outcome}"]
-    if rec.outcome == "error" and rec.http_status == 200:
+    if rec.outcome == "error" and rec.http_status in (200, 101):
         parts[0] += " ERROR-AFTER-200"
     elif rec.outcome in INTERRUPTED:
         parts[0] += " INTERRUPTED"
@@ -109,7 +111,7 @@ def live_comment(view: StreamView, now: float, stall_after: float) -> tuple[str,
 
 def mark_for(rec: StreamRecord) -> str:
     """The mark a flow gets ("" for none)."""
-    if rec.outcome in INTERRUPTED or (rec.outcome == "error" and rec.http_status == 200):
+    if rec.outcome in INTERRUPTED or (rec.outcome == "error" and rec.http_status in (200, 101)):
         return MARK_BROKEN
     if rec.stalls:
         return MARK_STALLED
@@ -235,10 +237,48 @@ class WebView(Observer):
         except Exception:
             log.exception("recorder: web view (traffic is unaffected)")
 
+    def websocket_start(self, flow: http.HTTPFlow) -> None:
+        """A WebSocket connection to a metered endpoint: its comment says so at once."""
+        if not self.active:
+            return
+        try:
+            endpoint = websocket_endpoint_for(flow.request.path)
+            if endpoint is not None:
+                flow.comment = f"LLM WebSocket {endpoint}: no response yet"
+                ctx.master.addons.trigger(UpdateHook([flow]))
+        except Exception:
+            log.exception("recorder: web view (traffic is unaffected)")
+
     def stream_finished(self, done: Done) -> None:
         """The recorder's observer call: a flow kept for the UI is complete."""
         if done.flow is not None:
-            self.flow_done(done.flow, done.record, done.body)
+            if done.record.transport == "websocket":
+                self.response_done(done.flow, done.record)
+            else:
+                self.flow_done(done.flow, done.record, done.body)
+
+    def response_done(self, flow: http.HTTPFlow, rec: StreamRecord) -> None:
+        """One response of a WebSocket connection is complete: the connection's comment
+        counts its responses and their cost, and says the last one's summary."""
+        if not self.active:
+            return
+        try:
+            tally = flow.metadata.get(WEBSOCKET) or [0, "0"]
+            count = int(tally[0]) + 1
+            cost = str(tally[1])
+            if rec.cost_usd:
+                cost = money.exact(Decimal(cost) + Decimal(rec.cost_usd))
+            flow.metadata[WEBSOCKET] = [count, cost]
+            flow.comment = (
+                f"LLM WebSocket {printable(rec.endpoint or '?')}: {count} response"
+                f"{'s' if count > 1 else ''}, ${money.display(cost)} | last: {summary(rec)}"
+            )
+            mark = mark_for(rec)
+            if mark and flow.marked != MARK_BROKEN:
+                flow.marked = mark  # a connection with a broken response stays marked
+            ctx.master.addons.trigger(UpdateHook([flow]))
+        except Exception:
+            log.exception("recorder: web view (traffic is unaffected)")
 
     def flow_done(self, flow: http.HTTPFlow, rec: StreamRecord, body: CapturedBody | None) -> None:
         """The record is complete: its summary, mark and body go onto the flow."""

@@ -59,6 +59,8 @@ bytewise[=S]      one byte per write (and per chunk), S s between bytes
 close             'Connection: close' and close after the response
 bom               a UTF-8 BOM before the first event
 dup_start         Anthropic: send message_start twice
+ws_close=K        WebSocket: after K events of a response, a close frame (1011)
+deflate           WebSocket: compress messages (permessage-deflate) when the client offers it
 """
 
 
@@ -105,6 +107,8 @@ class Faults:
     close: bool = False
     bom: bool = False
     dup_start: bool = False
+    ws_close: int | None = None  # WebSocket: a close frame after this many events
+    deflate: bool = False  # WebSocket: permessage-deflate when offered
     spec: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
@@ -185,7 +189,9 @@ def apply_item(f: Faults, item: str) -> None:
         case "rst" | "fin":
             f.cut = name
             f.cut_after = _count(name, value)
-        case "midevent" | "error_done" | "close" | "bom" | "dup_start" | "reasoning":
+        case "ws_close":
+            f.ws_close = _count(name, value)
+        case "midevent" | "error_done" | "close" | "bom" | "dup_start" | "reasoning" | "deflate":
             _flag(name, value)
             setattr(f, name, True)
         case "drop":

@@ -94,7 +94,7 @@ def outcome_of(rec: SentRecord) -> str:
         return "client_disconnect"
     if rec.transport == "fin" and rec.framing == "eof":
         return "truncated"
-    if rec.transport in ("rst", "fin", "drop", "drop_rst", "server_stopped"):
+    if rec.transport in ("rst", "fin", "drop", "drop_rst", "server_stopped", "ws_close"):
         return "upstream_disconnect"
     return "truncated"
 

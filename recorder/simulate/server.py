@@ -56,6 +56,8 @@ from recorder.simulate.protocols import Reply, SimEvent, plan
 from recorder.simulate.respond import Body, negotiated_coding, write_error_status, write_response
 from recorder.simulate.script import Step, script
 from recorder.simulate.sent import SentRecord, outcome_of
+from recorder.simulate.ws_frames import is_upgrade
+from recorder.simulate.ws_session import WebSocketSession, websocket_endpoint
 
 __all__ = ["Conn", "SentRecord", "Simulator", "endpoint_of", "run_in_thread"]
 
@@ -239,6 +241,8 @@ class Simulator:
         path = req.path
         if path.startswith("/_sim/"):
             return await self._internal(conn, req)
+        if is_upgrade(req) and websocket_endpoint(path) is not None:
+            return await self._websocket(conn, req, websocket_endpoint(path) or "")
         endpoint = endpoint_of(path)
         if endpoint is None:
             doc = {
@@ -279,6 +283,26 @@ class Simulator:
             raise
         finally:
             self._finish(rec)
+
+    async def _websocket(self, conn: Conn, req: Request, endpoint: str) -> bool:
+        """A WebSocket connection (``recorder.simulate.ws_session``): its responses,
+        each one request of the ground truth; the connection ends with it."""
+
+        def new_id() -> str:
+            self.requests += 1
+            return f"req_sim{self.requests:06d}"
+
+        session = WebSocketSession(
+            conn,
+            req,
+            endpoint,
+            default_faults=self.default_faults,
+            new_id=new_id,
+            register=self._register,
+            finish=self._finish,
+        )
+        await session.run()
+        return False
 
     def _finish(self, rec: SentRecord) -> None:
         if rec.finished:

@@ -211,6 +211,14 @@ class Stream(Base):
     unpriced_reason: Mapped[str | None] = mapped_column(Text())
     content_mismatch: Mapped[str | None] = mapped_column(Text())
     transport: Mapped[str | None] = mapped_column(String(16))
+    # issue 31 (OpenAI over WebSocket)
+    connection_id: Mapped[str | None] = mapped_column(String(64))
+    input_audio_tokens: Mapped[int | None] = mapped_column(BigInteger())
+    cache_read_audio_tokens: Mapped[int | None] = mapped_column(BigInteger())
+    input_image_tokens: Mapped[int | None] = mapped_column(BigInteger())
+    cache_read_image_tokens: Mapped[int | None] = mapped_column(BigInteger())
+    output_audio_tokens: Mapped[int | None] = mapped_column(BigInteger())
+    output_audio_ms: Mapped[float | None] = mapped_column(Double())
     # Beyond the record: for the audit.
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())  # started_at + duration
     recorded_at: Mapped[datetime] = mapped_column(UTCDateTime())  # when the writer stored it

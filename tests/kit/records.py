@@ -24,6 +24,7 @@ from recorder.core.record import (
     INTERRUPTED_OUTCOMES,
     OUTCOMES,
     SOURCES,
+    TRANSPORTS,
     Gap,
     StreamRecord,
     combine_sources,
@@ -158,6 +159,13 @@ def full_record(**overrides: Any) -> StreamRecord:
         unpriced_reason="no 'priority' service-tier rate for claude-x",
         content_mismatch="declared text/plain, body is an event stream",
         transport="eventstream",
+        connection_id="b7e1c0de-5e55-4a11-9c0a-000000000031",
+        input_audio_tokens=5000,
+        cache_read_audio_tokens=4000,
+        input_image_tokens=300,
+        cache_read_image_tokens=100,
+        output_audio_tokens=600,
+        output_audio_ms=29875.5,
         gaps=[
             Gap("stall", 1000.0, 61000.25),
             Gap("keepalive", 2000.0, 15000.5),
@@ -251,6 +259,8 @@ def random_records(rng: random.Random, n: int) -> list[StreamRecord]:
                 price_version="t:m@d" if priced else None,
             )
         )
+        # (drawn after the record's other values: the same seed gives them as before)
+        out[-1].transport = rng.choice(TRANSPORTS)
     return out
 
 

@@ -245,3 +245,43 @@ def test_the_flow_list_in_a_browser(web: Web, sim: Simulator, tmp_path: Path) ->
     shot = tmp_path / "flows.png"
     subprocess.run([*args, f"--screenshot={shot}", url], capture_output=True, timeout=120)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_a_websocket_connection_carries_its_responses_summary(web: Web, sim: Simulator) -> None:
+    """One comment per WebSocket connection: how many responses, their cost, the
+    last one's summary; a connection whose response was cut is marked."""
+    import asyncio
+    import json
+
+    import websockets
+
+    async def talk() -> None:
+        url = web.proxy.replace("http://", "ws://") + "/v1/responses"
+        async with websockets.connect(
+            url, additional_headers={"authorization": "Bearer sk-webview-ws"}
+        ) as ws:
+            for model in ("gpt-5+deltas=2", "gpt-5+deltas=6+rst=4"):
+                await ws.send(
+                    json.dumps({"type": "response.create", "model": model, "input": "hi"})
+                )
+                try:
+                    async for raw in ws:
+                        if json.loads(raw)["type"] == "response.completed":
+                            break
+                except websockets.ConnectionClosed:
+                    break
+
+    asyncio.run(talk())
+    deadline = time.monotonic() + 20
+    comment, flow = "", None
+    while time.monotonic() < deadline:
+        flows = [f for f in web.get("/flows") if f.get("websocket")]
+        flow = flows[0] if flows else None
+        comment = flow["comment"] if flow else ""
+        if comment.startswith("LLM WebSocket responses: 2 responses"):
+            break
+        time.sleep(0.2)
+    assert comment.startswith("LLM WebSocket responses: 2 responses, $"), comment
+    assert "| last: LLM gpt-5+deltas=6+rst=4 upstream_disconnect INTERRUPTED" in comment
+    assert flow is not None and flow["marked"]

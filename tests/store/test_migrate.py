@@ -239,3 +239,44 @@ def test_rows_written_before_the_transport_get_it_from_streamed(empty_db_url: st
     finally:
         engine.dispose()
     assert [tuple(r) for r in rows] == [("a", "sse", None), ("b", "json", None)]
+
+
+@pytest.mark.parametrize("version", ["0001", "0002", "0003_prices", "0004_content_mismatch"])
+def test_rows_of_every_earlier_version_upgrade_to_the_websocket_columns(
+    empty_db_url: str, version: str
+) -> None:
+    """A row written at each earlier revision upgrades through 0007_websocket (issue
+    31) with its values kept and the new columns null: an HTTP response has no
+    connection and no modality split."""
+    upgrade(empty_db_url, version)
+    engine = make_engine(empty_db_url)
+    new = (
+        "connection_id",
+        "input_audio_tokens",
+        "cache_read_audio_tokens",
+        "input_image_tokens",
+        "cache_read_image_tokens",
+        "output_audio_tokens",
+        "output_audio_ms",
+    )
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO streams (id, started_at, streamed, outcome, interrupted,"
+                    " output_chars, tool_calls, input_source, output_source, usage_source,"
+                    " parse_issues, oversized_events, partial_event_at_end, recorded_at,"
+                    " input_tokens)"
+                    " VALUES ('old', '2026-12-01 00:00:00', :t, 'completed', :f, 7, 0,"
+                    " 'reported', 'reported', 'reported', 0, 0, :f, '2026-12-01 00:00:00', 42)"
+                ),
+                {"t": True, "f": False},
+            )
+        upgrade(empty_db_url)
+        with engine.connect() as conn:
+            row = conn.execute(
+                text(f"SELECT output_chars, input_tokens, {', '.join(new)} FROM streams")
+            ).one()
+    finally:
+        engine.dispose()
+    assert tuple(row) == (7, 42, *([None] * len(new)))

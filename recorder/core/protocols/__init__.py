@@ -9,12 +9,14 @@ from recorder.core.protocols.base import Interpreter
 from recorder.core.protocols.chat import ChatCompletionsInterpreter
 from recorder.core.protocols.messages import AnthropicMessagesInterpreter
 from recorder.core.protocols.observations import Observations
+from recorder.core.protocols.realtime import RealtimeInterpreter
 from recorder.core.protocols.responses import ResponsesInterpreter
 
 INTERPRETERS: dict[str, type[Interpreter]] = {
     "chat.completions": ChatCompletionsInterpreter,
     "responses": ResponsesInterpreter,
     "messages": AnthropicMessagesInterpreter,
+    "realtime": RealtimeInterpreter,  # over a WebSocket only (recorder.core.websocket)
 }
 ENDPOINTS = tuple(INTERPRETERS)
 PROVIDERS = {name: cls.provider for name, cls in INTERPRETERS.items()}

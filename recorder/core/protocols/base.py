@@ -23,6 +23,7 @@ from orjson import JSONDecodeError, loads
 from recorder.core.framing import Event, EventReader, Framer
 from recorder.core.protocols.observations import Observations, OutputKind
 from recorder.core.protocols.template import MAX_LEARNED, HoleKind, Path, Template, learn
+from recorder.core.record import StreamRecord
 
 
 class Interpreter:
@@ -65,6 +66,10 @@ class Interpreter:
     def read_body(self, body: bytes) -> int:
         """Interpret a whole non-streamed JSON response body; return output chars."""
         raise NotImplementedError
+
+    def annotate(self, record: StreamRecord) -> None:
+        """Put on the finished record what this protocol knows beyond
+        :class:`Observations` (nothing, but for a protocol that says so)."""
 
     def parse(self, data: bytes) -> dict[str, Any] | None:
         """JSON object of an event, or None (counted as a parse issue)."""

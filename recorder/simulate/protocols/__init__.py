@@ -28,6 +28,7 @@ from recorder.simulate.protocols.base import (
 )
 from recorder.simulate.protocols.chat import ChatBuilder
 from recorder.simulate.protocols.messages import MessagesBuilder
+from recorder.simulate.protocols.realtime import RealtimeBuilder
 from recorder.simulate.protocols.responses import ResponsesBuilder
 
 __all__ = [
@@ -46,6 +47,7 @@ BUILDERS: dict[str, type[Builder]] = {
     "chat.completions": ChatBuilder,
     "responses": ResponsesBuilder,
     "messages": MessagesBuilder,
+    "realtime": RealtimeBuilder,  # over a WebSocket only (recorder.simulate.ws_session)
 }
 
 
