@@ -59,6 +59,9 @@ bytewise[=S]      one byte per write (and per chunk), S s between bytes
 close             'Connection: close' and close after the response
 bom               a UTF-8 BOM before the first event
 dup_start         Anthropic: send message_start twice
+fail_first[=N]    the failures above (rst, fin, drop, error, interrupt, status) only for
+                  the first N requests (default 1) of the same body; later ones are
+                  answered clean, as a flaky upstream answers a client that retries
 """
 
 
@@ -105,11 +108,25 @@ class Faults:
     close: bool = False
     bom: bool = False
     dup_start: bool = False
+    # the failures apply to the first N requests of the same body only (None: all)
+    fail_first: int | None = None
     spec: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         """The normalised spec, comma-separated, in the order items were given."""
         return ",".join(self.spec)
+
+    def clear_failures(self) -> None:
+        """No cut, drop, error event, interruption or error status: the answer a
+        retry gets from a flaky upstream (``fail_first``). Timing and content
+        faults stay."""
+        self.cut = None
+        self.cut_after = 0
+        self.midevent = False
+        self.drop = None
+        self.error_after = None
+        self.interrupt_after = None
+        self.status = None
 
     def to_dict(self) -> dict[str, Any]:
         """Every field but the spec, for the ground truth."""
@@ -239,6 +256,8 @@ def apply_item(f: Faults, item: str) -> None:
             f.line_end = _choice(name, value, tuple(LINE_ENDS))
         case "bytewise":
             f.bytewise = 0.0 if value is None else _seconds(name, value)
+        case "fail_first":
+            f.fail_first = _count(name, value, default=1)
         case _:
             raise FaultError(f"unknown fault {name!r}; known faults:\n{FAULT_HELP}")
     f.spec.append(name if value is None else f"{name}={value}")

@@ -15,7 +15,9 @@ starts here.
 
 from __future__ import annotations
 
+import functools
 import random
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -412,6 +414,28 @@ def metric_record(**fields: Any) -> StreamRecord:
 # record gives them: a request's fingerprint, the record id of the attempt it
 # retries, its attempt number, and its tags (name -> value).
 CHAIN_FIELDS = ("request_fingerprint", "retry_of", "attempt", "tags")
+
+
+def with_chain(record: StreamRecord, **chain: Any) -> StreamRecord:
+    """``record`` with ``chain`` (names of ``CHAIN_FIELDS``) set: the record itself
+    where it has the fields; else the same record as a ``StreamRecord`` subclass
+    that has them, for what reads them as attributes (the exporter)."""
+    unknown = set(chain) - set(CHAIN_FIELDS)
+    assert not unknown, unknown
+    if all(hasattr(record, name) for name in chain):
+        for name, value in chain.items():
+            setattr(record, name, value)
+        return record
+    values = {f.name: getattr(record, f.name) for f in fields(record)}
+    return _chained_type()(**values, **chain)
+
+
+@functools.cache
+def _chained_type() -> type[StreamRecord]:
+    missing = [name for name in CHAIN_FIELDS if name not in StreamRecord.__dataclass_fields__]
+    annotations = {name: Any for name in missing}
+    namespace = {"__annotations__": annotations, **dict.fromkeys(missing)}
+    return dataclass(slots=True)(type("ChainedRecord", (StreamRecord,), namespace))
 
 
 def chain_row(record: StreamRecord, **chain: Any) -> dict[str, Any]:
