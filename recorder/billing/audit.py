@@ -101,6 +101,7 @@ COLUMNS = (
 # Columns read when the store has them (a row without one reads as null).
 OPTIONAL_COLUMNS = (TAGS_COLUMN,)
 DEFAULT_BY = ("day", "model")
+SHARE_PLACES = Decimal("0.000001")
 
 
 def _pandas() -> Any:
@@ -342,6 +343,15 @@ def as_document(groups: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         {k: money.exact(v) if k in MONEY_METRICS else v for k, v in group.items()}
         for group in groups
     ]
+
+
+def share(part: Decimal, whole: Decimal) -> Decimal | None:
+    """``part / whole`` to six places (half-even): the shares the billing commands
+    print (of spend, of a budget); None when ``whole`` is 0."""
+    if not whole:
+        return None
+    with decimal.localcontext(decimal.Context(prec=80)):
+        return (part / whole).quantize(SHARE_PLACES, rounding=decimal.ROUND_HALF_EVEN)
 
 
 def key_combinations() -> Iterable[tuple[str, ...]]:

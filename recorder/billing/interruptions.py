@@ -29,9 +29,9 @@ groups equal sums over streams for every grouping:
   ``interruption_cost_usd``: the cut attempt's cost already holds the input its
   retry pays again, so ``interruption_cost_usd`` alone is what the interruptions
   added to the bill (the chain's completed attempt would have been paid anyway);
-- ``interruption_share``: ``interruption_cost_usd / cost_usd`` of the group,
-  to six places (null without spend): a ratio, computed again for the totals,
-  never summed.
+- ``interruption_share``: ``interruption_cost_usd / cost_usd`` of the group, to
+  six places (:func:`recorder.billing.audit.share`; null without spend): a
+  ratio, computed again for the totals, never summed.
 
 Each figure belongs to the stream it comes from: the resent input to the retry
 that sent it (its group, its day), the cost to the attempt that was cut.
@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import decimal
 from collections.abc import Iterable, Mapping, Sequence
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from recorder.billing import audit
@@ -90,7 +90,6 @@ MONEY_METRICS = frozenset(
         "resent_input_cost_usd",
     }
 )
-SHARE_PLACES = Decimal("0.000001")
 
 
 def did_not_complete(outcome: Any, http_status: Any) -> bool:
@@ -173,17 +172,9 @@ def stream_figures(row: Mapping[str, Any], table: PriceTable) -> dict[str, Any]:
     }
 
 
-def share(part: Decimal, whole: Decimal) -> Decimal | None:
-    """``part / whole`` to six places (half-even); None when ``whole`` is 0."""
-    if not whole:
-        return None
-    with decimal.localcontext(decimal.Context(prec=80)):
-        return (part / whole).quantize(SHARE_PLACES, rounding=ROUND_HALF_EVEN)
-
-
 def _with_share(group: dict[str, Any]) -> dict[str, Any]:
     """The group (its keys, then :data:`METRICS` in order) with its share."""
-    figures = {**group, SHARE: share(group["interruption_cost_usd"], group["cost_usd"])}
+    figures = {**group, SHARE: audit.share(group["interruption_cost_usd"], group["cost_usd"])}
     keys = {k: v for k, v in group.items() if k not in METRICS}
     return {**keys, **{name: figures[name] for name in METRICS}}
 

@@ -20,6 +20,7 @@ import contextlib
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 from typing import Any, TextIO
@@ -87,6 +88,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="with --interruptions: prices the resent input is costed with, overlaid on the "
         "shipped table",
     )
+    p.add_argument(
+        "--budgets",
+        metavar="FILE",
+        help="where each budget of FILE (budgets.yml) stands this month: spent, share, "
+        "forecast to the month's end at the last 24 hours' rate; exit 1 when one is over",
+    )
+    p.add_argument(
+        "--month",
+        metavar="YYYY-MM",
+        help="with --budgets: the month (UTC) to judge (default: this one)",
+    )
     add_filter_options(p)
     p.add_argument("--project", help="only this project (OpenAI-Project / Anthropic workspace)")
     add_db_option(p)
@@ -112,6 +124,10 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--format parquet writes a file: give --output FILE", 2)
     if args.prices is not None and not args.interruptions:
         raise CliError("--prices prices the resent input of --interruptions: add it", 2)
+    if args.budgets is not None:
+        return run_budgets(args, fmt)
+    if args.month is not None:
+        raise CliError("--month is the month of --budgets: add it", 2)
     require("pandas")
     if fmt == "parquet":
         require("pyarrow", what="--format parquet")
@@ -138,6 +154,83 @@ def run(args: argparse.Namespace) -> int:
     if fmt == "table" and not groups:
         print("(no streams)", file=sys.stderr)
     return 0
+
+
+# what --budgets cannot take: it reads every stream of the month
+_NOT_WITH_BUDGETS = (
+    ("by", "--by"),
+    ("interruptions", "--interruptions"),
+    ("since", "--since"),
+    ("until", "--until"),
+    ("endpoint", "--endpoint"),
+    ("model", "--model"),
+    ("outcome", "--outcome"),
+    ("key", "--key"),
+    ("project", "--project"),
+)
+
+
+def run_budgets(args: argparse.Namespace, fmt: str) -> int:
+    """`recorder audit --budgets FILE`: where each budget stands in its month; 1
+    when one is over (each said on standard error), else 0."""
+    from recorder.billing import budgets
+    from recorder.cli.budgets import read_budgets
+    from recorder.store.audit_sql import read_rows
+    from recorder.store.queries import SessionFilter
+
+    given = [flag for name, flag in _NOT_WITH_BUDGETS if getattr(args, name, None)]
+    if given:
+        raise CliError(
+            f"--budgets reads every stream of the month (--month): not with {given[0]}", 2
+        )
+    if fmt == "parquet":
+        raise CliError("--budgets prints a table, JSON or CSV, not Parquet", 2)
+    chosen = read_budgets(args.budgets)
+    now = datetime.now(UTC)
+    try:
+        start, end = budgets.month_bounds(args.month, now)
+    except budgets.BudgetError as e:
+        raise CliError(str(e), 2) from None
+    since, until = budgets.reading_window(start, end, now)
+    with reading_store(db_url(args)) as engine:
+        rows = read_rows(
+            engine, SessionFilter(since=since, until=until, limit=None), budgets.COLUMNS
+        )
+    try:
+        standing = budgets.standings(rows, chosen, start=start, end=end, now=now)
+    except budgets.BudgetError as e:
+        raise CliError(str(e), 2) from None
+    doc = [
+        {
+            k: (
+                money.exact(v)
+                if k in budgets.MONEY
+                else f"{v:f}"
+                if k in budgets.SHARES and v is not None
+                else v
+            )
+            for k, v in row.items()
+        }
+        for row in standing
+    ]
+    with _output(args.output) as out:
+        if fmt == "table":
+            shown = [
+                {k: _micro(v) if k in budgets.MONEY else v for k, v in row.items()} for row in doc
+            ]
+            keep = ["name", "spent_usd", "budget_usd", "share", "status"]
+            out.write(table(shown, list(budgets.COLUMNS_OUT), keep=keep) + "\n")
+        else:
+            with contextlib.redirect_stdout(out):
+                emit(doc, fmt, columns=list(budgets.COLUMNS_OUT))
+    over = [row for row in standing if row["status"] == "over"]
+    for row in over:
+        print(
+            f"recorder audit: budget {row['name']!r} is over: {money.display(row['spent_usd'])}"
+            f" of {money.display(row['budget_usd'])} USD spent in {row['month']}",
+            file=sys.stderr,
+        )
+    return 1 if over else 0
 
 
 def _format_for(output: str | None) -> str:

@@ -8,6 +8,7 @@ import sys
 from recorder import __version__
 from recorder.cli import (
     audit,
+    budgets,
     db,
     demo,
     prices,
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_parser(sub)
     db.add_parser(sub)
     top.add_parser(sub)
+    budgets.add_parser(sub)
     _know_usage(parser)
     return parser
 

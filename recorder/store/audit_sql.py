@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from sqlalchemy import ColumnElement, Engine, select
+from sqlalchemy import ColumnElement, Engine, RowMapping, select
 
 from recorder.billing.audit import COLUMNS, OPTIONAL_COLUMNS, frame
 from recorder.store.models import STREAMS
@@ -30,7 +30,21 @@ def read_frame(
     where: list[ColumnElement[bool]] = list(filter_conditions(engine, f, environ))
     if project is not None:
         where.append(STREAMS.c.project == project)
+    return frame(read_rows(engine, f, columns, where=where), columns)
+
+
+def read_rows(
+    engine: Engine,
+    f: SessionFilter,
+    columns: Sequence[str],
+    *,
+    environ: Mapping[str, str] | None = None,
+    where: Sequence[ColumnElement[bool]] | None = None,
+) -> list[RowMapping]:
+    """The ``columns`` the schema has of the streams matching ``f`` (or ``where``,
+    when given: the conditions already made of it), as mappings."""
+    if where is None:
+        where = list(filter_conditions(engine, f, environ))
     stmt = select(*(STREAMS.c[name] for name in columns if name in STREAMS.c)).where(*where)
     with engine.connect() as conn:
-        rows = list(conn.execute(stmt).mappings())
-    return frame(rows, columns)
+        return list(conn.execute(stmt).mappings())

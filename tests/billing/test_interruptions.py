@@ -257,9 +257,7 @@ def test_group_sums_equal_row_sums_for_every_grouping(seed: int) -> None:
                 g["reported_interruption_cost_usd"] + g["estimated_interruption_cost_usd"]
                 == g["interruption_cost_usd"]
             )
-            assert g["interruption_share"] == interruptions.share(
-                g["interruption_cost_usd"], g["cost_usd"]
-            )
+            assert g["interruption_share"] == audit.share(g["interruption_cost_usd"], g["cost_usd"])
         assert interruptions.totals(groups) == everything, by
 
 
@@ -280,8 +278,8 @@ def test_a_tag_missing_from_a_stream_groups_as_unknown_and_sorts_last() -> None:
 
 
 def test_a_share_without_spend_is_unknown() -> None:
-    assert interruptions.share(ZERO, ZERO) is None
-    assert interruptions.share(Decimal(1), Decimal(3)) == Decimal("0.333333")
+    assert audit.share(ZERO, ZERO) is None
+    assert audit.share(Decimal(1), Decimal(3)) == Decimal("0.333333")
 
 
 def test_the_demos_summary_is_the_aggregates_totals() -> None:

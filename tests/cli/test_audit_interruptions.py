@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from recorder.billing import interruptions
+from recorder.billing import audit, interruptions
 from recorder.core.money import ZERO
 from recorder.core.record import StreamRecord
 from recorder.store.models import STREAMS
@@ -62,7 +62,7 @@ def test_json_groups_then_totals(cli: Cli, db_url: str, stored: list[StreamRecor
     assert sum(Decimal(g["interruption_cost_usd"]) for g in groups) == cut_cost(stored)
     spend = sum((Decimal(r.cost_usd) for r in stored if r.cost_usd), ZERO)
     assert Decimal(total["cost_usd"]) == spend
-    assert total["interruption_share"] == str(interruptions.share(cut_cost(stored), spend))
+    assert total["interruption_share"] == str(audit.share(cut_cost(stored), spend))
     assert total["retries"] == 0  # none of these rows retries another
 
 
