@@ -190,6 +190,7 @@ def frame(
     ``started_at`` aware UTC timestamps.
     """
     pd = _pandas()
+    columns = tuple(dict.fromkeys(columns))  # a column named twice is read once
     data: dict[str, list[Any]] = {name: [] for name in columns}
     for row in rows:
         for name in columns:

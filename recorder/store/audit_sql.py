@@ -45,6 +45,7 @@ def read_rows(
     when given: the conditions already made of it), as mappings."""
     if where is None:
         where = list(filter_conditions(engine, f, environ))
-    stmt = select(*(STREAMS.c[name] for name in columns if name in STREAMS.c)).where(*where)
+    wanted = dict.fromkeys(name for name in columns if name in STREAMS.c)
+    stmt = select(*(STREAMS.c[name] for name in wanted)).where(*where)
     with engine.connect() as conn:
         return list(conn.execute(stmt).mappings())

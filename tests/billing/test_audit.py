@@ -198,3 +198,10 @@ def test_a_tag_groups_by_its_value_whatever_form_the_row_gives_it() -> None:
         (None, 3),
     ]
     assert sum(g["cost_usd"] for g in groups) == 5 * Decimal(rec().cost_usd or 0)
+
+
+def test_a_column_named_twice_is_read_once() -> None:
+    rows = [{**rec().to_dict(), "tags": {"team": "a"}}]
+    df = audit.frame(rows, (*audit.COLUMNS, "tags", "tags"))
+    assert list(df.columns).count("tags") == 1
+    assert audit.aggregate(df, ("tag:team",))[0]["tag:team"] == "a"

@@ -58,6 +58,8 @@ CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
     "llm_stream_max_output_gap_seconds": ("histogram", STREAM),
     "llm_streams_stalled": ("gauge", ("endpoint", "provider")),
     "llm_stream_oldest_silence_seconds": ("gauge", ("endpoint", "provider")),
+    "llm_interruption_cost_usd_total": ("counter", (*STREAM, "outcome")),
+    "llm_retries_total": ("counter", STREAM),
 }
 
 
@@ -106,6 +108,7 @@ def test_names_types_and_labels_follow_the_contract() -> None:
         ),
         FakeMeter([0.01, 0.02], [5.0]),  # type: ignore[arg-type]
     )
+    metrics.observe(record(outcome="upstream_disconnect", interrupted=True, cost_usd="0.1"))
     got = exposed(registry)
     for name, (kind, labels) in CONTRACT.items():
         assert name in got, name
