@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import decimal
 import itertools
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -47,7 +48,17 @@ from recorder.core.record_time import parse_started_at
 if TYPE_CHECKING:
     import pandas as pd  # type: ignore[import-untyped]
 
-GROUP_KEYS = ("key", "project", "model", "endpoint", "outcome", "day", "hour", "transport")
+GROUP_KEYS = (
+    "key",
+    "project",
+    "model",
+    "endpoint",
+    "outcome",
+    "day",
+    "hour",
+    "transport",
+    "upstream",
+)
 KEY_COLUMNS = {
     "key": "api_key_id",
     "project": "project",
@@ -55,7 +66,12 @@ KEY_COLUMNS = {
     "endpoint": "endpoint",
     "outcome": "outcome",
     "transport": "transport",
+    "upstream": "upstream",
 }
+# ``tag:NAME`` groups by the value of the request's tag NAME (issue 32): a key of
+# its own per name, beside GROUP_KEYS
+TAG_PREFIX = "tag:"
+TAGS_COLUMN = "tags"
 TOKEN_FIGURES = (
     "input_tokens",
     "output_tokens",
@@ -92,8 +108,12 @@ COLUMNS = (
     "cost_usd",
     "price_version",
     "transport",
+    "upstream",
 )
+# Columns read when the store has them (a row without one reads as null).
+OPTIONAL_COLUMNS = (TAGS_COLUMN,)
 DEFAULT_BY = ("day", "model")
+SHARE_PLACES = Decimal("0.000001")
 
 
 def _pandas() -> Any:
@@ -107,22 +127,52 @@ class AuditError(UsageError, ValueError):
 
 
 def parse_by(text: str | None) -> tuple[str, ...]:
-    """``--by`` as group keys: comma-separated names from :data:`GROUP_KEYS`;
-    ``none`` (or an empty string) for one group of everything."""
+    """``--by`` as group keys: comma-separated names from :data:`GROUP_KEYS` and
+    ``tag:NAME`` (NAME as written: tags are told apart by case); ``none`` (or an
+    empty string) for one group of everything."""
     if text is None:
         return DEFAULT_BY
-    names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    names = [_key_name(n.strip()) for n in text.split(",") if n.strip()]
     if names in ([], ["none"]):
         return ()
-    bad = [n for n in names if n not in GROUP_KEYS]
+    bad = [n for n in names if not is_group_key(n)]
     if bad:
-        raise AuditError(f"cannot group by {bad[0]!r}: use {', '.join(GROUP_KEYS)} or none")
+        raise AuditError(
+            f"cannot group by {bad[0]!r}: use {', '.join(GROUP_KEYS)}, {TAG_PREFIX}NAME or none"
+        )
     if len(set(names)) != len(names):
         raise AuditError(f"--by names a key twice: {text!r}")
     return tuple(names)
 
 
-def _cost(value: Any) -> Decimal:
+def _key_name(text: str) -> str:
+    lower = text.lower()
+    return TAG_PREFIX + text[len(TAG_PREFIX) :] if lower.startswith(TAG_PREFIX) else lower
+
+
+def is_group_key(name: str) -> bool:
+    """Whether ``--by`` may name ``name``: one of :data:`GROUP_KEYS`, or
+    ``tag:NAME`` with a NAME."""
+    return name in GROUP_KEYS or (name.startswith(TAG_PREFIX) and len(name) > len(TAG_PREFIX))
+
+
+def tag_value(tags: Any, name: str) -> str | None:
+    """The value of tag ``name`` in a row's ``tags`` (a mapping, or its JSON text);
+    None when the row has no such tag."""
+    if isinstance(tags, str):
+        try:
+            tags = json.loads(tags)
+        except ValueError:
+            return None
+    if not isinstance(tags, Mapping):
+        return None
+    value = tags.get(name)
+    return None if value is None else str(value)
+
+
+def cost_value(value: Any) -> Decimal:
+    """A stream's ``cost_usd`` (a Decimal or a decimal string) as a Decimal; 0
+    when unknown."""
     if value is None or (isinstance(value, float) and value != value):
         return ZERO
     if isinstance(value, Decimal):
@@ -141,20 +191,24 @@ def _started(value: Any) -> datetime:
     return when
 
 
-def frame(rows: Iterable[Mapping[Any, Any]]) -> pd.DataFrame:
+def frame(
+    rows: Iterable[Mapping[Any, Any]], columns: Sequence[str] = (*COLUMNS, *OPTIONAL_COLUMNS)
+) -> pd.DataFrame:
     """The audit's DataFrame of streams: one row per mapping (a store row, or
-    ``StreamRecord.to_dict()``), with the columns of :data:`COLUMNS`.
+    ``StreamRecord.to_dict()``), with ``columns`` (:data:`COLUMNS` and
+    :data:`OPTIONAL_COLUMNS` by default; a mapping without one gives null).
 
     Token counts are nullable integers, ``cost_usd`` Decimals (null: unpriced),
     ``started_at`` aware UTC timestamps.
     """
     pd = _pandas()
-    data: dict[str, list[Any]] = {name: [] for name in COLUMNS}
+    columns = tuple(dict.fromkeys(columns))  # a column named twice is read once
+    data: dict[str, list[Any]] = {name: [] for name in columns}
     for row in rows:
-        for name in COLUMNS:
+        for name in columns:
             data[name].append(row.get(name))
     out = pd.DataFrame(index=pd.RangeIndex(len(data["id"])))
-    for name in COLUMNS:
+    for name in columns:
         values = data[name]
         if name == "started_at":
             out[name] = pd.to_datetime([_started(v) for v in values], utc=True)
@@ -164,14 +218,21 @@ def frame(rows: Iterable[Mapping[Any, Any]]) -> pd.DataFrame:
             out[name] = pd.array([bool(v) for v in values], dtype=bool)
         elif name == "cost_usd":
             out[name] = pd.Series(
-                [None if v is None else _cost(v) for v in values], dtype=object, index=out.index
+                [None if v is None else cost_value(v) for v in values],
+                dtype=object,
+                index=out.index,
             )
         else:
             out[name] = pd.Series(values, dtype=object, index=out.index)
     return out
 
 
-def _key_series(df: pd.DataFrame, key: str) -> pd.Series:
+def key_series(df: pd.DataFrame, key: str) -> pd.Series:
+    """Each stream's value of the group key ``key`` (None: it has none)."""
+    if key.startswith(TAG_PREFIX):
+        name = key[len(TAG_PREFIX) :]
+        tags = df[TAGS_COLUMN] if TAGS_COLUMN in df else [None] * len(df)
+        return _pandas().Series([tag_value(t, name) for t in tags], dtype=object, index=df.index)
     if key == "day":
         return df["started_at"].dt.floor("D")
     if key == "hour":
@@ -179,7 +240,8 @@ def _key_series(df: pd.DataFrame, key: str) -> pd.Series:
     return df[KEY_COLUMNS[key]].astype(object).where(df[KEY_COLUMNS[key]].notna(), None)
 
 
-def _key_value(key: str, value: Any) -> Any:
+def key_value(key: str, value: Any) -> Any:
+    """A group's key as the audit prints it (None: unknown)."""
     pd = _pandas()
     if value is None or value is pd.NaT or (isinstance(value, float) and value != value):
         return None
@@ -198,56 +260,81 @@ def aggregate(df: pd.DataFrame, by: Sequence[str]) -> list[dict[str, Any]]:
     """One dict per group: the group's keys (in ``by``'s order), then
     :data:`METRICS`; money as exact ``Decimal``. Groups are ordered by their keys
     (unknown last). No streams, no groups."""
-    for key in by:
-        if key not in GROUP_KEYS:
-            raise AuditError(f"cannot group by {key!r}")
+    check_by(by)
     if df.empty:
         return []
+    pd = _pandas()
+    figures: dict[str, Any] = {"requests": pd.Series(1, index=df.index)}
+    for name in TOKEN_FIGURES:
+        figures[name] = df[name].fillna(0).astype("int64")
+    est_in = df["input_source"] == "estimated"
+    est_out = df["output_source"] == "estimated"
+    cost = costs(df)
+    estimated = df["usage_source"].isin(("estimated", "mixed"))
+    interrupted = df["interrupted"].astype(bool)
+    figures["cost_usd"] = cost
+    figures["estimated_input_tokens"] = (
+        df["input_tokens"].where(est_in, 0).fillna(0).astype("int64")
+    )
+    figures["estimated_output_tokens"] = (
+        df["output_tokens"].where(est_out, 0).fillna(0).astype("int64")
+    )
+    figures["estimated_cost_usd"] = money_where(cost, estimated)
+    figures["interrupted_requests"] = interrupted.astype("int64")
+    figures["interrupted_cost_usd"] = money_where(cost, interrupted)
+    figures["unpriced_requests"] = (
+        df["price_version"].isna() & (df["usage_source"] != "none")
+    ).astype("int64")
+    return group_sums(df, by, {name: figures[name] for name in METRICS}, MONEY_METRICS)
+
+
+def check_by(by: Sequence[str]) -> None:
+    """Refuse a group key ``--by`` may not name."""
+    for key in by:
+        if not is_group_key(key):
+            raise AuditError(f"cannot group by {key!r}")
+
+
+def costs(df: pd.DataFrame) -> pd.Series:
+    """Each stream's ``cost_usd`` as a ``Decimal`` (0 when unpriced)."""
+    return _pandas().Series([cost_value(v) for v in df["cost_usd"]], dtype=object, index=df.index)
+
+
+def money_where(money: pd.Series, where: Iterable[Any]) -> pd.Series:
+    """``money`` where ``where`` holds, 0 elsewhere (an object column of Decimals)."""
+    return _pandas().Series(
+        [m if w else ZERO for m, w in zip(money, where, strict=True)],
+        dtype=object,
+        index=money.index,
+    )
+
+
+def group_sums(
+    df: pd.DataFrame, by: Sequence[str], figures: Mapping[str, Any], money: frozenset[str]
+) -> list[dict[str, Any]]:
+    """Each figure (a Series over ``df``'s streams, in the order given) summed per
+    group of ``by``: one dict per group, its keys then the figures, the ``money``
+    ones exact ``Decimal``s, the rest ints; ordered by the keys (unknown last)."""
     pd = _pandas()
     names = list(by) or ["_all"]
     work = pd.DataFrame(index=df.index)
     if by:
         for key in by:
-            work[key] = _key_series(df, key)
+            work[key] = key_series(df, key)
     else:
         work["_all"] = 0
-    work["requests"] = 1
-    for name in TOKEN_FIGURES:
-        work[name] = df[name].fillna(0).astype("int64")
-    est_in = df["input_source"] == "estimated"
-    est_out = df["output_source"] == "estimated"
-    work["estimated_input_tokens"] = df["input_tokens"].where(est_in, 0).fillna(0).astype("int64")
-    work["estimated_output_tokens"] = (
-        df["output_tokens"].where(est_out, 0).fillna(0).astype("int64")
-    )
-    cost = pd.Series([_cost(v) for v in df["cost_usd"]], dtype=object, index=df.index)
-    estimated = df["usage_source"].isin(("estimated", "mixed"))
-    interrupted = df["interrupted"].astype(bool)
-    work["cost_usd"] = cost
-    work["estimated_cost_usd"] = pd.Series(
-        [c if e else ZERO for c, e in zip(cost, estimated, strict=True)],
-        dtype=object,
-        index=df.index,
-    )
-    work["interrupted_requests"] = interrupted.astype("int64")
-    work["interrupted_cost_usd"] = pd.Series(
-        [c if i else ZERO for c, i in zip(cost, interrupted, strict=True)],
-        dtype=object,
-        index=df.index,
-    )
-    work["unpriced_requests"] = (
-        df["price_version"].isna() & (df["usage_source"] != "none")
-    ).astype("int64")
+    for name, series in figures.items():
+        work[name] = series
     with decimal.localcontext(EXACT):
-        sums = work.groupby(names, dropna=False, sort=False).sum()[list(METRICS)]
+        sums = work.groupby(names, dropna=False, sort=False).sum()[list(figures)]
     groups: list[dict[str, Any]] = []
     for index, values in zip(sums.index, sums.itertuples(index=False), strict=True):
         keys = index if isinstance(index, tuple) else (index,)
         group: dict[str, Any] = {
-            key: _key_value(key, value) for key, value in zip(by, keys, strict=False)
+            key: key_value(key, value) for key, value in zip(by, keys, strict=False)
         }
-        for name, value in zip(METRICS, values, strict=True):
-            group[name] = _cost(value) if name in MONEY_METRICS else int(value)
+        for name, value in zip(figures, values, strict=True):
+            group[name] = cost_value(value) if name in money else int(value)
         groups.append(group)
     groups.sort(key=lambda g: _sort_key(tuple(g[k] for k in by)))
     return groups
@@ -269,6 +356,15 @@ def as_document(groups: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         {k: money.exact(v) if k in MONEY_METRICS else v for k, v in group.items()}
         for group in groups
     ]
+
+
+def share(part: Decimal, whole: Decimal) -> Decimal | None:
+    """``part / whole`` to six places (half-even): the shares the billing commands
+    print (of spend, of a budget); None when ``whole`` is 0."""
+    if not whole:
+        return None
+    with decimal.localcontext(decimal.Context(prec=80)):
+        return (part / whole).quantize(SHARE_PLACES, rounding=decimal.ROUND_HALF_EVEN)
 
 
 def key_combinations() -> Iterable[tuple[str, ...]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 from recorder.cli.db import CliError
 from recorder.cli.extras import require
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     """Execute `recorder demo`."""
     require("openai", "anthropic")
     from recorder.cli.proxy import open_store
-    from recorder.cli.scenarios import DEMO_KEY, SCENARIOS, run_demo
+    from recorder.cli.scenarios import DEMO_KEY, REQUESTS, run_demo
     from recorder.core.keys import fingerprint
     from recorder.store import StoreError
     from recorder.store.identity import default_spool_dir
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
                 f"recorder demo: starting fresh, {removed} records of earlier demos removed"
                 " (--keep appends)"
             )
-    say(f"recorder demo: {len(SCENARIOS)} requests through the official SDKs, via the proxy")
+    say(f"recorder demo: {REQUESTS} requests through the official SDKs, via the proxy")
     confdir = os.path.expanduser("~/.mitmproxy")
     try:
         records = run_demo(sink, secret, confdir=confdir, progress=say if chatty else None)
@@ -134,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
             ("the same, from the database", [command(f"sessions{db}")]),
             ("one stream and its timeline", [command(f"show {first}{db}")]),
             ("what it cost, by model", [command(f"audit --by model{db}")]),
+            ("what the interruptions cost", [command(f"audit --interruptions --by model{db}")]),
             (
                 "your own traffic (README: pointing the SDKs at it), with /metrics on"
                 " 127.0.0.1:9464 while it runs",
@@ -143,13 +145,44 @@ def run(args: argparse.Namespace) -> int:
         ]
         say(
             f"\n{len(records)} streams recorded ({stats['written']} written to {args.db},"
-            f" {stats['spooled']} spooled).\nWhere to look next:"
+            f" {stats['spooled']} spooled)."
         )
+        say(interruption_lines(rows))
+        say("Where to look next:")
         for label, lines in hints:
             say(f"  {label}")
             for line in lines:
                 say(f"    {line}")
     return 0
+
+
+def interruption_lines(rows: list[dict[str, Any]]) -> str:
+    """What the demo's interruptions cost, in a sentence or two: the attempts that
+    did not complete, their billed cost and its share of the demo's spend, and
+    the input their retries sent again (`recorder audit --interruptions`)."""
+    from recorder.billing.interruptions import summary
+    from recorder.core.money import display
+    from recorder.core.price_files import shipped_prices
+
+    total = summary(rows, shipped_prices())
+    share = total["interruption_share"]
+    estimated = total["estimated_interruption_cost_usd"]
+    line = (
+        f"What the interruptions cost: {total['interrupted_attempts']} requests did not"
+        f" complete, billed ${display(total['interruption_cost_usd'])}"
+        f" (${display(estimated)} of it estimated)"
+    )
+    if share is not None:
+        line += f", {share * 100:.1f}% of the demo's ${display(total['cost_usd'])}"
+    line += "."
+    retries = total["retries"]
+    if retries:
+        line += (
+            f" {retries} {'retry' if retries == 1 else 'retries'} sent"
+            f" {total['resent_input_tokens']} input tokens again"
+            f" (${display(total['resent_input_cost_usd'])})."
+        )
+    return line
 
 
 def _start_fresh(url: str, demo_key_id: str) -> int:

@@ -9,6 +9,7 @@ from typing import Any, cast
 from recorder import __version__
 from recorder.cli import (
     audit,
+    budgets,
     db,
     demo,
     prices,
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_parser(sub)
     db.add_parser(sub)
     top.add_parser(sub)
+    budgets.add_parser(sub)
     return parser
 
 

@@ -3,10 +3,10 @@
 Starts the simulator and a recording proxy on free loopback ports (so it runs
 beside a `recorder proxy` already listening on 8080), sends a mix of traffic
 through the official OpenAI and Anthropic SDKs (streams of all three
-protocols, a keepalive-filled stall, an upstream cut, an error event after
-status 200, the gateway's "Response stream interrupted", a client that walks
-away, a rate limit), and returns the records. Time is scaled: the demo's stall
-threshold is one second, not thirty.
+protocols, a keepalive-filled stall, an upstream cut that its client retries,
+an error event after status 200, the gateway's "Response stream interrupted", a
+client that walks away, a rate limit), and returns the records. Time is scaled:
+the demo's stall threshold is one second, not thirty.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ class Scenario:
     name: str
     shows: str
     run: Callable[[openai.OpenAI, anthropic.Anthropic], None]
+    requests: int = 1  # the requests it sends (a retried one sends two)
 
 
 def _drain(stream: Any) -> None:
@@ -57,6 +58,27 @@ def _chat(model: str, **kw: Any) -> Callable[[openai.OpenAI, anthropic.Anthropic
         _drain(oai.chat.completions.create(model=model, messages=kw.pop("messages", PROMPT), **kw))
 
     return run
+
+
+RETRIED_MODEL = "gpt-4o+rst=8+fail_first"  # reset once; the same request again is answered
+
+
+def _reset_and_retried(oai: openai.OpenAI, _: anthropic.Anthropic) -> None:
+    """The retry a user writes: the SDK does not send a stream again once its
+    response has begun, so when the upstream cuts it, the caller does, whole."""
+    for _attempt in range(3):
+        try:
+            _drain(
+                oai.chat.completions.create(
+                    model=RETRIED_MODEL,
+                    messages=PROMPT,
+                    stream=True,
+                    stream_options={"include_usage": True},
+                )
+            )
+            return
+        except openai.APIConnectionError:  # the SDK's word for the cut connection
+            continue
 
 
 def _client_walks_away(oai: openai.OpenAI, _: anthropic.Anthropic) -> None:
@@ -122,9 +144,11 @@ SCENARIOS: tuple[Scenario, ...] = (
         ),
     ),
     Scenario(
-        "chat, upstream reset",
-        "the upstream cut the stream: upstream_disconnect",
-        _chat("gpt-4o+rst=8", stream=True),
+        "chat, upstream reset, retried",
+        "the upstream cut the stream (upstream_disconnect); its client sent it again whole,"
+        " and paid for the cut output and the input twice",
+        _reset_and_retried,
+        requests=2,
     ),
     Scenario("chat, client walks away", "the client left: client_disconnect", _client_walks_away),
     Scenario("responses, reasoning", "Responses stream with reasoning summary", _responses),
@@ -148,6 +172,10 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("messages, not streamed", "a JSON response: streamed false", _claude_json),
     Scenario("messages, rate limited", "a 429: http_error with its error type", _rate_limited),
 )
+
+
+# the requests the scenarios send, the retry included: the records the demo waits for
+REQUESTS = sum(s.requests for s in SCENARIOS)
 
 
 @contextlib.contextmanager
@@ -202,7 +230,7 @@ def run_demo(
             with contextlib.suppress(openai.APIError, anthropic.APIError):
                 scenario.run(oai, ant)
         deadline = time.monotonic() + 10
-        while len(memory.records) < len(SCENARIOS) and time.monotonic() < deadline:
+        while len(memory.records) < REQUESTS and time.monotonic() < deadline:
             time.sleep(0.02)
         oai.close()
         ant.close()

@@ -150,6 +150,20 @@ OLDEST_SILENCE = Spec(
     "The longest current output silence among open streams (0: none open).",
     ("endpoint", "provider"),
 )
+# Issue 32, the price of interruptions: the cost of the attempts that did not
+# complete, by how each ended, and the requests that retried one (a record whose
+# retry_of names the attempt it retries)
+INTERRUPTION_COST = Spec(
+    "llm_interruption_cost_usd",
+    "Billed cost in US dollars of the requests that did not complete (an error event, "
+    "cut by either side, truncated), by outcome; part of llm_cost_usd_total.",
+    (*STREAM_LABELS, "outcome"),
+)
+RETRIES = Spec(
+    "llm_retries",
+    "Requests that retried an earlier one that did not complete (the same request "
+    "from the same key, within --retry-window).",
+)
 MODEL_OVERFLOW = Spec(
     "llm_recorder_model_label_overflow",
     "Records whose model was reported as 'other' (past --max-model-labels).",

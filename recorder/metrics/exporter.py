@@ -60,11 +60,13 @@ from recorder.metrics.collectors import (
     DEFAULT_MAX_MODEL_LABELS,
     DURATION,
     IN_FLIGHT,
+    INTERRUPTION_COST,
     KEEPALIVE_GAP,
     KEEPALIVES,
     MAX_OUTPUT_GAP,
     MODEL_OVERFLOW,
     OLDEST_SILENCE,
+    RETRIES,
     STALLS,
     STREAMS,
     STREAMS_STALLED,
@@ -132,6 +134,8 @@ class Metrics:
         self.streams_stalled = self._gauge(STREAMS_STALLED)
         self.oldest_silence = self._gauge(OLDEST_SILENCE)
         self.model_overflow = self._counter(MODEL_OVERFLOW)
+        self.interruption_cost = self._counter(INTERRUPTION_COST)
+        self.retries = self._counter(RETRIES)
         with self._lock:
             self._overflow = self.model_overflow.child()  # exposed from the start, as 0
         self.health = HealthCollector(registry)
@@ -310,6 +314,13 @@ class Metrics:
                 source = "reported" if record.usage_source == "reported" else "estimated"
                 key = ("cost", source)
                 (get(key) or kid(kids, key, self.cost, *base, source)).inc(cost)
+                if record.interrupted:
+                    key = ("interruption", outcome)
+                    (get(key) or kid(kids, key, self.interruption_cost, *base, outcome)).inc(cost)
+            # (the series exists from the first record on, as the stalls')
+            retries = get("retries") or kid(kids, "retries", self.retries, *base)
+            if getattr(record, "retry_of", None):  # the retry chain's field (issue 32)
+                retries.inc(1)
         # (their own lock: one pass each)
         if output_intervals:
             self.chunk_gap.observe_many(base, output_intervals)

@@ -61,6 +61,9 @@ bom               a UTF-8 BOM before the first event
 dup_start         Anthropic: send message_start twice
 ws_close=K        WebSocket: after K events of a response, a close frame (1011)
 deflate           WebSocket: compress messages (permessage-deflate) when the client offers it
+fail_first[=N]    the failures above (rst, fin, drop, error, interrupt, status) only for
+                  the first N requests (default 1) of the same body; later ones are
+                  answered clean, as a flaky upstream answers a client that retries
 """
 
 
@@ -109,11 +112,25 @@ class Faults:
     dup_start: bool = False
     ws_close: int | None = None  # WebSocket: a close frame after this many events
     deflate: bool = False  # WebSocket: permessage-deflate when offered
+    # the failures apply to the first N requests of the same body only (None: all)
+    fail_first: int | None = None
     spec: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         """The normalised spec, comma-separated, in the order items were given."""
         return ",".join(self.spec)
+
+    def clear_failures(self) -> None:
+        """No cut, drop, error event, interruption or error status: the answer a
+        retry gets from a flaky upstream (``fail_first``). Timing and content
+        faults stay."""
+        self.cut = None
+        self.cut_after = 0
+        self.midevent = False
+        self.drop = None
+        self.error_after = None
+        self.interrupt_after = None
+        self.status = None
 
     def to_dict(self) -> dict[str, Any]:
         """Every field but the spec, for the ground truth."""
@@ -245,6 +262,8 @@ def apply_item(f: Faults, item: str) -> None:
             f.line_end = _choice(name, value, tuple(LINE_ENDS))
         case "bytewise":
             f.bytewise = 0.0 if value is None else _seconds(name, value)
+        case "fail_first":
+            f.fail_first = _count(name, value, default=1)
         case _:
             raise FaultError(f"unknown fault {name!r}; known faults:\n{FAULT_HELP}")
     f.spec.append(name if value is None else f"{name}={value}")

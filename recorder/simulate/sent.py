@@ -71,6 +71,9 @@ class SentRecord:
     t0: float = 0.0
     # the request's W3C trace context header as it arrived (a proxy must not touch it)
     traceparent: str | None = None
+    # which request of this body this was (1, 2, ...): a client's retry sends the
+    # same body again (the fault fail_first answers the later ones clean)
+    attempt: int = 1
     # with Simulator(keep_bodies=True): the body bytes written, as on the wire but
     # without the chunked framing (compressed if compressed); not in to_dict
     body: bytearray | None = field(default=None, repr=False)

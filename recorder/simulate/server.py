@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import socket
 import ssl
@@ -91,6 +92,9 @@ class Simulator:
         self.log = log
         self.keep_bodies = keep_bodies
         self.sent: OrderedDict[str, SentRecord] = OrderedDict()
+        # how many requests of each body came (by its digest; the last max_sent):
+        # a retry sends the same body again, and fail_first counts it
+        self._bodies: OrderedDict[bytes, int] = OrderedDict()
         self.requests = 0
         self.loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
@@ -408,6 +412,9 @@ class Simulator:
         except FaultError as e:
             return _Refused(str(e))
         rec.faults = faults.describe()
+        rec.attempt = self._attempt(endpoint, req.body)
+        if faults.fail_first is not None and rec.attempt > faults.fail_first:
+            faults.clear_failures()
         ids = Ids(prompt.seed() + endpoint.encode() + req.headers.get("x-sim-id", "").encode())
         content = choose(prompt, faults, ids)
         reply, events = plan(prompt, content, ids, faults)
@@ -416,6 +423,15 @@ class Simulator:
         rec.planned_usage = reply.usage.to_dict()
         rec.hidden = content.hidden
         return prompt, faults, reply, events
+
+    def _attempt(self, endpoint: str, body: bytes) -> int:
+        """This request's number among the requests of the same endpoint and body."""
+        key = hashlib.sha256(endpoint.encode() + b"\0" + body).digest()
+        n = self._bodies.pop(key, 0) + 1
+        self._bodies[key] = n
+        while len(self._bodies) > self.max_sent:
+            self._bodies.popitem(last=False)
+        return n
 
     def _body(
         self,

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import termios
 import time
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from rich.cells import cell_len
 
 from recorder.cli import demo as demo_cli
 from recorder.cli.scenarios import SCENARIOS, run_demo
+from recorder.core.money import display
 from recorder.store.sinks import MemorySink
 from recorder.store.writer import SqlSink
 from tests.kit.cli import Cli
@@ -37,6 +39,7 @@ EXPECTED = [
     "completed",
     "completed",
     "upstream_disconnect",
+    "completed",  # its client's retry
     "client_disconnect",
     "completed",
     "error",
@@ -47,11 +50,11 @@ EXPECTED = [
 ]
 
 
-def test_every_scenario_shows_its_outcome(tmp_path: Path) -> None:
+def test_every_scenario_shows_its_outcome_and_what_interruptions_cost(tmp_path: Path) -> None:
     sink = MemorySink()
     said: list[str] = []
     records = run_demo(sink, b"demo-secret", confdir=str(tmp_path), progress=said.append)
-    assert len(SCENARIOS) == len(EXPECTED)
+    assert sum(s.requests for s in SCENARIOS) == len(EXPECTED)
     assert [r.outcome for r in records] == EXPECTED
     assert [r.id for r in sink.records] == [r.id for r in records]
     stall = records[3]
@@ -62,8 +65,26 @@ def test_every_scenario_shows_its_outcome(tmp_path: Path) -> None:
     assert stall.max_output_gap_ms is not None
     assert stall.max_output_gap_ms >= demo_cli.DEMO_STALL_AFTER * 1000
     assert records[2].tool_calls == 2
-    assert records[9].error_message == "Response stream interrupted, please retry"
-    assert records[10].streamed is False
+    assert records[10].error_message == "Response stream interrupted, please retry"
+    assert records[11].streamed is False
+    # the reset stream, retried by its client: the same request again, answered
+    cut, retry = records[4], records[5]
+    assert (cut.model, cut.http_status, cut.interrupted) == (retry.model, 200, True)
+    assert retry.outcome == "completed" and retry.usage_source == "reported"
+    if hasattr(retry, "retry_of"):  # retry chains (issue 32 §2) recorded
+        assert getattr(retry, "retry_of", None) == cut.id
+    # and the closing lines say what the interruptions cost
+    line = demo_cli.interruption_lines([r.to_dict() for r in records])
+    cut = [r for r in records if r.interrupted or r.outcome == "http_error"]
+    billed = sum((Decimal(r.cost_usd) for r in cut if r.cost_usd), Decimal(0))
+    spend = sum((Decimal(r.cost_usd) for r in records if r.cost_usd), Decimal(0))
+    assert billed > 0 and len(cut) == 5
+    assert line.startswith(
+        f"What the interruptions cost: 5 requests did not complete, billed ${display(billed)}"
+    )
+    assert f"{billed / spend * 100:.1f}% of the demo's ${display(spend)}" in line
+    if hasattr(records[5], "retry_of"):  # retry chains recorded: what the retry resent
+        assert f"1 retry sent {records[5].input_tokens} input tokens again" in line
 
 
 def test_cli_prints_one_json_document(
@@ -173,7 +194,8 @@ def test_demo_is_for_people_piped_or_in_a_terminal(
             assert len(doc) == len(EXPECTED) + 1
 
     screen = _in_a_terminal([str(CONSOLE_SCRIPT), "demo"], tmp_path, env, 80)
-    assert "starting fresh, 12 records of earlier demos removed" in screen
+    assert f"starting fresh, {len(EXPECTED)} records of earlier demos removed" in screen
+    assert "What the interruptions cost: 5 requests did not complete" in screen
     assert max(cell_len(line) for line in screen.splitlines()) <= 80
     assert "left out to fit 80 characters" in screen and "Where to look next" in screen
 

@@ -23,6 +23,7 @@ from ruamel.yaml import YAML
 
 from recorder.core.record import StreamRecord
 from recorder.metrics import HEALTH_METRICS, Metrics
+from recorder.metrics.budget_rules import BUDGET_AMOUNT, BUDGET_PACE
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = ROOT / "dashboards"
@@ -79,6 +80,8 @@ def exported_names() -> set[str]:
     )
     unpriced = StreamRecord(model="n", input_tokens=1, unpriced_reason="no price for model 'n'")
     metrics.observe(unpriced, None)
+    cut = StreamRecord(model="m", outcome="upstream_disconnect", interrupted=True, cost_usd="1")
+    metrics.observe(cut, None)
     metrics.chunk_gap.observe_many(("messages", "anthropic", "m"), [0.1])
     metrics.keepalive_gap.observe_many(("messages", "anthropic", "m"), [0.1])
     return {s.name for family in registry.collect() for s in family.samples}
@@ -97,7 +100,7 @@ def metric_names(expr: str) -> set[str]:
 def test_is_a_grafana_dashboard(dashboard: dict[str, Any]) -> None:
     assert isinstance(dashboard["schemaVersion"], int) and dashboard["schemaVersion"] >= 36
     assert dashboard["uid"] == "recorder-overview"
-    assert dashboard["title"] and dashboard["id"] is None  # importable anywhere
+    assert dashboard["title"] and dashboard.get("id") is None  # importable anywhere
     assert dashboard["time"]["from"].startswith("now-")
 
 
@@ -111,7 +114,11 @@ def test_datasource_and_filter_variables(dashboard: dict[str, Any]) -> None:
         assert var["includeAll"] and var["multi"] and var["allValue"] == ".*"
         query = var["query"]["query"] if isinstance(var["query"], dict) else var["query"]
         assert re.fullmatch(rf"label_values\((.+, )?{label}\)", query), query
-    assert "$endpoint" in variables["model"]["definition"]  # models of the chosen endpoints
+    model_query = variables["model"]["query"]
+    assert "$endpoint" in model_query["query"]  # models of the chosen endpoints
+    # the tag the 'Spend by tag' row groups by: a label name the user types
+    tag = variables["tag"]
+    assert tag["type"] == "textbox" and tag["query"] == "team"
 
 
 def test_panel_ids_are_unique(dashboard: dict[str, Any]) -> None:
@@ -149,7 +156,8 @@ def test_every_panel_says_the_question_it_answers(dashboard: dict[str, Any]) -> 
 
 
 def test_expressions_name_only_exported_metrics(dashboard: dict[str, Any]) -> None:
-    known = exported_names() | {"up"}
+    # and what `recorder budgets rules` records
+    known = exported_names() | {"up", BUDGET_AMOUNT, BUDGET_PACE}
     for panel in graph_panels(dashboard):
         for target in panel["targets"]:
             unknown = metric_names(target["expr"]) - known
@@ -190,8 +198,18 @@ def test_issue_panels_are_present(dashboard: dict[str, Any]) -> None:
         "llm_stream_stalls_total",
         "llm_streams_in_flight",
         "llm_recorder_write_queue_depth",
+        # issue 32: what interruptions cost, spend by the chosen tag, budgets
+        "sum by (outcome) (rate(llm_interruption_cost_usd_total",
+        "sum(increase(llm_interruption_cost_usd_total",
+        "llm_retries_total",
+        "sum by ($tag) (rate(llm_cost_usd_total",
+        "sum by ($tag, outcome) (rate(llm_streams_total",
+        BUDGET_PACE,
+        BUDGET_AMOUNT,
     ):
         assert needed in exprs, needed
+    rows = [p["title"] for p in dashboard["panels"] if p["type"] == "row"]
+    assert {"What interruptions cost", "Spend by tag", "Budgets"} <= set(rows)
     kinds = {p["type"] for p in graph_panels(dashboard)}
     assert {"timeseries", "stat", "heatmap"} <= kinds
 
@@ -232,7 +250,7 @@ def test_provisioning_files() -> None:
     (job,) = scrape["scrape_configs"]
     assert job["job_name"] == "recorder"
     assert job["static_configs"][0]["targets"] == ["127.0.0.1:9464"]
-    assert scrape["rule_files"] == ["alerts.yml"]
+    assert scrape["rule_files"] == ["alerts.yml", "budgets-rules*.yml"]
 
 
 def test_metric_name_extraction() -> None:

@@ -15,7 +15,9 @@ starts here.
 
 from __future__ import annotations
 
+import functools
 import random
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -215,6 +217,9 @@ PROJECTS = [None, "proj_a", "proj_b"]
 MODELS = [None, "gpt-4o", "gpt-4o-mini", "claude-sonnet-4-5"]
 
 
+UPSTREAMS = [None, "api.openai.com:443", "gateway.internal:8443"]
+
+
 def random_records(rng: random.Random, n: int) -> list[StreamRecord]:
     """``n`` streams with every kind of value an audit meets: unknown keys,
     projects and models, every outcome and source, unknown figures, unpriced
@@ -257,6 +262,7 @@ def random_records(rng: random.Random, n: int) -> list[StreamRecord]:
                 usage_source=usage,
                 cost_usd=cost if priced else None,
                 price_version="t:m@d" if priced else None,
+                upstream=rng.choice(UPSTREAMS),
             )
         )
         # (drawn after the record's other values: the same seed gives them as before)
@@ -412,3 +418,104 @@ def metric_record(**fields: Any) -> StreamRecord:
     }
     base.update(fields)
     return StreamRecord(**base)
+
+
+# The retry chain's fields and the tags (issue 32, sections 1-2), by the names the
+# record gives them: a request's fingerprint, the record id of the attempt it
+# retries, its attempt number, and its tags (name -> value).
+CHAIN_FIELDS = ("request_fingerprint", "retry_of", "attempt", "tags")
+
+
+def with_chain(record: StreamRecord, **chain: Any) -> StreamRecord:
+    """``record`` with ``chain`` (names of ``CHAIN_FIELDS``) set: the record itself
+    where it has the fields; else the same record as a ``StreamRecord`` subclass
+    that has them, for what reads them as attributes (the exporter)."""
+    unknown = set(chain) - set(CHAIN_FIELDS)
+    assert not unknown, unknown
+    if all(hasattr(record, name) for name in chain):
+        for name, value in chain.items():
+            setattr(record, name, value)
+        return record
+    values = {f.name: getattr(record, f.name) for f in fields(record)}
+    return _chained_type()(**values, **chain)
+
+
+@functools.cache
+def _chained_type() -> type[StreamRecord]:
+    missing = [name for name in CHAIN_FIELDS if name not in StreamRecord.__dataclass_fields__]
+    annotations = {name: Any for name in missing}
+    namespace = {"__annotations__": annotations, **dict.fromkeys(missing)}
+    return dataclass(slots=True)(type("ChainedRecord", (StreamRecord,), namespace))
+
+
+def chain_row(record: StreamRecord, **chain: Any) -> dict[str, Any]:
+    """``record.to_dict()`` with ``chain`` (names of ``CHAIN_FIELDS``) set: on the
+    record where it has the field, in the row beside its fields where it has not
+    yet, so that the audit reads the same row either way."""
+    unknown = set(chain) - set(CHAIN_FIELDS)
+    assert not unknown, unknown
+    for name, value in chain.items():
+        if hasattr(record, name):
+            setattr(record, name, value)
+    row = record.to_dict()
+    row.update(chain)
+    return row
+
+
+def retry_chain(
+    fingerprint: str = "fp:0a1b2c3d",
+    *,
+    model: str = "gpt-4o",
+    key: str = "…1111:aaaaaaaaaaaa",
+    tags: dict[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """A chain of three attempts of one request, priced with ``V1``: cut by the
+    upstream (usage estimated), retried and ended by an error event (input
+    reported, output estimated), retried again and completed (reported). Money
+    with twelve places, where a float would lose cents in a sum. The rows;
+    ``retry_chain_records`` gives the records."""
+    return [row for _, row in _chain(fingerprint, model, key, tags)]
+
+
+def retry_chain_records(
+    fingerprint: str = "fp:0a1b2c3d",
+    *,
+    model: str = "gpt-4o",
+    key: str = "…1111:aaaaaaaaaaaa",
+    tags: dict[str, str] | None = None,
+) -> list[StreamRecord]:
+    """The records of ``retry_chain`` (its chain fields set where the record has them)."""
+    return [record for record, _ in _chain(fingerprint, model, key, tags)]
+
+
+def _chain(
+    fingerprint: str, model: str, key: str, tags: dict[str, str] | None
+) -> list[tuple[StreamRecord, dict[str, Any]]]:
+    specs = [
+        ("upstream_disconnect", 1234, 17, "estimated", "estimated", "10:00:00.000"),
+        ("error", 1234, 333, "reported", "estimated", "10:00:03.500"),
+        ("completed", 1234, 911, "reported", "reported", "10:00:09.250"),
+    ]
+    chain: list[tuple[StreamRecord, dict[str, Any]]] = []
+    previous: str | None = None
+    for attempt, (outcome, inp, out, in_src, out_src, clock) in enumerate(specs, 1):
+        record = priced_record(
+            model,
+            inp,
+            out,
+            f"2026-05-05T{clock}Z",
+            outcome=outcome,
+            interrupted=outcome in INTERRUPTED_OUTCOMES,
+            http_status=200,
+            input_source=in_src,
+            output_source=out_src,
+            usage_source=combine_sources(in_src, out_src),
+            api_key_id=key,
+            upstream="api.openai.com:443",
+        )
+        row = chain_row(
+            record, request_fingerprint=fingerprint, retry_of=previous, attempt=attempt, tags=tags
+        )
+        chain.append((record, row))
+        previous = record.id
+    return chain

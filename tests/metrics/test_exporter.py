@@ -38,6 +38,7 @@ from recorder.metrics.exporter import (
 from recorder.metrics.health import Health
 from recorder.store.sinks import MemorySink
 from tests.kit.records import metric_record as record
+from tests.kit.records import with_chain
 from tests.kit.traffic import Clock, Traffic, WiredRecorder
 
 STREAM = ("endpoint", "provider", "model")
@@ -57,6 +58,8 @@ CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
     "llm_stream_max_output_gap_seconds": ("histogram", STREAM),
     "llm_streams_stalled": ("gauge", ("endpoint", "provider")),
     "llm_stream_oldest_silence_seconds": ("gauge", ("endpoint", "provider")),
+    "llm_interruption_cost_usd_total": ("counter", (*STREAM, "outcome")),
+    "llm_retries_total": ("counter", STREAM),
 }
 
 
@@ -105,6 +108,7 @@ def test_names_types_and_labels_follow_the_contract() -> None:
         ),
         FakeMeter([0.01, 0.02], [5.0]),  # type: ignore[arg-type]
     )
+    metrics.observe(record(outcome="upstream_disconnect", interrupted=True, cost_usd="0.1"))
     got = exposed(registry)
     for name, (kind, labels) in CONTRACT.items():
         assert name in got, name
@@ -169,6 +173,41 @@ def test_a_record_adds_its_figures() -> None:
     # mixed usage prices partly estimated figures: the cost is an estimate
     assert get("llm_cost_usd_total", {**s, "source": "estimated"}) == pytest.approx(0.00012345)
     assert get("llm_cost_usd_total", {**s, "source": "reported"}) is None
+
+
+def test_interruptions_cost_by_outcome_and_retries_count() -> None:
+    """Issue 32: the cost of requests that did not complete, by how they ended
+    (part of the cost counter, never beside it), and the requests that retried one."""
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    cut = {"outcome": "upstream_disconnect", "interrupted": True, "usage_source": "estimated"}
+    metrics.observe(record(**cut, cost_usd="0.25"), None)
+    metrics.observe(record(**cut, cost_usd="0.125"), None)
+    metrics.observe(record(outcome="error", interrupted=True, cost_usd="0.5"), None)
+    metrics.observe(record(outcome="client_disconnect", interrupted=True, cost_usd=None), None)
+    metrics.observe(record(outcome="http_error", cost_usd=None, http_status=429), None)
+    retry = with_chain(record(cost_usd="1", usage_source="reported"), retry_of="a", attempt=2)
+    metrics.observe(retry, None)
+    metrics.observe(with_chain(record(cost_usd="2"), retry_of=None, attempt=1), None)
+    s = {"endpoint": "chat.completions", "provider": "openai", "model": "gpt-4o"}
+    get = registry.get_sample_value
+    name = "llm_interruption_cost_usd_total"
+    assert get(name, {**s, "outcome": "upstream_disconnect"}) == 0.375
+    assert get(name, {**s, "outcome": "error"}) == 0.5
+    # an unpriced cut adds nothing; a completed stream and a refusal are not cuts
+    for outcome in ("client_disconnect", "completed", "http_error"):
+        assert get(name, {**s, "outcome": outcome}) is None, outcome
+    assert get("llm_retries_total", s) == 1
+    got = exposed(registry)
+    assert got[name] == ("counter", {frozenset((*STREAM, "outcome"))})
+    assert got["llm_retries_total"] == ("counter", {frozenset(STREAM)})
+
+
+def test_the_retries_series_is_there_before_the_first_retry() -> None:
+    registry = CollectorRegistry()
+    Metrics(registry).observe(record(), None)
+    s = {"endpoint": "chat.completions", "provider": "openai", "model": "gpt-4o"}
+    assert registry.get_sample_value("llm_retries_total", s) == 0
 
 
 def test_unknown_figures_add_nothing() -> None:
@@ -492,6 +531,14 @@ async def test_counters_agree_with_the_records_written() -> None:
         got_cost = total("llm_cost_usd", source=source)
         assert got_cost == pytest.approx(float(expected_cost), rel=1e-9, abs=1e-12), source
     assert total("llm_cost_usd", source="estimated") > 0
+    for outcome in ("error", "upstream_disconnect", "client_disconnect", "truncated"):
+        cut_cost = sum(
+            (Decimal(r.cost_usd) for r in records if r.cost_usd and r.outcome == outcome),
+            Decimal(0),
+        )
+        got_cost = total("llm_interruption_cost_usd", outcome=outcome)
+        assert got_cost == pytest.approx(float(cut_cost), rel=1e-9, abs=1e-12), outcome
+    assert total("llm_interruption_cost_usd") > 0
 
     assert total("llm_stream_stalls") == sum(r.stalls or 0 for r in records)
     assert total("llm_stream_keepalives") == sum(r.keepalives or 0 for r in records)

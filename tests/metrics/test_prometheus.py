@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 import re
 import shutil
 import socket
@@ -37,8 +36,11 @@ import pytest
 from mitmproxy.test import taddons
 from prometheus_client import CollectorRegistry
 
+from recorder.billing.budgets import load_budgets
 from recorder.metrics import Metrics, serve_metrics
+from recorder.metrics.budget_rules import rules
 from recorder.store.sinks import MemorySink
+from tests.kit.prometheus import ensure_prometheus
 from tests.kit.traffic import Clock, Traffic, WiredRecorder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,33 +57,15 @@ TEMPLATE_VALUES = {
     "__range": "5m",
     "endpoint": ".*",
     "model": ".*",
+    "tag": "team",
 }
+# A budget of all spend: its rules (`recorder budgets rules`) feed the dashboard's
+# "Budgets" row, so the Prometheus here loads them beside the alerts.
+BUDGETS = "budgets:\n  - name: everything\n    all: true\n    monthly_usd: 100\n"
 # A threshold comparison: an operator and a number (label matchers compare strings).
 THRESHOLD = re.compile(r"\s*(?:>=|<=|==|!=|>|<)\s*(?:bool\s+)?-?\d+(?:\.\d+)?(?:e[+-]?\d+)?")
 
 pytestmark = pytest.mark.slow
-
-
-def ensure_prometheus() -> tuple[str, str]:
-    """Paths of ``prometheus`` and ``promtool``, installing Debian's package if needed."""
-    found = shutil.which("prometheus"), shutil.which("promtool")
-    if found[0] and found[1]:
-        return found[0], found[1]
-    if not (hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get")):
-        pytest.skip(
-            "prometheus/promtool not found and cannot be installed here (needs root and "
-            "apt-get): `apt-get install prometheus` to run this test"
-        )
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "--no-install-recommends", "prometheus"]
-    result = subprocess.run(install, env=env, capture_output=True, text=True, timeout=600)
-    if result.returncode != 0:  # a stale package list: refresh it once and retry
-        subprocess.run(["apt-get", "update"], env=env, capture_output=True, timeout=300)
-        result = subprocess.run(install, env=env, capture_output=True, text=True, timeout=600)
-    found = shutil.which("prometheus"), shutil.which("promtool")
-    if not (found[0] and found[1]):  # installable here, so a failure is a failure
-        pytest.fail(f"installing Debian's prometheus failed:\n{result.stderr[-2000:]}")
-    return found[0], found[1]
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +137,12 @@ def variable_queries() -> list[tuple[str, str, str | None]]:
     return out
 
 
+def budget_rules() -> str:
+    text, skipped = rules(load_budgets(BUDGETS))
+    assert not skipped
+    return text
+
+
 def alert_names() -> list[str]:
     """The alerts of the rule file, by name."""
     return re.findall(r"^\s*- alert:\s*(\S+)", ALERTS.read_text(), re.MULTILINE)
@@ -189,11 +179,12 @@ class Prometheus:
         self.base = f"http://127.0.0.1:{self.port}"
         config = workdir / "prometheus.yml"
         shutil.copy(ALERTS, workdir / "alerts.yml")
+        (workdir / "budgets-rules.yml").write_text(budget_rules())
         config.write_text(
             "global:\n"
             "  scrape_interval: 1s\n"
             "  evaluation_interval: 1s\n"
-            "rule_files: [alerts.yml]\n"
+            "rule_files: [alerts.yml, budgets-rules.yml]\n"
             "scrape_configs:\n"
             f"  - job_name: {JOB}\n"
             "    static_configs:\n"
@@ -337,7 +328,9 @@ async def test_every_dashboard_and_alert_expression_returns_data(
         # the rules as this Prometheus loaded them: every one evaluated, none failing
         groups = prometheus.get("/api/v1/rules")["data"]["groups"]
         rules = [r for g in groups for r in g["rules"]]
-        assert sorted(r["name"] for r in rules) == sorted(alert_names())
+        budget_names = re.findall(r"^\s*- (?:alert|record): (\S+)", budget_rules(), re.MULTILINE)
+        assert len(budget_names) == 4
+        assert sorted(r["name"] for r in rules) == sorted(alert_names() + budget_names)
         bad = [f"{r['name']}: {r.get('health')} {r.get('lastError')}" for r in rules]
         assert all(r["health"] == "ok" for r in rules), bad
         for alert, expr in [(r["name"], r["query"]) for r in rules]:

@@ -714,6 +714,43 @@ def test_rst_after_k_events(sim: Simulator, path: str) -> None:
     assert rec.planned_events > 4
 
 
+@pytest.mark.parametrize(
+    ("fault", "failed"),
+    [
+        ("rst=4", "upstream_disconnect"),
+        ("error=3", "error"),
+        ("interrupt=3", "error"),
+        ("status=529", "http_error"),
+        ("drop", "upstream_disconnect"),
+    ],
+)
+def test_fail_first_answers_the_retry_clean(sim: Simulator, fault: str, failed: str) -> None:
+    """A flaky upstream: the failure for the first request of a body, a clean
+    answer to the same body sent again (a client's retry), the ground truth
+    numbering the attempts; another body starts its own count."""
+    body = body_for(MESSAGES, text=f"flaky {fault}")
+    headers = {"x-sim-fault": f"{fault},fail_first", "x-sim-id": f"flaky-{fault}-1"}
+    raw = fetch(sim, MESSAGES, body, headers)
+    first = last(sim) if fault == "drop" else sim.wait_sent_blocking(raw.request_id)
+    assert (first.outcome, first.attempt) == (failed, 1)
+    raw = fetch(sim, MESSAGES, body, {**headers, "x-sim-id": f"flaky-{fault}-2"})
+    again = sim.wait_sent_blocking(raw.request_id)
+    assert (again.outcome, again.attempt) == ("completed", 2)
+    assert again.faults == first.faults  # the same request, asking the same
+    other = body_for(MESSAGES, text=f"another {fault}")
+    raw = fetch(sim, MESSAGES, other, {**headers, "x-sim-id": f"flaky-{fault}-3"})
+    assert (last(sim).outcome, last(sim).attempt) == (failed, 1)
+
+
+def test_fail_first_n_fails_n_times(sim: Simulator) -> None:
+    body = body_for(CHAT, text="twice flaky")
+    outcomes = []
+    for n in range(4):
+        raw = fetch(sim, CHAT, body, {"x-sim-fault": "rst=3,fail_first=2", "x-sim-id": f"f2-{n}"})
+        outcomes.append(sim.wait_sent_blocking(raw.request_id).outcome)
+    assert outcomes == ["upstream_disconnect", "upstream_disconnect", "completed", "completed"]
+
+
 def test_fin_leaves_the_chunked_body_unfinished(sim: Simulator) -> None:
     raw = fetch(sim, CHAT, body_for(CHAT), {"x-sim-fault": "fin=3,midevent"})
     rec = sim.wait_sent_blocking(raw.request_id)
