@@ -56,7 +56,7 @@ def child_sim() -> None:
     """
     import contextvars
 
-    from recorder.simulate import server
+    from recorder.simulate import in_thread, server
 
     current: contextvars.ContextVar[str | None] = contextvars.ContextVar("sim_id", default=None)
     log: dict[str, list[float]] = {}
@@ -83,7 +83,7 @@ def child_sim() -> None:
 
     server.Simulator._handle = handle  # type: ignore[method-assign]
     server.Conn.send = send  # type: ignore[method-assign]
-    with server.run_in_thread(max_sent=100_000) as sim:
+    with in_thread.run_in_thread(max_sent=100_000) as sim:
         print(f"PORT {sim.port}", flush=True)
         for line in sys.stdin:
             cmd, _, arg = line.strip().partition(" ")

@@ -29,6 +29,7 @@ from recorder.billing import audit, interruptions
 from recorder.cli.db import CliError, add_db_option, add_filter_options, db_url, filter_from
 from recorder.cli.extras import require
 from recorder.cli.render import add_table_options, default_format, emit, table
+from recorder.cli.subcommands import Subcommands
 from recorder.core import money
 from recorder.core.price_files import load_price_file
 from recorder.store.audit_sql import read_frame
@@ -61,7 +62,7 @@ INTERRUPTIONS = View(
 )
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: Subcommands) -> None:
     """Register the `audit` command."""
     p = sub.add_parser(
         "audit",

@@ -14,10 +14,11 @@ from pathlib import Path
 
 from recorder.billing.budgets import Budget, BudgetError, load_budgets
 from recorder.cli.db import CliError
+from recorder.cli.subcommands import Subcommands
 from recorder.core import money
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: Subcommands) -> None:
     """Register the `budgets` command group."""
     p = sub.add_parser(
         "budgets",

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from recorder.cli.subcommands import Subcommands
 from recorder.core.errors import RecorderError
 from recorder.store.engine import StoreError, display_url, normalize_url
 from recorder.store.migrate import head_revision, upgrade
@@ -101,7 +102,7 @@ def db_url(args: argparse.Namespace) -> str:
     return getattr(args, "db", None) or os.environ.get("RECORDER_DB") or DEFAULT_DB
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: Subcommands) -> None:
     """Register the `db` command group."""
     p = sub.add_parser("db", help="schema migrations and retention of the store")
     dbsub = p.add_subparsers(dest="db_command", metavar="SUBCOMMAND", required=True)

@@ -14,8 +14,10 @@ import sys
 from typing import Any
 
 from recorder.cli.db import CliError
+from recorder.cli.demo_time import DEMO_STALL_AFTER
 from recorder.cli.extras import require
 from recorder.cli.render import add_table_options, command, emit, fold
+from recorder.cli.subcommands import Subcommands
 
 # Most useful first: a narrow terminal keeps the first ones (render.table).
 COLUMNS = (
@@ -38,8 +40,6 @@ COLUMNS = (
 
 
 DEMO_DB = "sqlite:///recorder-demo.db"
-# Time is scaled: the demo's stall threshold, in seconds (the proxy's default is 30).
-DEMO_STALL_AFTER = 1.0
 
 # `demo --help` shows this as plain text (the module's docstring is for the code)
 DESCRIPTION = (
@@ -53,7 +53,7 @@ DESCRIPTION = (
 )
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: Subcommands) -> None:
     """Register the `demo` command."""
     p = sub.add_parser(
         "demo",

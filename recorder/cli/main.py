@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, cast
+from typing import Any
 
 from recorder import __version__
 from recorder.cli import (
@@ -33,10 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"recorder {__version__}")
     # (its parsers are _Parsers: argparse makes a subcommand's parser of the parent's class)
-    sub = cast(
-        "argparse._SubParsersAction[argparse.ArgumentParser]",
-        parser.add_subparsers(dest="command", metavar="COMMAND"),
-    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     proxy.add_parser(sub)
     sessions.add_parser(sub)
     audit.add_parser(sub)

@@ -25,6 +25,7 @@ from typing import Any
 
 from recorder.cli.db import CliError, add_db_option, db_url
 from recorder.cli.render import add_format_option, default_format, emit
+from recorder.cli.subcommands import Subcommands
 from recorder.core.price_files import dump_entry, dump_prices, load_price_file, load_prices
 from recorder.core.pricing import (
     PriceEntry,
@@ -44,7 +45,7 @@ _MILLION = Decimal(1_000_000)
 DEFAULT_PROVIDERS = "openai,anthropic"
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: Subcommands) -> None:
     """Register the `prices` command and its subcommands."""
     p = sub.add_parser(
         "prices",

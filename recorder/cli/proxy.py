@@ -23,13 +23,14 @@ from recorder.app import StartError, build
 from recorder.app import open_store as _open_store
 from recorder.app.banner import banner_lines
 from recorder.app.settings import checked
+from recorder.cli.subcommands import Subcommands
 from recorder.proxy.options import AppConfig, OptionError
 from recorder.store import SqlSink
 
 __all__ = ["Settings", "add_parser", "open_store", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: Subcommands) -> None:
     """Register the `proxy` command (its flags come from the option table)."""
     p = sub.add_parser(
         "proxy",

@@ -31,6 +31,7 @@ from recorder.billing.id_mapping import IdMapping, read_mapping
 from recorder.billing.reconcile_report import result_document
 from recorder.cli.db import CliError, add_db_option, db_url
 from recorder.cli.render import add_format_option, add_table_options, default_format, table, to_json
+from recorder.cli.subcommands import Subcommands
 from recorder.core import money
 from recorder.core.errors import RecorderError
 from recorder.store.queries import parse_when
@@ -71,7 +72,7 @@ def _count(text: str) -> int:
     return number
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: Subcommands) -> None:
     """Register the `reconcile` command."""
     p = sub.add_parser(
         "reconcile",

@@ -27,6 +27,7 @@ from typing import BinaryIO
 
 from recorder.cli.db import CliError, add_db_option, db_url
 from recorder.cli.render import add_format_option, emit
+from recorder.cli.subcommands import Subcommands
 from recorder.core.billing import complete_usage
 from recorder.core.captured import BodyFormatError, remeter
 from recorder.core.detect import NotSSE, detect_endpoint
@@ -52,7 +53,7 @@ WS_SUFFIX = ".ws.jsonl"
 DETECT_SIZE = 256 * 1024
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: Subcommands) -> None:
     """Register the `replay` command."""
     p = sub.add_parser(
         "replay",

@@ -22,6 +22,7 @@ from recorder.cli.render import (
     table,
     vertical,
 )
+from recorder.cli.subcommands import Subcommands
 from recorder.core.price_files import load_price_file
 from recorder.store.queries import SessionFilter, parse_when
 from recorder.store.reading import reading_store
@@ -30,7 +31,7 @@ from recorder.store.reprice_sql import reprice
 FORMATS = ("table", "json")
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: Subcommands) -> None:
     """Register the `reprice` command."""
     p = sub.add_parser(
         "reprice",

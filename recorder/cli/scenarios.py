@@ -22,7 +22,7 @@ import anthropic
 import openai
 
 from recorder.app import build
-from recorder.cli.demo import DEMO_STALL_AFTER
+from recorder.cli.demo_time import DEMO_STALL_AFTER
 from recorder.core.price_files import shipped_prices
 from recorder.core.record import StreamRecord
 from recorder.core.sink import Sink

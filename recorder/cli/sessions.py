@@ -28,6 +28,7 @@ from recorder.cli.render import (
     table,
     vertical,
 )
+from recorder.cli.subcommands import Subcommands
 from recorder.core import money
 from recorder.core.captured import PackedBody
 from recorder.core.record import FIELDS, StreamRecord
@@ -67,7 +68,7 @@ TIMELINE_WIDTH = 60
 LANES = (("stall", "#"), ("keepalive", "~"), ("silence", "!"))
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: Subcommands) -> None:
     """Register the `sessions` and `show` commands."""
     p = sub.add_parser("sessions", help="list recorded streams, newest first")
     add_filter_options(p)

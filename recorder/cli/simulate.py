@@ -15,6 +15,7 @@ import signal
 import ssl
 import sys
 
+from recorder.cli.subcommands import Subcommands
 from recorder.simulate import (
     FAULT_HELP,
     FaultError,
@@ -27,7 +28,7 @@ from recorder.simulate import (
 DEFAULT_PORT = 9000
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: Subcommands) -> None:
     """Register the `simulate` command."""
     p = sub.add_parser(
         "simulate",

@@ -29,6 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from recorder.cli.render import GAP, Fit, command, fit_widths, shorten
+from recorder.cli.subcommands import Subcommands
 from recorder.core.errors import RecorderError, UsageError
 from recorder.core.printable import printable
 from recorder.core.short_id import short_id
@@ -39,7 +40,7 @@ SORTS = {"s": "silence", "a": "age", "o": "output tokens"}
 FINISHED_SHOWN = 15
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: Subcommands) -> None:
     """Register the `top` command."""
     p = sub.add_parser(
         "top",

@@ -11,7 +11,8 @@ against what was really sent. See docs/simulator.md.
 """
 
 from recorder.simulate.faults import FAULT_HELP, FaultError, Faults, parse_faults
-from recorder.simulate.server import SentRecord, Simulator, run_in_thread
+from recorder.simulate.in_thread import run_in_thread
+from recorder.simulate.server import SentRecord, Simulator
 from recorder.simulate.tls import server_context
 
 __all__ = [

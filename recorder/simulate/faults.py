@@ -14,6 +14,7 @@ known names: a typo must not silently run a clean stream.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -183,6 +184,157 @@ def _flag(name: str, value: str | None) -> None:
         raise FaultError(f"fault {name!r} takes no value")
 
 
+def _keepalive(f: Faults, name: str, value: str | None) -> None:
+    n = _seconds(name, value)
+    if n <= 0:
+        raise FaultError("fault 'keepalive' needs an interval > 0")
+    f.keepalive = n
+
+
+def _stall(f: Faults, name: str, value: str | None) -> None:
+    f.stall, f.stall_at = _seconds_at(name, value)
+
+
+def _split(f: Faults, name: str, value: str | None) -> None:
+    f.split, f.split_at = _seconds_at(name, value)
+
+
+def _cut(f: Faults, name: str, value: str | None) -> None:
+    f.cut = name
+    f.cut_after = _count(name, value)
+
+
+def _drop(f: Faults, name: str, value: str | None) -> None:
+    f.drop = "fin" if value is None else _choice(name, value, ("fin", "rst"))
+
+
+def _framing_flag(f: Faults, name: str, value: str | None) -> None:
+    _flag(name, value)
+    f.framing = name
+
+
+def _framing(f: Faults, name: str, value: str | None) -> None:
+    f.framing = _choice(name, value, FRAMINGS)
+
+
+def _error(f: Faults, name: str, value: str | None) -> None:
+    f.error_after = _count(name, value)
+
+
+def _error_code(f: Faults, name: str, value: str | None) -> None:
+    if not value:
+        raise FaultError("fault 'error_code' needs a value")
+    f.error_code = value
+
+
+def _error_shape(f: Faults, name: str, value: str | None) -> None:
+    f.error_shape = _choice(name, value, ERROR_SHAPES)
+
+
+def _interrupt(f: Faults, name: str, value: str | None) -> None:
+    f.interrupt_after = _count(name, value)
+
+
+def _status(f: Faults, name: str, value: str | None) -> None:
+    code = _count(name, value)
+    if not 400 <= code <= 599:
+        raise FaultError("fault 'status' takes an HTTP error status, 400 to 599")
+    f.status = code
+
+
+def _usage(f: Faults, name: str, value: str | None) -> None:
+    f.usage = _choice(name, value, USAGE_MODES)
+
+
+def _tools(f: Faults, name: str, value: str | None) -> None:
+    f.tools = _count(name, value, default=1)
+
+
+def _notools(f: Faults, name: str, value: str | None) -> None:
+    _flag(name, value)
+    f.tools = 0
+
+
+def _lang(f: Faults, name: str, value: str | None) -> None:
+    f.lang = _choice(name, value, ("en", "ja"))
+
+
+def _deltas(f: Faults, name: str, value: str | None) -> None:
+    n = _count(name, value)
+    if n < 1:
+        raise FaultError("fault 'deltas' needs at least 1")
+    f.deltas = n
+
+
+def _compress(f: Faults, name: str, value: str | None) -> None:
+    f.compress = "auto" if value is None else _choice(name, value, ENCODINGS)
+
+
+def _line_end_flag(f: Faults, name: str, value: str | None) -> None:
+    _flag(name, value)
+    f.line_end = name
+
+
+def _line_end(f: Faults, name: str, value: str | None) -> None:
+    f.line_end = _choice(name, value, tuple(LINE_ENDS))
+
+
+def _bytewise(f: Faults, name: str, value: str | None) -> None:
+    f.bytewise = 0.0 if value is None else _seconds(name, value)
+
+
+def _fail_first(f: Faults, name: str, value: str | None) -> None:
+    f.fail_first = _count(name, value, default=1)
+
+
+def _set_seconds(f: Faults, name: str, value: str | None) -> None:
+    setattr(f, name, _seconds(name, value))
+
+
+def _set_count(f: Faults, name: str, value: str | None) -> None:
+    setattr(f, name, _count(name, value))
+
+
+def _set_flag(f: Faults, name: str, value: str | None) -> None:
+    _flag(name, value)
+    setattr(f, name, True)
+
+
+_Apply = Callable[[Faults, str, str | None], None]
+
+# Each fault's name, and how its value is read into ``Faults`` (the attribute of the
+# same name for the ``_set_*`` ones).
+_APPLY: dict[str, _Apply] = {
+    "keepalive": _keepalive,
+    "stall": _stall,
+    "split": _split,
+    **dict.fromkeys(("delay", "ttft", "body_delay", "header_delay", "retry_after"), _set_seconds),
+    **dict.fromkeys(("rst", "fin"), _cut),
+    **dict.fromkeys(("ws_close", "hidden", "cache_read", "cache_write"), _set_count),
+    **dict.fromkeys(
+        ("midevent", "error_done", "close", "bom", "dup_start", "reasoning", "deflate"), _set_flag
+    ),
+    "drop": _drop,
+    **dict.fromkeys(("eof", "length", "chunked"), _framing_flag),
+    "framing": _framing,
+    "error": _error,
+    "error_code": _error_code,
+    "error_shape": _error_shape,
+    "interrupt": _interrupt,
+    "status": _status,
+    "usage": _usage,
+    "tools": _tools,
+    "notools": _notools,
+    "lang": _lang,
+    "deltas": _deltas,
+    "compress": _compress,
+    **dict.fromkeys(("crlf", "cr", "lf"), _line_end_flag),
+    "lineend": _line_end,
+    "bytewise": _bytewise,
+    "fail_first": _fail_first,
+}
+
+
 def apply_item(f: Faults, item: str) -> None:
     """Apply one ``name`` or ``name=value`` item to ``f``."""
     item = item.strip()
@@ -191,81 +343,10 @@ def apply_item(f: Faults, item: str) -> None:
     name, sep, raw = item.partition("=")
     name = name.strip().lower().replace("-", "_")
     value: str | None = raw.strip() if sep else None
-    match name:
-        case "keepalive":
-            n = _seconds(name, value)
-            if n <= 0:
-                raise FaultError("fault 'keepalive' needs an interval > 0")
-            f.keepalive = n
-        case "stall":
-            f.stall, f.stall_at = _seconds_at(name, value)
-        case "split":
-            f.split, f.split_at = _seconds_at(name, value)
-        case "delay" | "ttft" | "body_delay" | "header_delay":
-            setattr(f, name, _seconds(name, value))
-        case "rst" | "fin":
-            f.cut = name
-            f.cut_after = _count(name, value)
-        case "ws_close":
-            f.ws_close = _count(name, value)
-        case "midevent" | "error_done" | "close" | "bom" | "dup_start" | "reasoning" | "deflate":
-            _flag(name, value)
-            setattr(f, name, True)
-        case "drop":
-            f.drop = "fin" if value is None else _choice(name, value, ("fin", "rst"))
-        case "eof" | "length" | "chunked":
-            _flag(name, value)
-            f.framing = name
-        case "framing":
-            f.framing = _choice(name, value, FRAMINGS)
-        case "error":
-            f.error_after = _count(name, value)
-        case "error_code":
-            if not value:
-                raise FaultError("fault 'error_code' needs a value")
-            f.error_code = value
-        case "error_shape":
-            f.error_shape = _choice(name, value, ERROR_SHAPES)
-        case "interrupt":
-            f.interrupt_after = _count(name, value)
-        case "status":
-            code = _count(name, value)
-            if not 400 <= code <= 599:
-                raise FaultError("fault 'status' takes an HTTP error status, 400 to 599")
-            f.status = code
-        case "retry_after":
-            f.retry_after = _seconds(name, value)
-        case "usage":
-            f.usage = _choice(name, value, USAGE_MODES)
-        case "tools":
-            f.tools = _count(name, value, default=1)
-        case "notools":
-            _flag(name, value)
-            f.tools = 0
-        case "hidden":
-            f.hidden = _count(name, value)
-        case "lang":
-            f.lang = _choice(name, value, ("en", "ja"))
-        case "deltas":
-            n = _count(name, value)
-            if n < 1:
-                raise FaultError("fault 'deltas' needs at least 1")
-            f.deltas = n
-        case "cache_read" | "cache_write":
-            setattr(f, name, _count(name, value))
-        case "compress":
-            f.compress = "auto" if value is None else _choice(name, value, ENCODINGS)
-        case "crlf" | "cr" | "lf":
-            _flag(name, value)
-            f.line_end = name
-        case "lineend":
-            f.line_end = _choice(name, value, tuple(LINE_ENDS))
-        case "bytewise":
-            f.bytewise = 0.0 if value is None else _seconds(name, value)
-        case "fail_first":
-            f.fail_first = _count(name, value, default=1)
-        case _:
-            raise FaultError(f"unknown fault {name!r}; known faults:\n{FAULT_HELP}")
+    apply = _APPLY.get(name)
+    if apply is None:
+        raise FaultError(f"unknown fault {name!r}; known faults:\n{FAULT_HELP}")
+    apply(f, name, value)
     f.spec.append(name if value is None else f"{name}={value}")
 
 

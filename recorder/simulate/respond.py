@@ -80,7 +80,7 @@ async def write_response(
     await conn.sleep(head_wait)
     await conn.send(status_head(200, headers))
     rec.http_status = 200
-    rec.headers_ms = rec._ms()
+    rec.headers_ms = rec.elapsed_ms()
     head_bytes = conn.written
     encoder = wire.Encoder(body.coding)
     framing = body.framing
@@ -174,7 +174,7 @@ async def write_error_status(
     headers.append(("server", "recorder-simulate"))
     await conn.send(status_head(status, headers))
     rec.http_status = status
-    rec.headers_ms = rec._ms()
+    rec.headers_ms = rec.elapsed_ms()
     rec.content_encoding = coding
     rec.framing = "length"
     rec.error_type, rec.error_code, rec.error_message = error_fields

@@ -83,7 +83,8 @@ class SentRecord:
         """The JSON shape (``GET /_sim/sent/<id>``)."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _PRIVATE}
 
-    def _ms(self) -> float:
+    def elapsed_ms(self) -> float:
+        """Milliseconds since the request arrived (``t0``)."""
         return round((time.monotonic() - self.t0) * 1000.0, 3)
 
 
@@ -113,7 +114,7 @@ def account(rec: SentRecord, step: Step) -> None:
     if step.kind == "event":
         rec.events += 1
         if rec.first_event_ms is None:
-            rec.first_event_ms = rec._ms()
+            rec.first_event_ms = rec.elapsed_ms()
     if ev.output:
         rec.output_chars += len(ev.output)
         rec.text += ev.output
@@ -122,7 +123,7 @@ def account(rec: SentRecord, step: Step) -> None:
             rec.output_deltas += 1
         rec.output_tokens_sent += ev.tokens
         if rec.first_output_ms is None:
-            rec.first_output_ms = rec._ms()
+            rec.first_output_ms = rec.elapsed_ms()
     rec.tool_calls += ev.tool_calls
     if ev.finish_reason and rec.finish_reason is None:
         rec.finish_reason = ev.finish_reason

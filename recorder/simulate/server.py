@@ -31,10 +31,9 @@ import hashlib
 import os
 import socket
 import ssl
-import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +59,7 @@ from recorder.simulate.sent import SentRecord, outcome_of
 from recorder.simulate.ws_frames import is_upgrade
 from recorder.simulate.ws_session import WebSocketSession, websocket_endpoint
 
-__all__ = ["Conn", "SentRecord", "Simulator", "endpoint_of", "run_in_thread"]
+__all__ = ["Conn", "SentRecord", "Simulator", "endpoint_of"]
 
 
 class Simulator:
@@ -312,7 +311,7 @@ class Simulator:
         if rec.finished:
             return
         rec.outcome = outcome_of(rec)
-        rec.duration_ms = rec._ms()
+        rec.duration_ms = rec.elapsed_ms()
         rec.finished = True
         rec.done.set()
         if self.log is not None:
@@ -482,56 +481,3 @@ class _Refused:
 
     why: str
     code: str | None = None
-
-
-@contextlib.contextmanager
-def run_in_thread(
-    host: str = "127.0.0.1",
-    port: int = 0,
-    tls: ssl.SSLContext | None = None,
-    **kwargs: Any,
-) -> Iterator[Simulator]:
-    """Run a :class:`Simulator` on its own event loop in a daemon thread.
-
-    ``with run_in_thread() as sim: sim.port`` — the simulator is listening
-    inside the block and stopped (every connection dropped) after it.
-    """
-    sim = Simulator(host, port, tls, **kwargs)
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-    errors: list[BaseException] = []
-    stop: asyncio.Event | None = None
-
-    async def main() -> None:
-        nonlocal stop
-        stop = asyncio.Event()
-        try:
-            await sim.start()
-        except BaseException as e:
-            errors.append(e)
-            started.set()
-            return
-        started.set()
-        try:
-            await stop.wait()
-        finally:
-            await sim.stop()
-
-    thread = threading.Thread(
-        target=loop.run_until_complete, args=(main(),), name="recorder-simulate", daemon=True
-    )
-    thread.start()
-    if not started.wait(10.0):
-        raise TimeoutError("the simulator did not start")
-    if errors:
-        thread.join(5.0)
-        loop.close()
-        raise errors[0]
-    try:
-        yield sim
-    finally:
-        if stop is not None:
-            loop.call_soon_threadsafe(stop.set)
-        thread.join(10.0)
-        if not thread.is_alive():
-            loop.close()

@@ -213,23 +213,7 @@ class WebSocketSession:
             prompt.endpoint = self.endpoint
             faults = self._faults(prompt.model_faults if self.endpoint == "responses" else "")
         except (BadRequest, FaultError) as e:
-            err = openai_error("invalid_prompt", "invalid_request_error")
-            err["message"] = str(e)
-            rec.error_type, rec.error_code, rec.error_message = (
-                err["type"],
-                err["code"],
-                err["message"],
-            )
-            rec.terminal = "error"
-            fields: dict[str, Any] = {"error": err}
-            if self.endpoint == "realtime" and isinstance(doc.get("event_id"), str):
-                err["event_id"] = doc["event_id"]
-            else:
-                fields["status"] = 400
-            await self.ws.send_text(self._server("error", **fields))
-            rec.events = 1
-            rec.transport = "complete"
-            self.finish(rec)
+            await self._refuse(rec, doc, str(e))
             return True
         rec.model = prompt.model
         rec.faults = faults.describe()
@@ -278,6 +262,27 @@ class WebSocketSession:
         if self.endpoint == "realtime" and content.text:
             self.texts.append(content.answer)  # the answer joins the conversation
         return True
+
+    async def _refuse(self, rec: SentRecord, doc: dict[str, Any], message: str) -> None:
+        """The error event of a ``response.create`` that cannot be answered."""
+        assert self.ws is not None
+        err = openai_error("invalid_prompt", "invalid_request_error")
+        err["message"] = message
+        rec.error_type, rec.error_code, rec.error_message = (
+            err["type"],
+            err["code"],
+            err["message"],
+        )
+        rec.terminal = "error"
+        fields: dict[str, Any] = {"error": err}
+        if self.endpoint == "realtime" and isinstance(doc.get("event_id"), str):
+            err["event_id"] = doc["event_id"]
+        else:
+            fields["status"] = 400
+        await self.ws.send_text(self._server("error", **fields))
+        rec.events = 1
+        rec.transport = "complete"
+        self.finish(rec)
 
     async def _wait(self, seconds: float) -> bool:
         """Sleep ``seconds``; True if the client went away meanwhile."""

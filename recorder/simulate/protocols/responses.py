@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from recorder.simulate.content import Content, Ids
+from recorder.simulate.content import Content, Ids, ToolCall
 from recorder.simulate.faults import Faults
 from recorder.simulate.prompts import Prompt
 from recorder.simulate.protocols.base import (
@@ -136,56 +136,13 @@ class ResponsesBuilder(Builder):
         items = self._items()
         index = 0
         if c.reasoning:
-            item = items[index]
-            rid = item["id"]
-            empty = {"id": rid, "type": "reasoning", "summary": []}
-            part = {"type": "summary_text", "text": ""}
-            full = {"type": "summary_text", "text": c.reasoning_text}
-            where = {"item_id": rid, "output_index": index, "summary_index": 0}
-            events.append(self._plain("response.output_item.added", output_index=index, item=empty))
-            events.append(self._plain("response.reasoning_summary_part.added", **where, part=part))
-            for piece in c.reasoning:
-                typ = "response.reasoning_summary_text.delta"
-                events.append(SimEvent(typ, ev(typ, **where, delta=piece), output=piece, tokens=1))
-            events.append(
-                self._plain("response.reasoning_summary_text.done", **where, text=c.reasoning_text)
-            )
-            events.append(self._plain("response.reasoning_summary_part.done", **where, part=full))
-            events.append(self._plain("response.output_item.done", output_index=index, item=item))
+            events += self._reasoning_events(items[index], index)
             index += 1
         if c.text:
-            item = items[index]
-            added = {**item, "status": "in_progress", "content": []}
-            where = {"item_id": item["id"], "output_index": index, "content_index": 0}
-            events.append(self._plain("response.output_item.added", output_index=index, item=added))
-            events.append(self._plain("response.content_part.added", **where, part=self._part("")))
-            for piece in c.text:
-                typ = "response.output_text.delta"
-                obj = ev(typ, **where, delta=piece, logprobs=[])
-                events.append(SimEvent(typ, obj, output=piece, tokens=1))
-            events.append(
-                self._plain("response.output_text.done", **where, text=c.answer, logprobs=[])
-            )
-            events.append(
-                self._plain("response.content_part.done", **where, part=self._part(c.answer))
-            )
-            events.append(self._plain("response.output_item.done", output_index=index, item=item))
+            events += self._text_events(items[index], index)
             index += 1
         for call in c.tool_calls:
-            item = items[index]
-            added = {**item, "status": "in_progress", "arguments": ""}
-            where = {"item_id": item["id"], "output_index": index}
-            obj = ev("response.output_item.added", output_index=index, item=added)
-            events.append(SimEvent("response.output_item.added", obj, tool_calls=1))
-            for piece in call.pieces:
-                typ = "response.function_call_arguments.delta"
-                events.append(SimEvent(typ, ev(typ, **where, delta=piece), output=piece, tokens=1))
-            events.append(
-                self._plain(
-                    "response.function_call_arguments.done", **where, arguments=call.arguments
-                )
-            )
-            events.append(self._plain("response.output_item.done", output_index=index, item=item))
+            events += self._call_events(call, items[index], index)
             index += 1
         usage = self._wire_usage() if self.faults.usage != "off" else None
         sim_usage = self.usage if usage is not None else None
@@ -218,6 +175,63 @@ class ResponsesBuilder(Builder):
             terminal=terminal,
         )
         return Reply(events, body, self.id, self.finish, self.usage)
+
+    def _reasoning_events(self, item: dict[str, Any], index: int) -> list[SimEvent]:
+        c = self.c
+        rid = item["id"]
+        empty = {"id": rid, "type": "reasoning", "summary": []}
+        part = {"type": "summary_text", "text": ""}
+        full = {"type": "summary_text", "text": c.reasoning_text}
+        where = {"item_id": rid, "output_index": index, "summary_index": 0}
+        events = [
+            self._plain("response.output_item.added", output_index=index, item=empty),
+            self._plain("response.reasoning_summary_part.added", **where, part=part),
+        ]
+        for piece in c.reasoning:
+            typ = "response.reasoning_summary_text.delta"
+            obj = self._ev(typ, **where, delta=piece)
+            events.append(SimEvent(typ, obj, output=piece, tokens=1))
+        events += [
+            self._plain("response.reasoning_summary_text.done", **where, text=c.reasoning_text),
+            self._plain("response.reasoning_summary_part.done", **where, part=full),
+            self._plain("response.output_item.done", output_index=index, item=item),
+        ]
+        return events
+
+    def _text_events(self, item: dict[str, Any], index: int) -> list[SimEvent]:
+        c = self.c
+        added = {**item, "status": "in_progress", "content": []}
+        where = {"item_id": item["id"], "output_index": index, "content_index": 0}
+        events = [
+            self._plain("response.output_item.added", output_index=index, item=added),
+            self._plain("response.content_part.added", **where, part=self._part("")),
+        ]
+        for piece in c.text:
+            typ = "response.output_text.delta"
+            obj = self._ev(typ, **where, delta=piece, logprobs=[])
+            events.append(SimEvent(typ, obj, output=piece, tokens=1))
+        events += [
+            self._plain("response.output_text.done", **where, text=c.answer, logprobs=[]),
+            self._plain("response.content_part.done", **where, part=self._part(c.answer)),
+            self._plain("response.output_item.done", output_index=index, item=item),
+        ]
+        return events
+
+    def _call_events(self, call: ToolCall, item: dict[str, Any], index: int) -> list[SimEvent]:
+        added = {**item, "status": "in_progress", "arguments": ""}
+        where = {"item_id": item["id"], "output_index": index}
+        obj = self._ev("response.output_item.added", output_index=index, item=added)
+        events = [SimEvent("response.output_item.added", obj, tool_calls=1)]
+        for piece in call.pieces:
+            typ = "response.function_call_arguments.delta"
+            events.append(
+                SimEvent(typ, self._ev(typ, **where, delta=piece), output=piece, tokens=1)
+            )
+        events += [
+            self._plain("response.function_call_arguments.done", **where, arguments=call.arguments),
+            self._plain("response.output_item.done", output_index=index, item=item),
+        ]
+        return events
 
     def _plain(self, typ: str, **fields: Any) -> SimEvent:
         return SimEvent(typ, self._ev(typ, **fields))
