@@ -114,6 +114,14 @@ class Observations:
         if self.error_message is None and message is not None:
             self.error_message = str(message)
 
+    def error_event(self, obj: dict[str, Any]) -> None:
+        """An OpenAI ``error`` event: the error is its nested ``error`` object, or the
+        event itself (Realtime and Responses send both shapes)."""
+        self.decide("error")
+        nested = obj.get("error")
+        err = nested if isinstance(nested, dict) else obj
+        self.set_error(err.get("type") or "error", err.get("code"), err.get("message"))
+
     def add_text(self, value: Any) -> int:
         """Count one piece of output text (or refusal); return its length."""
         if type(value) is not str or not value:

@@ -153,10 +153,7 @@ class ResponsesInterpreter(Interpreter):
             self.obs.decide(_TERMINAL[typ])
             self._response(obj.get("response"), final=True)
         elif typ == "error":
-            self.obs.decide("error")
-            nested = obj.get("error")
-            err = nested if isinstance(nested, dict) else obj
-            self.obs.set_error(err.get("type") or "error", err.get("code"), err.get("message"))
+            self.obs.error_event(obj)
         return 0
 
     def read_body(self, body: bytes) -> int:
