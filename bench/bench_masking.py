@@ -33,7 +33,7 @@ from timing import rounds
 
 from recorder.core.captured import compress
 from recorder.core.keys import KeyMask, authenticating_key, request_keys
-from recorder.proxy.addon import _REQUEST_HEADERS, _pick_headers
+from recorder.proxy.making import REQUEST_HEADERS, pick_headers
 
 K1 = "sk-proj-Q9vTzAXk2-Lm_8Rb4Nc7Wd1Ye6Hf3Jg5Kh0PqQ9vTzAXk2-Lm_8Rb4Nc7Wd1Ye6Hf3Jg5"
 K2 = "sk-ant-api03-Zy8Xw7Vu6Ts5Rq4Po3Nm2Lk1Jh0-Gf9Ed8Cb7UaZy8Xw7Vu6Ts5Rq4Po3Nm2Lk1Jh0-Gf9Ed8Cb7Ua"
@@ -98,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def pick() -> None:
         for _ in range(n):
-            _pick_headers(headers, _REQUEST_HEADERS)
+            pick_headers(headers, REQUEST_HEADERS)
 
-    picked = _pick_headers(headers, _REQUEST_HEADERS)
+    picked = pick_headers(headers, REQUEST_HEADERS)
 
     def credentials() -> None:
         for _ in range(n):
