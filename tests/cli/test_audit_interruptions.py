@@ -145,9 +145,6 @@ def test_no_streams(cli: Cli, db_url: str) -> None:
     assert code == 0 and json.loads(out) == []
 
 
-@pytest.mark.skipif(
-    "retry_of" not in STREAMS.c, reason="the store records retry chains from issue 32 §2 on"
-)
 def test_a_stored_chain_costs_what_its_rows_say(cli: Cli, db_url: str, tmp_path: Path) -> None:
     chain = retry_chain_records()
     store(db_url, tmp_path / "spool", chain)
