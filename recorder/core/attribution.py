@@ -43,7 +43,7 @@ SESSION_HEADERS = (
     "conversation_id",  # Codex CLI, older versions
 )
 
-_TAG_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,%d}" % MAX_TAG_NAME)
+_TAG_NAME = re.compile(rf"[A-Za-z0-9_.:-]{{1,{MAX_TAG_NAME}}}")
 # Claude Code's metadata.user_id: user_<hash>_account_<uuid>_session_<uuid>
 _CLAUDE_SESSION = re.compile(r"_session_([0-9A-Fa-f-]{36})$")
 # C0 and C1 controls, DEL: never part of an id or a tag

@@ -15,11 +15,11 @@ from typing import Protocol
 
 from mitmproxy import http
 
+from recorder.core.attribution import bounded_tags
 from recorder.core.counts import InputCounts, count_request
 from recorder.core.keys import KeyMask
 from recorder.core.meter import StreamMeter
 from recorder.core.record import StreamRecord
-from recorder.core.attribution import bounded_tags
 from recorder.core.request import Reading, RequestFacts, read_request
 from recorder.proxy.decoding import decoder_for
 from recorder.proxy.lifecycle import LIVE, NOTED, OPEN, Phase, move
