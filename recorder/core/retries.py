@@ -11,7 +11,8 @@ of the stream flags, the metadata, the user or the tags, and never the text.
 :class:`RetryChains` links a finished request to the attempt it retries: the
 last attempt with the same fingerprint from the same API key (its fingerprint)
 that did not complete (:func:`did_not_complete`), that had ended before this
-request started, at most ``window`` seconds before. The retry's record then
+request started, at most ``window`` seconds before, and that no request of the
+same key and fingerprint completed after. The retry's record then
 names it (``retry_of``) and counts on from it (``attempt``: 1, 2, ...). A
 completed request is never the head of a chain; the same request from two keys
 is never chained; a request sent while an identical one is still under way is a
@@ -96,7 +97,9 @@ def fingerprint(members: Mapping[str, Any], endpoint: str, secret: bytes) -> str
         return None
     asked = {name: members[name] for name in FINGERPRINTED if members.get(name) is not None}
     try:
-        canonical = orjson.dumps(asked, default=_default, option=orjson.OPT_SORT_KEYS)
+        canonical = orjson.dumps(
+            asked, default=_default, option=orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS
+        )
     except (TypeError, orjson.JSONEncodeError):
         return None
     message = b"request\0" + endpoint.encode("utf-8", "replace") + b"\0" + canonical
@@ -143,8 +146,8 @@ class RetryChains:
         if before is not None and before.ended <= started <= before.ended + self.window:
             retry_of, attempt = before.record_id, before.attempt + 1
         if complete:
-            if retry_of is not None:  # the chain is over
-                del self._open[slot]
+            if before is not None and before.ended <= started:
+                del self._open[slot]  # a request completed after the failure: the chain is over
             return retry_of, attempt
         if before is None or before.ended <= ended:
             self._open[slot] = _Open(record_id, attempt, ended)
