@@ -174,18 +174,20 @@ def test_strip_tag_headers_removes_them_and_nothing_else(confdir: Path) -> None:
 def test_tags_are_bounded(confdir: Path) -> None:
     long_value = "y" * 5000
     many = ",".join([f"t00={long_value}", *(f"t{i:02d}=v{i}" for i in range(1, 40))])
-    with capture_upstream() as upstream:
-        with running_proxy([f"reverse:{upstream.url}@{free_port()}"], str(confdir)) as proxy:
-            body = json.dumps(
-                {
-                    "model": "gpt-4o",
-                    "stream": True,
-                    "messages": [{"role": "user", "content": "hi"}],
-                    "metadata": {"team": "search", "bad name!": "x"},
-                }
-            ).encode()
-            _post(proxy.url(), {"X-Recorder-Tag": many, "Content-Type": "application/json"}, body)
-            (record,) = proxy.sink.wait_for(1)
+    with (
+        capture_upstream() as upstream,
+        running_proxy([f"reverse:{upstream.url}@{free_port()}"], str(confdir)) as proxy,
+    ):
+        body = json.dumps(
+            {
+                "model": "gpt-4o",
+                "stream": True,
+                "messages": [{"role": "user", "content": "hi"}],
+                "metadata": {"team": "search", "bad name!": "x"},
+            }
+        ).encode()
+        _post(proxy.url(), {"X-Recorder-Tag": many, "Content-Type": "application/json"}, body)
+        (record,) = proxy.sink.wait_for(1)
     tags = record.tags or {}
     assert len(tags) == 16
     # the header's tags win the places over the metadata's, in the order sent
