@@ -144,9 +144,10 @@ def test_strip_tag_headers_removes_them_and_nothing_else(confdir: Path) -> None:
         "X-Recorder-Tag": "team=search,feature=summarise",
         "X-Cost-Center": "cc-42",
         "X-Recorder-Tagged": "a header that only looks like one",
+        "session_id": "codex-conv-0001",  # Codex CLI's, underscore and all
         "Content-Type": "application/json",
     }
-    got: dict[bool, tuple[Received, dict[str, str] | None]] = {}
+    got: dict[bool, tuple[Received, dict[str, str] | None, str | None]] = {}
     with capture_upstream() as upstream:
         for strip in (False, True):
             with running_proxy(
@@ -156,7 +157,7 @@ def test_strip_tag_headers_removes_them_and_nothing_else(confdir: Path) -> None:
             ) as proxy:
                 _post(proxy.url(), headers, body)
                 (record,) = proxy.sink.wait_for(1)
-            got[strip] = (upstream.received[-1], record.tags)
+            got[strip] = (upstream.received[-1], record.tags, record.session_id)
     kept, stripped = got[False][0], got[True][0]
     assert stripped.body == kept.body == body
     tag_lines = [
@@ -169,6 +170,9 @@ def test_strip_tag_headers_removes_them_and_nothing_else(confdir: Path) -> None:
     assert stripped.head.split(b"\r\n")[0] == kept.head.split(b"\r\n")[0]
     expected = {"team": "search", "feature": "summarise", "cc": "cc-42"}
     assert got[False][1] == got[True][1] == expected
+    # the session header is read, and never stripped
+    assert got[False][2] == got[True][2] == "codex-conv-0001"
+    assert any(line.startswith(b"session_id:") for line in stripped.header_lines)
 
 
 def test_tags_are_bounded(confdir: Path) -> None:
