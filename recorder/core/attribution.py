@@ -8,8 +8,9 @@ send (docs/record.md, "Attribution"). Never prompt text, always bounded.
   (``--keep-user-ids``).
 - **Session**: the session or conversation an agent client names, in a header
   (:data:`SESSION_HEADERS`, first found wins), else in the body: the Responses
-  API's ``conversation``, else the session part of Claude Code's
-  ``metadata.user_id`` (``user_…_account_…_session_<uuid>``).
+  API's ``conversation``, else the session Claude Code's ``metadata.user_id``
+  holds: ``user_<hash>_account_<uuid or nothing>_session_<uuid>``, or in newer
+  versions a JSON object's ``session_id``.
 - **Tags**: name -> value pairs. The request's ``metadata`` object (OpenAI Chat
   and Responses: string values) gives tags; the operator's tag headers
   (``X-Recorder-Tag: team=search,feature=summarise``, ``--tag-header NAME``)
@@ -24,6 +25,8 @@ import hmac
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+import orjson
 
 MAX_TAGS = 16
 MAX_TAG_NAME = 64
@@ -44,7 +47,7 @@ SESSION_HEADERS = (
 )
 
 _TAG_NAME = re.compile(rf"[A-Za-z0-9_.:-]{{1,{MAX_TAG_NAME}}}")
-# Claude Code's metadata.user_id: user_<hash>_account_<uuid>_session_<uuid>
+# Claude Code's metadata.user_id: user_<hash>_account_<uuid or nothing>_session_<uuid>
 _CLAUDE_SESSION = re.compile(r"_session_([0-9A-Fa-f-]{36})$")
 # C0 and C1 controls, DEL: never part of an id or a tag
 _CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -131,10 +134,18 @@ def body_session(obj: Mapping[str, Any], user: str | None) -> str | None:
     found = clean(conversation)
     if found is not None:
         return found
-    if user is not None:
-        claude = _CLAUDE_SESSION.search(user)
-        if claude is not None:
-            return claude.group(1)
+    if user is None:
+        return None
+    claude = _CLAUDE_SESSION.search(user)
+    if claude is not None:
+        return claude.group(1)
+    if user.startswith("{"):
+        try:
+            inner = orjson.loads(user)
+        except orjson.JSONDecodeError:
+            return None
+        if isinstance(inner, Mapping):
+            return clean(inner.get("session_id"))
     return None
 
 

@@ -38,13 +38,34 @@ def test_a_user_is_a_keyed_fingerprint_unless_kept() -> None:
 
 
 def test_sessions_agent_clients_name() -> None:
-    claude_user = (
-        "user_2f1e0c9a_account_0b3a6a52-1111-4aaa-8bbb-0123456789ab"
-        "_session_7c9e6679-7425-40de-944b-e07fc1f90ae7"
-    )
-    # Claude Code: the session is the end of its metadata.user_id (before its header)
-    facts = read({"metadata": {"user_id": claude_user}})
-    assert facts.session_id == "7c9e6679-7425-40de-944b-e07fc1f90ae7"
+    # Claude Code's metadata.user_id, in the forms its versions send (the account
+    # part may be empty), and as a JSON object in newer ones
+    device = "5dd07c33da27e6d2968d94ea20bf47a7b090b6b158b82328d54da2909a108e84"
+    for user_id, session in (
+        (
+            f"user_{device}_account__session_d2e70091-3007-41a3-a916-cb8b0d3098de",
+            "d2e70091-3007-41a3-a916-cb8b0d3098de",
+        ),
+        (
+            f"user_{device}_account_0b3a6a52-1111-4aaa-8bbb-0123456789ab_session_7c9e6679-7425-40de-944b-e07fc1f90ae7",
+            "7c9e6679-7425-40de-944b-e07fc1f90ae7",
+        ),
+        (
+            orjson.dumps(
+                {
+                    "device_id": device,
+                    "account_uuid": "",
+                    "session_id": "2c4e1cf0-7a67-4d2e-9a4b-1d16d3f44752",
+                }
+            ).decode(),
+            "2c4e1cf0-7a67-4d2e-9a4b-1d16d3f44752",
+        ),
+        ("same-user-across-chats", None),
+        ("{not json", None),
+    ):
+        facts = read({"metadata": {"user_id": user_id}})
+        assert facts.session_id == session, user_id
+        assert facts.user_id is not None and device not in facts.user_id
     # the Responses API's conversation, as an id or an object
     assert read({"conversation": "conv_123"}).session_id == "conv_123"
     conv = read({"conversation": {"id": "conv_9"}})
