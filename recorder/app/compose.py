@@ -162,7 +162,9 @@ def build(
     assert secret is not None, "a sink of one's own comes with its key secret"
 
     registry = CollectorRegistry()
-    metrics = Metrics(registry, max_model_labels=config.max_model_labels)
+    metrics = Metrics(
+        registry, max_model_labels=config.max_model_labels, metrics_tag=config.metrics_tag
+    )
     recorder = Recorder(
         sink,
         RecorderConfig.of(config, key_secret=secret),

@@ -58,6 +58,8 @@ GROUP_KEYS = (
     "hour",
     "transport",
     "upstream",
+    "user",
+    "session",
 )
 KEY_COLUMNS = {
     "key": "api_key_id",
@@ -67,6 +69,8 @@ KEY_COLUMNS = {
     "outcome": "outcome",
     "transport": "transport",
     "upstream": "upstream",
+    "user": "user_id",
+    "session": "session_id",
 }
 # ``tag:NAME`` groups by the value of the request's tag NAME (issue 32): a key of
 # its own per name, beside GROUP_KEYS
@@ -111,7 +115,7 @@ COLUMNS = (
     "upstream",
 )
 # Columns read when the store has them (a row without one reads as null).
-OPTIONAL_COLUMNS = (TAGS_COLUMN,)
+OPTIONAL_COLUMNS = (TAGS_COLUMN, "user_id", "session_id")
 DEFAULT_BY = ("day", "model")
 SHARE_PLACES = Decimal("0.000001")
 

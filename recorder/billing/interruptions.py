@@ -48,16 +48,10 @@ from typing import TYPE_CHECKING, Any
 from recorder.billing import audit
 from recorder.core.money import EXACT, ZERO
 from recorder.core.pricing import PriceTable, Unpriced, cost_of
-from recorder.core.record import INTERRUPTED_OUTCOMES
+from recorder.core.retries import did_not_complete as _did_not_complete
 
 if TYPE_CHECKING:
     import pandas as pd  # type: ignore[import-untyped]
-
-# the refusals a client retries (the SDKs' own retry does): rate limits and
-# server errors; other 4xx are the request's fault and are sent again unchanged
-# by no one
-RETRIED_STATUS = 429
-RETRIED_STATUS_FROM = 500
 
 # what pricing a retry's input reads beyond the audit's columns
 PRICING_COLUMNS = ("http_status", "response_model", "service_tier", "cache_write_1h_tokens")
@@ -93,15 +87,9 @@ MONEY_METRICS = frozenset(
 
 
 def did_not_complete(outcome: Any, http_status: Any) -> bool:
-    """Whether a stream is an attempt that did not complete (module docstring)."""
-    if outcome in INTERRUPTED_OUTCOMES:
-        return True
-    status = _int(http_status)
-    return (
-        outcome == "http_error"
-        and status is not None
-        and (status == RETRIED_STATUS or status >= RETRIED_STATUS_FROM)
-    )
+    """Whether a stream is an attempt that did not complete (module docstring), as
+    the proxy judged it when it chained the retries (``recorder.core.retries``)."""
+    return _did_not_complete(outcome if isinstance(outcome, str) else None, _int(http_status))
 
 
 def _int(value: Any) -> int | None:

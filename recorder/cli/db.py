@@ -81,6 +81,17 @@ def add_filter_options(p: argparse.ArgumentParser) -> None:
         help="only this API key: its fingerprint, the fingerprint's hex or last-four part, "
         "or the key itself (fingerprinted, never stored)",
     )
+    p.add_argument(
+        "--tag",
+        action="append",
+        metavar="NAME=VALUE",
+        help="only requests with this tag (repeatable: all of them)",
+    )
+    p.add_argument(
+        "--retries",
+        action="store_true",
+        help="only retries: requests that sent again one that did not complete",
+    )
 
 
 def filter_from(args: argparse.Namespace, limit: int | None) -> SessionFilter:
@@ -94,7 +105,17 @@ def filter_from(args: argparse.Namespace, limit: int | None) -> SessionFilter:
         outcomes=outcomes,
         key=args.key,
         limit=limit,
+        tags=[_tag(spec) for spec in args.tag or []],
+        retries=bool(getattr(args, "retries", False)),
     )
+
+
+def _tag(spec: str) -> tuple[str, str]:
+    """``--tag NAME=VALUE`` as (name, value)."""
+    name, sep, value = spec.partition("=")
+    if not sep or not name.strip():
+        raise CliError(f"--tag {spec!r}: NAME=VALUE expected (team=search)", 2)
+    return name.strip(), value.strip()
 
 
 def db_url(args: argparse.Namespace) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from recorder.cli.subcommands import Subcommands
 from recorder.core import money
 from recorder.core.captured import PackedBody
 from recorder.core.record import FIELDS, StreamRecord
+from recorder.core.retries import did_not_complete
 from recorder.core.short_id import short_id
 from recorder.store.queries import (
     QueryError,
@@ -39,6 +41,7 @@ from recorder.store.queries import (
     get_body,
     get_stream,
     list_sessions,
+    retry_chain,
 )
 from recorder.store.reading import reading_store
 
@@ -144,16 +147,61 @@ def run_show(args: argparse.Namespace) -> int:
         record = get_stream(engine, args.id)
         if args.plot is not None and record.id is not None:
             body = _body_if_any(engine, record.id)
+        chain = retry_chain(engine, record) if record.attempt is not None else [record]
     if args.plot is not None:
         return _plot(record, body, args.plot)
     fmt = default_format(args.format)
     if fmt == "json":
-        emit(record.to_dict(with_gaps=True), fmt, single=True)
+        doc = record.to_dict(with_gaps=True)
+        if len(chain) > 1:
+            doc["retry_chain"] = [chain_row(r) for r in chain]
+        emit(doc, fmt, single=True)
     elif fmt == "csv":
         emit(record.to_dict(with_gaps=True), fmt, single=True, columns=(*FIELDS, "gaps"))
     else:
-        sys.stdout.write(vertical(record.to_dict()) + "\n\n" + timeline(record) + "\n")
+        parts = [vertical(record.to_dict()), timeline(record)]
+        if len(chain) > 1:
+            parts.append(chain_text(chain, record))
+        sys.stdout.write("\n\n".join(parts) + "\n")
     return 0
+
+
+# what `recorder show` says of each attempt of a retry chain
+CHAIN_FIELDS = ("attempt", "id", "started_at", "outcome", "http_status", "usage_source", "cost_usd")
+
+
+def chain_row(r: StreamRecord) -> dict[str, Any]:
+    """One attempt of a retry chain: how it ended and what it cost."""
+    return {name: getattr(r, name) for name in CHAIN_FIELDS}
+
+
+def chain_text(chain: list[StreamRecord], shown: StreamRecord) -> str:
+    """The retry chain as a table, the attempt shown marked, with what the
+    attempts that did not complete cost together."""
+    rows = []
+    for r in chain:
+        row = {
+            "": ">" if r.id == shown.id else "",
+            "attempt": r.attempt,
+            "id": short_id(r.id or ""),
+            "started_at": r.started_at,
+            "outcome": r.outcome,
+            "status": r.http_status,
+            "cost_usd": None if r.cost_usd is None else money.display(r.cost_usd),
+            "usage": r.usage_source,
+        }
+        rows.append(row)
+    failed = [r for r in chain if did_not_complete(r.outcome, r.http_status)]
+    spent = sum((Decimal(r.cost_usd) for r in failed if r.cost_usd), Decimal(0))
+    head = f"retry chain: {len(chain)} attempts"
+    note = (
+        f"the {len(failed)} that did not complete cost ${money.display(str(spent))}"
+        if failed
+        else "every attempt completed"
+    )
+    return "\n".join(
+        [head, table(rows, tuple(rows[0]), keep=("attempt", "outcome", "cost_usd")), note]
+    )
 
 
 def _body_if_any(engine: Engine, ident: str) -> PackedBody | None:

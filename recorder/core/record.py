@@ -145,6 +145,17 @@ class StreamRecord:
     cache_read_image_tokens: int | None = None  # of cache_read_tokens: images
     output_audio_tokens: int | None = None  # of output_tokens: audio
     output_audio_ms: float | None = None  # the output audio streamed, in milliseconds
+    # issue 32, attribution (recorder.core.attribution): who and what a request was
+    # for, as its client said it; never prompt text
+    user_id: str | None = None  # the end user: an HMAC fingerprint unless --keep-user-ids
+    session_id: str | None = None  # an agent client's session or conversation
+    prompt_cache_key: str | None = None  # OpenAI's prompt_cache_key
+    tags: dict[str, str] | None = None  # name -> value, bounded (attribution.MAX_TAGS)
+    # issue 32, retry chains (recorder.core.retries): what the request asked, as an
+    # HMAC; the record id of the attempt it retries; its place in the chain
+    request_fingerprint: str | None = None
+    retry_of: str | None = None
+    attempt: int | None = None
     gaps: list[Gap] = field(default_factory=list)
 
     def to_dict(self, *, with_gaps: bool = False) -> dict[str, Any]:

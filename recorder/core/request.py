@@ -1,5 +1,11 @@
 """What the recorder keeps of a request body: a few facts, never the prompt.
 
+With the store's secret, also its attribution (``recorder.core.attribution``:
+the user, as a fingerprint unless ids are kept; the session; the prompt cache
+key; the metadata's tags) and the fingerprint of what it asks
+(``recorder.core.retries``), both computed where the facts are read: on a worker
+thread for a large body, as prompt counting is.
+
 The facts are top-level members of the JSON object. A body the parser refuses
 (orjson stops at 1,024 levels of nesting, and a request may nest deeper) is
 walked at its top level instead (:func:`_top_level`): each member's extent is
@@ -19,6 +25,9 @@ from typing import Any
 
 import orjson
 
+from recorder.core import attribution
+from recorder.core.retries import FINGERPRINTED, Unread, fingerprint
+
 
 @dataclass(slots=True)
 class RequestFacts:
@@ -32,14 +41,41 @@ class RequestFacts:
     # ``speed: "fast"`` is the tier ``fast`` (its ``service_tier`` when not)
     service_tier: str | None = None
     parsed: bool = False
+    # attribution (recorder.core.attribution) and the retry chain's fingerprint,
+    # read only when the secret is given (``Reading``)
+    user_id: str | None = None
+    session_id: str | None = None
+    prompt_cache_key: str | None = None
+    tags: list[tuple[str, Any]] | None = None  # the metadata's, before the headers'
+    request_fingerprint: str | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class Reading:
+    """How attribution is read: the store's secret (user ids and request
+    fingerprints are HMACs keyed by it) and whether user ids are kept as sent."""
+
+    secret: bytes
+    keep_user_ids: bool = False
 
 
 _MAX_KEYS = ("max_completion_tokens", "max_output_tokens", "max_tokens")
 # the members the facts are read from
-_WANTED = frozenset({"model", "stream", "stream_options", "service_tier", "speed", *_MAX_KEYS})
+_ATTRIBUTION = ("user", "safety_identifier", "metadata", "prompt_cache_key")
+_WANTED = frozenset(
+    {
+        "stream",
+        "stream_options",
+        "service_tier",
+        "speed",
+        *_MAX_KEYS,
+        *_ATTRIBUTION,
+        *FINGERPRINTED,
+    }
+)
 
 
-def read_request(body: bytes) -> RequestFacts:
+def read_request(body: bytes, reading: Reading | None = None, endpoint: str = "") -> RequestFacts:
     """Facts of a JSON request body (unparseable bodies give an empty result)."""
     try:
         obj = orjson.loads(body)
@@ -71,7 +107,25 @@ def read_request(body: bytes) -> RequestFacts:
         if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63:
             facts.max_output_tokens = value
             break
+    if reading is not None:
+        _attribute(facts, obj, reading, endpoint)
     return facts
+
+
+def _attribute(facts: RequestFacts, obj: dict[str, Any], reading: Reading, endpoint: str) -> None:
+    """The request's attribution and fingerprint, on ``facts``."""
+    user = attribution.body_user(obj)
+    facts.session_id = attribution.body_session(obj, user)
+    if user is not None:
+        facts.user_id = (
+            user[: attribution.MAX_ID_CHARS]
+            if reading.keep_user_ids
+            else attribution.user_fingerprint(user, reading.secret)
+        )
+    facts.prompt_cache_key = attribution.clean(obj.get("prompt_cache_key"))
+    tags = attribution.metadata_tags(obj.get("metadata"))
+    facts.tags = tags or None
+    facts.request_fingerprint = fingerprint(obj, endpoint, reading.secret)
 
 
 _SPACE = re.compile(rb"[ \t\r\n]*")
@@ -117,6 +171,8 @@ def _top_level(body: bytes) -> dict[str, Any] | None:
                 members[key] = orjson.loads(body[start:end])
             except orjson.JSONDecodeError:
                 members.pop(key, None)  # as deep as the rest, or broken: not read
+                if key in FINGERPRINTED:  # what it asks, by its bytes
+                    members[key] = Unread(body[start:end])
         pos = _skip_space(body, end)
         sep = body[pos : pos + 1]
         if sep == b"}":

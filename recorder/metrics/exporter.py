@@ -36,6 +36,9 @@ The ``model`` label is the requested model (the response's model when the
 request named none), capped: the first ``max_model_labels`` distinct values
 keep their names, every later one is reported as ``other``, so junk model
 names cannot multiply the series. Label values are cut to 100 characters.
+With ``metrics_tag`` (``--metrics-tag NAME``) the stream metrics also carry the
+request's tag NAME as a label of that name, after ``model``, capped the same way
+(``other`` past the cap; empty for a request without the tag).
 
 Bucket boundaries are chosen for LLM streams; docs/metrics.md explains them.
 """
@@ -68,6 +71,7 @@ from recorder.metrics.collectors import (
     OLDEST_SILENCE,
     RETRIES,
     STALLS,
+    STREAM_LABELS,
     STREAMS,
     STREAMS_STALLED,
     TOKEN_USAGE,
@@ -105,9 +109,13 @@ class Metrics:
         self,
         registry: CollectorRegistry,
         max_model_labels: int = DEFAULT_MAX_MODEL_LABELS,
+        metrics_tag: str | None = None,
     ) -> None:
         self.registry = registry
         self.models = ModelLabels(max_model_labels)
+        # the tag exported as a label (--metrics-tag), its values capped as models'
+        self.metrics_tag = metrics_tag
+        self._tag_values = ModelLabels(max_model_labels)
         # Finished records not counted yet (``observe_later``), and the lock that
         # lets one thread at a time count them (``fold``). Every family a record
         # moves counts them first when it is collected, so no scrape misses one.
@@ -145,7 +153,7 @@ class Metrics:
         self._children: dict[object, dict[tuple[str, ...], Any]] = {}
         # a record's series for `observe`, by (endpoint, provider, model), then a
         # short key: one dict lookup per update, under the families' lock
-        self._base_kids: dict[tuple[str, str, str], dict[object, Any]] = {}
+        self._base_kids: dict[tuple[str, ...], dict[object, Any]] = {}
         # called (inside the except) for a record that could not be counted; the
         # composition root wires the recorder's internal-error count to it
         self.on_error: Callable[[], None] | None = None
@@ -159,7 +167,7 @@ class Metrics:
     def _counter(self, spec: Spec) -> CounterFamily:
         """A family a record moves: counted first (``fold``) when it is collected."""
         family = CounterFamily(
-            spec.name, spec.documentation, spec.labels, self._lock, self.registry
+            spec.name, spec.documentation, self._labels(spec), self._lock, self.registry
         )
         family.before_collect = self.fold
         return family
@@ -167,7 +175,12 @@ class Metrics:
     def _histogram(self, spec: Spec) -> HistogramFamily:
         """As :meth:`_counter`, a histogram."""
         family = HistogramFamily(
-            spec.name, spec.documentation, spec.labels, spec.buckets, self._lock, self.registry
+            spec.name,
+            spec.documentation,
+            self._labels(spec),
+            spec.buckets,
+            self._lock,
+            self.registry,
         )
         family.before_collect = self.fold
         return family
@@ -176,10 +189,26 @@ class Metrics:
         """As :meth:`_counter`, a histogram of a stream's many intervals (its own lock)."""
         lock = threading.Lock()
         family = IntervalHistogram(
-            spec.name, spec.documentation, spec.labels, spec.buckets, lock, self.registry
+            spec.name, spec.documentation, self._labels(spec), spec.buckets, lock, self.registry
         )
         family.before_collect = self.fold
         return family
+
+    def _labels(self, spec: Spec) -> tuple[str, ...]:
+        """A stream metric's labels: with ``metrics_tag``, the tag's after ``model``."""
+        labels = tuple(spec.labels)
+        n = len(STREAM_LABELS)
+        if self.metrics_tag is None or labels[:n] != STREAM_LABELS:
+            return labels
+        return (*STREAM_LABELS, self.metrics_tag, *labels[n:])
+
+    def _tag_label(self, record: StreamRecord) -> str:
+        """The record's value of the exported tag: empty without it, ``other`` past the cap."""
+        tags = record.tags
+        value = tags.get(self.metrics_tag or "") if tags else None
+        if not value:
+            return ""
+        return self._tag_values(value)[0]
 
     def _gauge(self, spec: Spec) -> Gauge:
         """A gauge the addon or the live view sets (the library's own)."""
@@ -274,7 +303,9 @@ class Metrics:
         keepalive_intervals: Sequence[float] | None,
     ) -> None:
         model, folded = self.models(record.model or record.response_model)
-        base = (label(record.endpoint), label(record.provider), model)
+        base: tuple[str, ...] = (label(record.endpoint), label(record.provider), model)
+        if self.metrics_tag is not None:
+            base = (*base, self._tag_label(record))
         outcome = label(record.outcome)
         cost = _cost(record.cost_usd)  # (may log: not under the lock)
         kind = unpriced_kind(record.unpriced_reason)
@@ -319,7 +350,7 @@ class Metrics:
                     (get(key) or kid(kids, key, self.interruption_cost, *base, outcome)).inc(cost)
             # (the series exists from the first record on, as the stalls')
             retries = get("retries") or kid(kids, "retries", self.retries, *base)
-            if getattr(record, "retry_of", None):  # the retry chain's field (issue 32)
+            if record.retry_of:  # the retry chain's field (issue 32)
                 retries.inc(1)
         # (their own lock: one pass each)
         if output_intervals:
@@ -335,9 +366,7 @@ class Metrics:
         child = kids[key] = family.child(*values)
         return child
 
-    def _tokens(
-        self, record: StreamRecord, base: tuple[str, str, str], kids: dict[object, Any]
-    ) -> None:
+    def _tokens(self, record: StreamRecord, base: tuple[str, ...], kids: dict[object, Any]) -> None:
         """The record's token counters and per-request token histograms (the
         caller holds the lock)."""
         get, kid = kids.get, self._kid

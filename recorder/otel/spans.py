@@ -162,9 +162,21 @@ def _attributes(rec: StreamRecord, err: str | None) -> dict[str, AttributeValue]
         "recorder.project": rec.project,
         "recorder.request_id": rec.request_id,
         "recorder.error_code": rec.error_code,
+        # attribution and retry chains (docs/record.md): the user only as stored
+        "enduser.id": rec.user_id,
+        "session.id": rec.session_id,
+        "recorder.request_fingerprint": rec.request_fingerprint,
+        "recorder.retry_of": rec.retry_of,
+        "recorder.attempt": rec.attempt,
     }
     attrs.update(_present(optional))
+    for name, value in (rec.tags or {}).items():  # bounded: attribution.MAX_TAGS
+        attrs[f"{TAG_ATTRIBUTE}{name}"] = value
     return attrs
+
+
+# every tag of the request is an attribute: recorder.tag.<name>
+TAG_ATTRIBUTE = "recorder.tag."
 
 
 def _events(rec: StreamRecord, start: int, end: int, err: str | None) -> list[SpanEvent]:

@@ -34,6 +34,7 @@ from typing import Any
 
 from mitmproxy import http
 
+from recorder.core.attribution import TAG_HEADER
 from recorder.core.captured import CapturedBody
 from recorder.core.endpoints import endpoint_for
 from recorder.core.estimate import Estimator
@@ -46,13 +47,13 @@ from recorder.proxy.finishing import Finishing
 from recorder.proxy.internal_errors import InternalErrors
 from recorder.proxy.lifecycle import NOTED
 from recorder.proxy.making import (
-    REQUEST_HEADERS,
     RESPONSE_HEADERS,
     RecordMaker,
     answer,
     header_text,
     pending_of,
     pick_headers,
+    wanted_headers,
 )
 from recorder.proxy.observers import Observer, Observers
 from recorder.proxy.open_streams import OpenStreams
@@ -137,6 +138,9 @@ class Recorder:
         )
         self.walk = Walk(self.scheduler, self.streams, clock, self.internal_error)
         self._readers: ThreadPoolExecutor | None = None
+        self._wanted = wanted_headers(config.tag_headers)
+        # the headers --strip-tag-headers removes before the request goes on
+        self._tag_headers = (TAG_HEADER, *config.tag_headers)
         # WebSocket connections: each response an exchange (recorder.proxy.websocket)
         self.websockets = WebSockets(
             config,
@@ -193,7 +197,7 @@ class Recorder:
             if endpoint is None:
                 return
             t0 = self.clock()
-            headers = pick_headers(req.headers, REQUEST_HEADERS)
+            headers = pick_headers(req.headers, self._wanted)
             state = FlowState(endpoint, t0, pending_of(req, headers), self._maker)
             if self.config.keep_for_ui:
                 state.flow = flow
@@ -203,6 +207,10 @@ class Recorder:
                 req.stream = RequestKeeper()
             if self.config.strip_accept_encoding and "accept-encoding" in headers:
                 del req.headers["accept-encoding"]
+            if self.config.strip_tag_headers:
+                for name in self._tag_headers:
+                    if name in headers:
+                        del req.headers[name]
             if self.config.start_delay <= 0 or self._closed:
                 state.make()
             else:
@@ -237,12 +245,12 @@ class Recorder:
                 # on upstream: neither the event loop nor this request waits; the facts
                 # are collected when the record is finished.
                 state.reading = self._reader_pool().submit(
-                    read_encoded_request, body, encoding, state.endpoint
+                    read_encoded_request, body, encoding, state.endpoint, self.config.reading
                 )
             elif state.pending is not None:
                 state.pending.body = body  # read when the record is made
             else:
-                apply_facts(state, *read_request_facts(body, state.endpoint))
+                apply_facts(state, *read_request_facts(body, state.endpoint, self.config.reading))
         except Exception:
             self.internal_error("request")
 

@@ -157,3 +157,46 @@ def parse_modes(value: Any, what: str) -> list[str]:
                 f" reverse:http://{mode.data} or reverse:https://{mode.data}"
             )
     return specs or ["regular"]
+
+
+def parse_tag_headers(value: Any, what: str) -> dict[str, str]:
+    """Request headers read into tags (``--tag-header``, repeatable; in a variable or
+    a mitmproxy option several, by spaces or commas): ``NAME`` is read into the tag
+    ``NAME``, ``HEADER=TAG`` into the tag ``TAG``; names lower-cased."""
+    from recorder.core.attribution import tag_name_ok
+
+    given = value if isinstance(value, list | tuple) else [value]
+    specs = [spec for raw in given for spec in str(raw or "").replace(",", " ").split()]
+    out: dict[str, str] = {}
+    for spec in specs:
+        header, _, tag = spec.partition("=")
+        header, tag = header.strip().lower(), (tag.strip() or header.strip()).lower()
+        if not header or any(c in header for c in ":\r\n") or not tag_name_ok(tag):
+            raise OptionError(
+                f"{what} {spec!r}: a header name, or HEADER=TAG (a tag name is letters,"
+                " digits and _ . : -, at most 64)"
+            )
+        out[header] = tag
+    return out
+
+
+# the labels every stream metric has already: a --metrics-tag may not take their names
+_RESERVED_LABELS = frozenset(
+    {"endpoint", "provider", "model", "outcome", "source", "token_type", "type", "le"}
+)
+
+
+def parse_metrics_tag(value: Any, what: str) -> str | None:
+    """The tag exported as a label of the stream metrics (none when empty): a
+    Prometheus label name that none of their labels has."""
+    from recorder.metrics.budget_rules import label_name_ok
+
+    name = str(value or "").strip()
+    if not name:
+        return None
+    if not label_name_ok(name) or name in _RESERVED_LABELS:
+        raise OptionError(
+            f"{what} {name!r}: a tag exported as a label needs a Prometheus label name"
+            " (letters, digits and _) that the metrics do not use already"
+        )
+    return name

@@ -5,12 +5,15 @@ recorder (``stall_after``, ``prices``, …) take their values from the option ta
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from recorder.core.captured import DEFAULT_CAPTURE_MAX_BYTES
 from recorder.core.meter import DEFAULT_STALL_AFTER_S
 from recorder.core.pricing import PriceTable
+from recorder.core.request import Reading
+from recorder.core.retries import DEFAULT_RETRY_WINDOW_S
 from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES
 
 
@@ -40,6 +43,19 @@ class RecorderConfig:
     # Under mitmweb (recorder.proxy.webview): keep each tapped body with its arrival
     # times, capped at capture_max_bytes, for the flow shown in the UI; not stored.
     keep_for_ui: bool = False
+    # Attribution (recorder.core.attribution): user ids kept as sent instead of
+    # fingerprinted; the headers read into tags (header name -> tag name, besides
+    # X-Recorder-Tag); whether those headers are removed before the request goes on
+    keep_user_ids: bool = False
+    tag_headers: Mapping[str, str] = field(default_factory=dict)
+    strip_tag_headers: bool = False
+    # how long after an attempt that did not complete a request may be its retry
+    retry_window: float = DEFAULT_RETRY_WINDOW_S
+
+    @property
+    def reading(self) -> Reading:
+        """How request bodies' attribution and fingerprints are read."""
+        return Reading(self.key_secret, self.keep_user_ids)
 
     @classmethod
     def of(cls, options: Any, key_secret: bytes, **more: Any) -> RecorderConfig:

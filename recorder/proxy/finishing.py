@@ -4,8 +4,9 @@ An exchange that ended (ENDED, ``recorder.proxy.lifecycle``) is closed: its mete
 meters what is left and finishes the record (CLOSED). A record whose request body
 is still being read on a worker thread waits for it (DEFERRED); then the request's
 facts go on the record and echoes of its keys are masked (SETTLED); then it is
-completed: usage, cost, health, the observers (``recorder.proxy.observers``), the
-sink (COMPLETED).
+completed: usage, cost, health, its place in a retry chain (``retry_of``,
+``attempt``: ``recorder.core.retries``, resolved in this process), the observers
+(``recorder.proxy.observers``), the sink (COMPLETED).
 
 With ``finish_delay`` the hook that ended the exchange only notes how it ended:
 the exchanges that ended meanwhile are closed and completed a few per loop
@@ -28,6 +29,7 @@ from recorder.core.estimate import Estimator
 from recorder.core.keys import scrub_key
 from recorder.core.record import StreamRecord, ending_outcome
 from recorder.core.request import read_error_body
+from recorder.core.retries import RetryChains, did_not_complete
 from recorder.core.sink import Sink
 from recorder.metrics.health import Health
 from recorder.proxy.config import RecorderConfig
@@ -82,6 +84,8 @@ class Finishing:
         self._draining = False  # shutting down: nothing is put off any more
         self._read_deadline = 0.0  # once draining: when waiting for bodies ends
         self._closed = False
+        # the attempts that did not complete, while a retry of theirs may come
+        self.chains = RetryChains(config.retry_window)
 
     @property
     def waiting(self) -> int:
@@ -251,6 +255,7 @@ class Finishing:
                 moved.append(state)
         states = moved
         self._cost(states)
+        self._chain(states)
         records = [state.record for state in states]
         if self._observers.wants_finishes:
             dones = [self._done(state) for state in states]
@@ -276,6 +281,24 @@ class Finishing:
             capture = _capture_of(state)
             if capture is not None and isinstance(rec, CapturedRecord):
                 rec.body = capture  # packed (compressed) by the sink, off the loop
+
+    def _chain(self, states: list[FlowState]) -> None:
+        """Each record's place in a retry chain, in the order they ended."""
+        link = self.chains.link
+        for state in states:
+            rec = state.record
+            try:
+                ended = state.t0 + (rec.duration_ms or 0.0) / 1000.0
+                rec.retry_of, rec.attempt = link(
+                    rec.api_key_id,
+                    rec.request_fingerprint,
+                    rec.id or "",
+                    started=state.t0,
+                    ended=ended,
+                    complete=not did_not_complete(rec.outcome, rec.http_status),
+                )
+            except Exception:
+                self._errors("retry chain")
 
     @staticmethod
     def _done(state: FlowState) -> Done:

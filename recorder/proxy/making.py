@@ -12,10 +12,17 @@ a key.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from mitmproxy import http
 
+from recorder.core.attribution import (
+    SESSION_HEADERS,
+    TAG_HEADER,
+    bounded_tags,
+    header_session,
+    header_tags,
+)
 from recorder.core.captured import CapturedRecord
 from recorder.core.keys import KeyMask, authenticating_key, fingerprint, request_keys
 from recorder.core.meter import StreamMeter
@@ -46,6 +53,8 @@ REQUEST_HEADERS = frozenset(
         b"accept-encoding",
         b"traceparent",
         b"tracestate",
+        TAG_HEADER.encode(),
+        *(name.encode() for name in SESSION_HEADERS),
     }
 )
 RESPONSE_HEADERS = frozenset({b"x-request-id", b"request-id", b"content-type", b"content-encoding"})
@@ -72,6 +81,12 @@ def header_text(value: str | None) -> str | None:
     if not value:
         return None
     return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def wanted_headers(tag_headers: Iterable[str]) -> frozenset[bytes]:
+    """The request headers an exchange reads: :data:`REQUEST_HEADERS` and the
+    operator's tag headers (``--tag-header``)."""
+    return REQUEST_HEADERS | {name.lower().encode() for name in tag_headers}
 
 
 def pending_of(request: http.Request, headers: dict[str, str]) -> Pending:
@@ -144,6 +159,8 @@ class RecordMaker:
             ),
             organization=header_text(headers.get("openai-organization")),
             api_key_id=fingerprint(key, self.config.key_secret) if key else None,
+            session_id=header_text(header_session(headers)),
+            tags=bounded_tags(header_tags(headers, self.config.tag_headers)),
         )
         meter = StreamMeter(
             state.endpoint,
@@ -161,7 +178,8 @@ class RecordMaker:
             self._errors("observer")
         if pending.body is not None:
             try:
-                apply_facts(state, *read_request_facts(pending.body, state.endpoint))
+                facts = read_request_facts(pending.body, state.endpoint, self.config.reading)
+                apply_facts(state, *facts)
             except Exception:
                 self._errors("request")
         if pending.answer is not None:

@@ -22,12 +22,14 @@ from recorder.proxy.checks import (
     optional_text,
     parse_count,
     parse_db,
+    parse_metrics_tag,
     parse_modes,
     parse_port,
     parse_prices,
     parse_seconds,
     parse_size,
     parse_switch,
+    parse_tag_headers,
     text,
 )
 from recorder.proxy.option_table import Given, Option, OptionTable
@@ -150,6 +152,49 @@ class AppConfig(OptionTable):
         parse_count,
         metavar="N",
         doc="model label values before `other`",
+    )
+    tag_headers = Option(
+        "",
+        "a request header read into a tag, repeatable: NAME (the tag NAME) or HEADER=TAG;"
+        " X-Recorder-Tag: team=search,feature=summarise is always read",
+        parse_tag_headers,
+        name="tag-header",
+        metavar="NAME",
+        repeat=True,
+        doc="a request header read into a tag (`NAME` or `HEADER=TAG`), besides"
+        " `X-Recorder-Tag: team=search,…`; in the variable several, by spaces or commas",
+        shown="none",
+    )
+    strip_tag_headers = Option(
+        False,
+        "remove X-Recorder-Tag and the --tag-header headers before the request goes"
+        " upstream (the request is otherwise forwarded unchanged)",
+        parse_switch,
+        doc="remove the tag headers before the request goes on",
+    )
+    keep_user_ids = Option(
+        False,
+        "store end-user ids (OpenAI user, safety_identifier; Anthropic metadata.user_id)"
+        " as sent, not as an HMAC fingerprint (they are personal data)",
+        parse_switch,
+        doc="store end-user ids as sent, not fingerprinted",
+    )
+    retry_window = Option(
+        "600",
+        "how long after an attempt that did not complete the same request from the"
+        " same key counts as its retry (default 600)",
+        parse_seconds,
+        metavar="SECONDS",
+        doc="how long a request may come after a failed attempt and be its retry",
+    )
+    metrics_tag = Option(
+        "",
+        "one tag exported as a label of the stream metrics (capped as models are,"
+        " past the cap 'other'; empty for requests without it)",
+        parse_metrics_tag,
+        metavar="NAME",
+        doc="one tag as a label of the stream metrics",
+        shown="none",
     )
     capture_bodies = Option(
         False,

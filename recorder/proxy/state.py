@@ -15,11 +15,12 @@ from typing import Protocol
 
 from mitmproxy import http
 
+from recorder.core.attribution import bounded_tags
 from recorder.core.counts import InputCounts, count_request
 from recorder.core.keys import KeyMask
 from recorder.core.meter import StreamMeter
 from recorder.core.record import StreamRecord
-from recorder.core.request import RequestFacts, read_request
+from recorder.core.request import Reading, RequestFacts, read_request
 from recorder.proxy.decoding import decoder_for
 from recorder.proxy.lifecycle import LIVE, NOTED, OPEN, Phase, move
 from recorder.proxy.tap import REQUEST_MAX_BYTES, Tap
@@ -181,13 +182,16 @@ class FlowState:
             tap.meter_waiting()
 
 
-def read_request_facts(body: bytes, endpoint: str) -> tuple[RequestFacts, InputCounts | None]:
-    """The request's facts and the counts input estimation needs (never its text).
+def read_request_facts(
+    body: bytes, endpoint: str, reading: Reading | None = None
+) -> tuple[RequestFacts, InputCounts | None]:
+    """The request's facts and the counts input estimation needs (never its text);
+    with ``reading``, its attribution and fingerprint too.
 
     With a tokenizer installed for the model (``recorder.proxy.tokenizers``), prompt
     text is counted exactly; otherwise by characters.
     """
-    facts = read_request(body)
+    facts = read_request(body, reading, endpoint)
     found = counter_for(facts.model, endpoint)
     if found is None:
         return facts, count_request(body, endpoint)
@@ -200,7 +204,7 @@ class RequestNotRead(ValueError):
 
 
 def read_encoded_request(
-    raw: bytes, encoding: str | None, endpoint: str
+    raw: bytes, encoding: str | None, endpoint: str, reading: Reading | None = None
 ) -> tuple[RequestFacts, InputCounts | None]:
     """``read_request_facts`` of a body as it came, content-encoded or not: decoded
     here (on a worker thread), never to more than ``REQUEST_MAX_BYTES``."""
@@ -219,7 +223,7 @@ def read_encoded_request(
                 f"the request body decodes to more than {REQUEST_MAX_BYTES >> 20} MiB"
             )
         raw = b"".join(out)
-    return read_request_facts(raw, endpoint)
+    return read_request_facts(raw, endpoint, reading)
 
 
 def apply_facts(state: FlowState, facts: RequestFacts, counts: InputCounts | None) -> None:
@@ -230,3 +234,11 @@ def apply_facts(state: FlowState, facts: RequestFacts, counts: InputCounts | Non
     rec.include_usage = facts.include_usage
     rec.max_output_tokens = facts.max_output_tokens
     rec.requested_tier = facts.service_tier
+    # attribution: the headers' (on the record since it was made) win
+    rec.user_id = facts.user_id
+    rec.prompt_cache_key = facts.prompt_cache_key
+    if rec.session_id is None:
+        rec.session_id = facts.session_id
+    if facts.tags:
+        rec.tags = bounded_tags(facts.tags, (rec.tags or {}).items())
+    rec.request_fingerprint = facts.request_fingerprint

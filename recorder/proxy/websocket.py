@@ -260,7 +260,7 @@ class WebSockets:
             # the request's facts (model, limits) and its input counts, as a POST's
             if len(request) > INLINE_PARSE_LIMIT:
                 state.reading = self._readers().submit(
-                    read_encoded_request, request, None, endpoint
+                    read_encoded_request, request, None, endpoint, self.config.reading
                 )
             else:
                 pending.body = request

@@ -219,6 +219,14 @@ class Stream(Base):
     cache_read_image_tokens: Mapped[int | None] = mapped_column(BigInteger())
     output_audio_tokens: Mapped[int | None] = mapped_column(BigInteger())
     output_audio_ms: Mapped[float | None] = mapped_column(Double())
+    # issue 32: attribution and retry chains
+    user_id: Mapped[str | None] = mapped_column(String(255))
+    session_id: Mapped[str | None] = mapped_column(String(255))
+    prompt_cache_key: Mapped[str | None] = mapped_column(String(255))
+    tags: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc)
+    request_fingerprint: Mapped[str | None] = mapped_column(String(32))
+    retry_of: Mapped[str | None] = mapped_column(String(36))
+    attempt: Mapped[int | None] = mapped_column(Integer())
     # Beyond the record: for the audit.
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())  # started_at + duration
     recorded_at: Mapped[datetime] = mapped_column(UTCDateTime())  # when the writer stored it
@@ -238,6 +246,7 @@ class Stream(Base):
         Index("ix_streams_api_key_id_started_at", "api_key_id", "started_at"),
         Index("ix_streams_outcome_started_at", "outcome", "started_at"),
         Index("ix_streams_endpoint_started_at", "endpoint", "started_at"),
+        Index("ix_streams_retry_of", "retry_of"),
     )
 
 

@@ -41,6 +41,7 @@ _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _HEX12 = re.compile(r"^[0-9a-f]{12}$")
 MIN_PREFIX = 4
 CANDIDATES = 3  # the streams an ambiguous id names
+MAX_CHAIN = 100  # the attempts `recorder show` follows each way
 
 
 class QueryError(UsageError):
@@ -90,6 +91,9 @@ class SessionFilter:
     outcomes: Sequence[str] = ()
     key: str | None = None
     limit: int | None = 50
+    # issue 32: only requests with these tags (name, value), only retries
+    tags: Sequence[tuple[str, str]] = ()
+    retries: bool = False
 
 
 def key_condition(
@@ -138,7 +142,37 @@ def filter_conditions(
         where.append(c.outcome.in_(list(f.outcomes)))
     if f.key:
         where.append(key_condition(engine, f.key, environ))
+    for name, value in f.tags:
+        where.append(c.tags[name].as_string() == value)
+    if f.retries:
+        where.append(c.retry_of.is_not(None))
     return where
+
+
+def retry_chain(engine: Engine, record: StreamRecord) -> list[StreamRecord]:
+    """The retry chain ``record`` belongs to, first attempt first: the attempts it
+    retries (``retry_of``, back to the first), itself, and the retries of it
+    (forward, by ``retry_of``); only itself when it is in no chain. Bounded: a
+    chain is followed at most ``MAX_CHAIN`` steps each way."""
+    back: list[StreamRecord] = []
+    with engine.connect() as conn:
+        previous = record.retry_of
+        while previous and len(back) < MAX_CHAIN:
+            row = conn.execute(select(STREAMS).where(STREAMS.c.id == previous)).first()
+            if row is None:
+                break
+            back.append(record_from_row(row))
+            previous = back[-1].retry_of
+        forward: list[StreamRecord] = []
+        current = record.id
+        while current and len(forward) < MAX_CHAIN:
+            stmt = select(STREAMS).where(STREAMS.c.retry_of == current).order_by(STREAMS.c.id)
+            row = conn.execute(stmt.limit(1)).first()
+            if row is None:
+                break
+            forward.append(record_from_row(row))
+            current = forward[-1].id
+    return [*reversed(back), record, *forward]
 
 
 def list_sessions(

@@ -1,8 +1,7 @@
 """`recorder audit --interruptions`, on SQLite and PostgreSQL: exit 0, the JSON and
 CSV shapes of the audit (groups, then a totals row), money and shares as exact
 decimal strings, every key of --by (tags and upstreams too), the figures of the
-stored rows; a retry chain stored whole costs, to the cent, what its rows say
-(once the store records chains)."""
+stored rows; a retry chain stored whole costs, to the cent, what its rows say."""
 
 from __future__ import annotations
 
@@ -20,7 +19,6 @@ import pytest
 from recorder.billing import audit, interruptions
 from recorder.core.money import ZERO
 from recorder.core.record import StreamRecord
-from recorder.store.models import STREAMS
 from tests.kit.billing import store
 from tests.kit.cli import Cli
 from tests.kit.records import random_records, rec, retry_chain_records
@@ -102,7 +100,7 @@ def test_a_narrow_table_keeps_what_answers_the_question(
     assert "left out to fit 80" in out
 
 
-def test_a_tag_grouping_works_before_tags_are_recorded(
+def test_a_tag_grouping_of_streams_without_tags(
     cli: Cli, db_url: str, stored: list[StreamRecord]
 ) -> None:
     code, out, err = cli(
@@ -112,8 +110,8 @@ def test_a_tag_grouping_works_before_tags_are_recorded(
     *groups, total = json.loads(out)
     assert sum(g["requests"] for g in groups) == len(stored) == total["requests"]
     assert total["tag:team"] == "TOTAL"
-    if "tags" not in STREAMS.c:  # no stream has the tag: one group, unknown
-        assert [g["tag:team"] for g in groups] == [None]
+    # none of these streams has the tag: one group, unknown
+    assert [g["tag:team"] for g in groups] == [None]
 
 
 def test_parquet(cli: Cli, db_url: str, stored: list[StreamRecord], tmp_path: Path) -> None:
@@ -145,9 +143,6 @@ def test_no_streams(cli: Cli, db_url: str) -> None:
     assert code == 0 and json.loads(out) == []
 
 
-@pytest.mark.skipif(
-    "retry_of" not in STREAMS.c, reason="the store records retry chains from issue 32 §2 on"
-)
 def test_a_stored_chain_costs_what_its_rows_say(cli: Cli, db_url: str, tmp_path: Path) -> None:
     chain = retry_chain_records()
     store(db_url, tmp_path / "spool", chain)

@@ -168,6 +168,13 @@ def full_record(**overrides: Any) -> StreamRecord:
         cache_read_image_tokens=100,
         output_audio_tokens=600,
         output_audio_ms=29875.5,
+        user_id="u:0123456789abcdef",
+        session_id="6f1c2d3e-0000-4000-8000-000000000001",
+        prompt_cache_key="conv-42",
+        tags={"team": "search", "feature": "summarise"},
+        request_fingerprint="0a1b2c3d4e5f60718293a4b5",
+        retry_of="01a24961-58db-75eb-9f35-000000000001",
+        attempt=2,
         gaps=[
             Gap("stall", 1000.0, 61000.25),
             Gap("keepalive", 2000.0, 15000.5),

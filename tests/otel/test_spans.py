@@ -301,3 +301,25 @@ def test_the_standard_variables_name_the_collector_unless_the_sdk_is_disabled(
     assert env_endpoint() == "http://t:4318/v1/traces"
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
     assert env_endpoint() is None
+
+
+def test_every_tag_and_the_chain_are_span_attributes_the_user_only_as_stored() -> None:
+    tags = {f"t{i}": f"v{i}" for i in range(16)} | {"team": "search"}
+    rec = record(
+        tags=tags,
+        user_id="u:0123456789abcdef",
+        session_id="7c9e6679-7425-40de-944b-e07fc1f90ae7",
+        request_fingerprint="0a1b2c3d4e5f60718293a4b5",
+        retry_of="01a24961-58db-75eb-9f35-000000000001",
+        attempt=2,
+    )
+    attrs = dict(export_one(rec).attributes or {})
+    assert {
+        k[len("recorder.tag.") :]: v for k, v in attrs.items() if k.startswith("recorder.tag.")
+    } == tags
+    assert attrs["enduser.id"] == "u:0123456789abcdef"
+    assert attrs["session.id"] == rec.session_id
+    assert (attrs["recorder.retry_of"], attrs["recorder.attempt"]) == (rec.retry_of, 2)
+    bare = dict(export_one(record()).attributes or {})
+    assert not any(k.startswith(("recorder.tag.", "enduser.", "session.")) for k in bare)
+    assert "recorder.retry_of" not in bare

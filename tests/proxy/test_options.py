@@ -234,3 +234,35 @@ def test_a_sqlite_file_given_to_the_script_is_that_file_said_once(
     said = [r.getMessage() for r in caplog.records if "read as" in r.getMessage()]
     assert said == ["recorder: recorder_db r.db: read as sqlite:///r.db (a SQLite file)"]
     assert (tmp_path / "r.db").is_file()
+
+
+def test_tag_headers_metrics_tag_and_the_retry_window_come_every_way() -> None:
+    """Issue 32's options: repeatable tag headers (a flag each, or several in the
+    variable or a --set), renamed with HEADER=TAG; the tag exported as a label;
+    the retry window; each reaching the addon's configuration by name."""
+    by_flags = parse("--tag-header", "X-Team", "--tag-header", "Helicone-Property-Feature=feature")
+    assert by_flags.tag_headers == {"x-team": "x-team", "helicone-property-feature": "feature"}
+    by_env = parse(env={"RECORDER_TAG_HEADER": "x-team, x-cost=cc"})
+    assert by_env.tag_headers == {"x-team": "x-team", "x-cost": "cc"}
+    assert parse("--set", "recorder_tag_header=x-a x-b").tag_headers == {"x-a": "x-a", "x-b": "x-b"}
+    assert parse().tag_headers == {}
+    with pytest.raises(OptionError, match=r"^--tag-header 'x-a=no/such'"):
+        parse("--tag-header", "x-a=no/such")
+    assert parse("--metrics-tag", "team").metrics_tag == "team"
+    assert parse().metrics_tag is None
+    for bad in ("model", "outcome", "not-a-label", "__x"):
+        with pytest.raises(OptionError, match="--metrics-tag"):
+            parse("--metrics-tag", bad)
+    assert parse().retry_window == 600.0
+    config = RecorderConfig.of(
+        parse(
+            "--retry-window", "30", "--keep-user-ids", "--strip-tag-headers", "--tag-header", "x-t"
+        ),
+        key_secret=b"s",
+    )
+    assert (config.retry_window, config.keep_user_ids, config.strip_tag_headers) == (
+        30.0,
+        True,
+        True,
+    )
+    assert config.tag_headers == {"x-t": "x-t"}

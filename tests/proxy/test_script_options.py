@@ -204,3 +204,35 @@ def _post(port: int, model: str) -> bytes:
     with urllib.request.urlopen(req, timeout=60) as resp:
         body: bytes = resp.read()
         return body
+
+
+def test_attribution_options_reach_the_recorder_under_mitmproxy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`mitmdump -s … --set recorder_tag_header=… --set recorder_strip_tag_headers=true`
+    builds the recorder `recorder proxy --tag-header … --strip-tag-headers` builds."""
+    monkeypatch.chdir(tmp_path)
+    addon = ScriptRecorder()
+    with taddons.context(addon) as tctx:
+        try:
+            tctx.configure(
+                addon,
+                recorder_metrics_port=0,
+                recorder_no_live=True,
+                recorder_tag_header="x-team helicone-property-feature=feature",
+                recorder_strip_tag_headers=True,
+                recorder_keep_user_ids=True,
+                recorder_retry_window="120",
+                recorder_metrics_tag="team",
+            )
+            assert addon.app is not None
+            config = addon.app.recorder.config
+            assert config.tag_headers == {
+                "x-team": "x-team",
+                "helicone-property-feature": "feature",
+            }
+            assert (config.strip_tag_headers, config.keep_user_ids) == (True, True)
+            assert addon.app.recorder.finishing.chains.window == config.retry_window == 120.0
+            assert addon.app.metrics.metrics_tag == "team"
+        finally:
+            addon.close()

@@ -280,3 +280,55 @@ def test_rows_of_every_earlier_version_upgrade_to_the_websocket_columns(
     finally:
         engine.dispose()
     assert tuple(row) == (7, 42, *([None] * len(new)))
+
+
+ATTRIBUTION_COLUMNS = (
+    "user_id",
+    "session_id",
+    "prompt_cache_key",
+    "tags",
+    "request_fingerprint",
+    "retry_of",
+    "attempt",
+)
+
+
+@pytest.mark.parametrize(
+    "version", ["0001", "0002", "0003_prices", "0004_content_mismatch", "0007_websocket"]
+)
+def test_rows_of_every_earlier_version_upgrade_to_the_attribution_columns(
+    empty_db_url: str, version: str
+) -> None:
+    """A row written at each earlier revision upgrades through 0008_attribution
+    (issue 32) with its values kept and no attribution, fingerprint or chain: a
+    row recorded before is no retry, and no later row can name it as one. The
+    audit of interruptions then reads it (no retries, its cost where it was)."""
+    upgrade(empty_db_url, version)
+    engine = make_engine(empty_db_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO streams (id, started_at, streamed, outcome, interrupted,"
+                    " output_chars, tool_calls, input_source, output_source, usage_source,"
+                    " parse_issues, oversized_events, partial_event_at_end, recorded_at,"
+                    " input_tokens, api_key_id)"
+                    " VALUES ('old', '2026-12-01 00:00:00', :t, 'upstream_disconnect', :t, 7,"
+                    " 0, 'reported', 'estimated', 'mixed', 0, 0, :t, '2026-12-01 00:00:00',"
+                    " 42, 'k')"
+                ),
+                {"t": True},
+            )
+        upgrade(empty_db_url)
+        with engine.connect() as conn:
+            row = conn.execute(
+                text(
+                    "SELECT output_chars, input_tokens, api_key_id,"
+                    f" {', '.join(ATTRIBUTION_COLUMNS)} FROM streams"
+                )
+            ).one()
+            indexes = {ix["name"] for ix in inspect(conn).get_indexes("streams")}
+    finally:
+        engine.dispose()
+    assert tuple(row) == (7, 42, "k", *([None] * len(ATTRIBUTION_COLUMNS)))
+    assert "ix_streams_retry_of" in indexes
