@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal
+from typing import Any
 
 from recorder.core.errors import RecorderError, UsageError
 from recorder.core.model_families import model_base
@@ -450,6 +451,8 @@ def cost_or_reason(record: StreamRecord, table: PriceTable) -> Cost | None:
     """
     if record.input_tokens is None and record.output_tokens is None:
         return None
+    if record.usage_parts:
+        return _cost_of_parts(record, record.usage_parts, table)
     entry = table.resolve(record.response_model) or table.resolve(record.model)
     if entry is None:
         model = record.response_model or record.model
@@ -467,3 +470,60 @@ def cost_or_reason(record: StreamRecord, table: PriceTable) -> Cost | None:
         server_tool_requests=record.server_tool_requests,
         modality=Modality.of(record),
     )
+
+
+def _cost_of_parts(record: StreamRecord, parts: list[dict[str, Any]], table: PriceTable) -> Cost:
+    """The cost of a record of several priced parts: each part at its own model's
+    rates (the record's when it names none), under the record's service tier;
+    the provider-side tool requests once, with the first part of the record's own
+    model. Each part's entry gets its ``cost_usd``, ``price_version`` and
+    ``unpriced_reason``; the record's cost is their sum, and :class:`Unpriced`
+    (the first part's reason) when any part has no price: a partial sum is not
+    the cost. The record's ``price_version`` is that of its own model's part."""
+    own = table.resolve(record.response_model) or table.resolve(record.model)
+    tools: Mapping[str, int] | None = record.server_tool_requests
+    total = _ZERO
+    versions: list[str] = []
+    reason: str | None = None
+    for part in parts:
+        named = part.get("model")
+        entry = table.resolve(named) if named else own
+        part["cost_usd"] = part["price_version"] = part["unpriced_reason"] = None
+        if entry is None:
+            model = named or record.response_model or record.model
+            part["unpriced_reason"] = f"no price for model {model!r}" if model else "no model named"
+            reason = reason or part["unpriced_reason"]
+            continue
+        try:
+            cost = cost_of(
+                entry,
+                table.origin(entry.key),
+                input_tokens=_count(part.get("input_tokens")),
+                output_tokens=_count(part.get("output_tokens")),
+                cache_read_tokens=_count(part.get("cache_read_tokens")),
+                cache_write_tokens=_count(part.get("cache_write_tokens")),
+                cache_write_1h_tokens=_count(part.get("cache_write_1h_tokens")),
+                reasoning_tokens=_count(part.get("reasoning_tokens")),
+                service_tier=record.service_tier,
+                server_tool_requests=tools if not named or entry is own else None,
+            )
+        except Unpriced as e:
+            part["unpriced_reason"] = str(e)
+            reason = reason or str(e)
+            continue
+        if not named or entry is own:
+            tools = None  # billed once
+        part["cost_usd"], part["price_version"] = cost.usd, cost.price_version
+        total += Decimal(cost.usd)
+        if not named or entry is own:
+            versions.insert(0, cost.price_version)
+        else:
+            versions.append(cost.price_version)
+    if reason is not None:
+        raise Unpriced(reason)
+    usd = total.quantize(QUANTUM, rounding=ROUND_HALF_EVEN)
+    return Cost(f"{usd:.12f}", versions[0] if versions else "")
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

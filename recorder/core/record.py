@@ -145,6 +145,9 @@ class StreamRecord:
     cache_read_image_tokens: int | None = None  # of cache_read_tokens: images
     output_audio_tokens: int | None = None  # of output_tokens: audio
     output_audio_ms: float | None = None  # the output audio streamed, in milliseconds
+    # issue 30: the priced parts the token figures are the sums of (Anthropic's
+    # usage.iterations), each with its model and cost; null: one part, the record's
+    usage_parts: list[dict[str, Any]] | None = None
     gaps: list[Gap] = field(default_factory=list)
 
     def to_dict(self, *, with_gaps: bool = False) -> dict[str, Any]:

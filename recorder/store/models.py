@@ -219,6 +219,8 @@ class Stream(Base):
     cache_read_image_tokens: Mapped[int | None] = mapped_column(BigInteger())
     output_audio_tokens: Mapped[int | None] = mapped_column(BigInteger())
     output_audio_ms: Mapped[float | None] = mapped_column(Double())
+    # issue 30: the priced parts of the usage (Anthropic's iterations), each with its model
+    usage_parts: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONDoc)
     # Beyond the record: for the audit.
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())  # started_at + duration
     recorded_at: Mapped[datetime] = mapped_column(UTCDateTime())  # when the writer stored it

@@ -4,7 +4,8 @@ Output is ``delta.content``, ``delta.refusal``, ``delta.reasoning_content`` /
 ``delta.reasoning`` (DeepSeek, xAI, OpenRouter) and tool-call ``arguments``;
 the role chunk (``content: ""`` or ``null``) is not. Usage is found by a
 non-null ``usage``, wherever it comes (OpenAI: a last chunk with empty
-``choices``; DeepSeek: the finish chunk). ``data: [DONE]`` is terminal; an
+``choices``; DeepSeek: the finish chunk); older Groq models send it only in
+the last chunk's ``x_groq.usage``, read when no top-level ``usage`` came. ``data: [DONE]`` is terminal; an
 ``{"error": ...}`` payload is an error event even after status 200.
 
 Fast path: most events of a stream are content deltas that differ only in
@@ -63,7 +64,12 @@ class ChatCompletionsInterpreter(Interpreter):
     def _learn(self, event: Event, obj: dict[str, Any]) -> None:
         """Learn from the event if it is a plain text delta and nothing else."""
         choices = obj.get("choices")
-        if obj.get("usage") is not None or "error" in obj or type(choices) is not list:
+        if (
+            obj.get("usage") is not None
+            or "x_groq" in obj
+            or "error" in obj
+            or type(choices) is not list
+        ):
             return
         if len(choices) != 1 or type(choices[0]) is not dict:
             return
@@ -110,6 +116,11 @@ class ChatCompletionsInterpreter(Interpreter):
         usage = obj.get("usage")
         if isinstance(usage, dict):
             obs.report_usage(from_openai_chat(usage), usage)
+        elif not obs.output_final:
+            groq = obj.get("x_groq")
+            usage = groq.get("usage") if isinstance(groq, dict) else None
+            if isinstance(usage, dict):  # Groq's own place; a top-level usage wins
+                obs.report_usage(from_openai_chat(usage), usage)
         choices = obj.get("choices")
         chars = 0
         if isinstance(choices, list):
