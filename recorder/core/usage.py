@@ -107,6 +107,8 @@ def from_openai_chat(raw: dict[str, Any]) -> Usage:
         cached = _int(raw.get("prompt_cache_hit_tokens"))  # DeepSeek's own name
     if cached is None:
         cached = _int(raw.get("cached_tokens"))  # Together: beside prompt_tokens
+    if cached is None:
+        cached = _int(raw.get("num_cached_tokens"))  # Mistral's own name
     output = completion
     if (
         completion is not None
@@ -118,6 +120,9 @@ def from_openai_chat(raw: dict[str, Any]) -> Usage:
     ):
         output = completion + reasoning  # xAI: reasoning is outside completion_tokens
     cache_write = _int(_sub(raw.get("prompt_tokens_details"), "cache_write_tokens"))
+    if cache_write is None:
+        # gateways relaying Anthropic-style counts (Vercel's AI Gateway)
+        cache_write = _int(raw.get("cache_creation_input_tokens"))
     return Usage(prompt, output, cached, cache_write, reasoning)
 
 

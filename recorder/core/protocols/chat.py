@@ -1,7 +1,9 @@
 """OpenAI Chat Completions (and the many servers that speak it).
 
 Output is ``delta.content``, ``delta.refusal``, ``delta.reasoning_content`` /
-``delta.reasoning`` (DeepSeek, xAI, OpenRouter) and tool-call ``arguments``;
+``delta.reasoning`` (DeepSeek, xAI, OpenRouter), content given as a list of
+parts (Mistral: ``text`` parts, and ``thinking`` parts of reasoning text) and
+tool-call ``arguments``;
 the role chunk (``content: ""`` or ``null``) is not. Usage is found by a
 non-null ``usage``, wherever it comes (OpenAI: a last chunk with empty
 ``choices``; DeepSeek: the finish chunk); older Groq models send it only in
@@ -141,6 +143,23 @@ class ChatCompletionsInterpreter(Interpreter):
         obs.output_chars += chars
         return chars
 
+    def _parts(self, parts: list[Any]) -> int:
+        """Content as a list of parts (Mistral's reasoning models): ``text`` parts
+        are text; a ``thinking`` part holds a list of text parts of reasoning."""
+        obs = self.obs
+        chars = 0
+        for part in parts:
+            if not isinstance(part, dict):
+                continue
+            kind = part.get("type")
+            if kind == "text":
+                chars += obs.add_text(part.get("text"))
+            elif kind == "thinking" and isinstance(part.get("thinking"), list):
+                for inner in part["thinking"]:
+                    if isinstance(inner, dict) and inner.get("type") == "text":
+                        chars += obs.add_reasoning(inner.get("text"))
+        return chars
+
     def _delta(self, index: int, delta: dict[str, Any]) -> int:
         obs = self.obs
         chars = 0
@@ -148,7 +167,10 @@ class ChatCompletionsInterpreter(Interpreter):
         # an absent key is a no-op, so this is the same as asking for each.
         for key, value in delta.items():
             if key in _TEXT_KEYS:
-                chars += obs.add_text(value)
+                if type(value) is list:
+                    chars += self._parts(value)
+                else:
+                    chars += obs.add_text(value)
             elif key in _REASONING_KEYS:
                 chars += obs.add_reasoning(value)
         calls = delta.get("tool_calls")
