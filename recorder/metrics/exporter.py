@@ -36,6 +36,10 @@ The ``model`` label is the requested model (the response's model when the
 request named none), capped: the first ``max_model_labels`` distinct values
 keep their names, every later one is reported as ``other``, so junk model
 names cannot multiply the series. Label values are cut to 100 characters.
+A record of several priced parts (``usage_parts``: an advisor iteration on
+another model, say) counts each part's tokens and cost under the part's own
+model; its stream, duration and per-request token observations stay the
+record's.
 
 Bucket boundaries are chosen for LLM streams; docs/metrics.md explains them.
 """
@@ -277,6 +281,7 @@ class Metrics:
         base = (label(record.endpoint), label(record.provider), model)
         outcome = label(record.outcome)
         cost = _cost(record.cost_usd)  # (may log: not under the lock)
+        parts = self._parts(record, base, cost is not None) if record.usage_parts else None
         kind = unpriced_kind(record.unpriced_reason)
         with self._lock:
             if folded:
@@ -309,14 +314,12 @@ class Metrics:
             keepalives = get("keepalives") or kid(kids, "keepalives", self.keepalives, *base)
             if record.keepalives:
                 keepalives.inc(record.keepalives)
-            self._tokens(record, base, kids)
-            if cost is not None:
-                source = "reported" if record.usage_source == "reported" else "estimated"
-                key = ("cost", source)
-                (get(key) or kid(kids, key, self.cost, *base, source)).inc(cost)
-                if record.interrupted:
-                    key = ("interruption", outcome)
-                    (get(key) or kid(kids, key, self.interruption_cost, *base, outcome)).inc(cost)
+            self._tokens(record, base, kids, counted=parts is None)
+            if parts is not None:
+                for part_base, figures, part_cost in parts:
+                    self._part(record, part_base, figures, part_cost, outcome)
+            elif cost is not None:
+                self._costs(record, base, kids, cost, outcome)
             # (the series exists from the first record on, as the stalls')
             retries = get("retries") or kid(kids, "retries", self.retries, *base)
             if getattr(record, "retry_of", None):  # the retry chain's field (issue 32)
@@ -335,11 +338,74 @@ class Metrics:
         child = kids[key] = family.child(*values)
         return child
 
-    def _tokens(
-        self, record: StreamRecord, base: tuple[str, str, str], kids: dict[object, Any]
+    def _costs(
+        self,
+        record: StreamRecord,
+        base: tuple[str, str, str],
+        kids: dict[object, Any],
+        cost: float,
+        outcome: str,
     ) -> None:
-        """The record's token counters and per-request token histograms (the
+        """The cost counters of ``cost`` under ``base`` (the caller holds the lock)."""
+        get, kid = kids.get, self._kid
+        source = "reported" if record.usage_source == "reported" else "estimated"
+        key = ("cost", source)
+        (get(key) or kid(kids, key, self.cost, *base, source)).inc(cost)
+        if record.interrupted:
+            key = ("interruption", outcome)
+            (get(key) or kid(kids, key, self.interruption_cost, *base, outcome)).inc(cost)
+
+    def _parts(
+        self, record: StreamRecord, base: tuple[str, str, str], priced: bool
+    ) -> list[tuple[tuple[str, str, str], dict[str, int | None], float | None]]:
+        """Each usage part's labels (its own model's, the record's when it names
+        none), figures and cost (None unless the record is priced: the counters
+        agree with the rows, whose cost is null when a part is unpriced). Made
+        before the lock is taken (labels may fold, a cost may log)."""
+        out = []
+        for part in record.usage_parts or ():
+            named = part.get("model")
+            part_base = base
+            if named:
+                part_base = (base[0], base[1], self.models(str(named))[0])
+            figures = {name: _count(part.get(f"{name}_tokens")) for name in TOKEN_TYPES}
+            part_cost = _cost(part.get("cost_usd")) if priced else None
+            out.append((part_base, figures, part_cost))
+        return out
+
+    def _part(
+        self,
+        record: StreamRecord,
+        base: tuple[str, str, str],
+        figures: dict[str, int | None],
+        cost: float | None,
+        outcome: str,
+    ) -> None:
+        """One usage part's token and cost counters under its own model (the
         caller holds the lock)."""
+        kids = self._base_kids.get(base)
+        if kids is None:
+            kids = self._base_kids[base] = {}
+        get, kid = kids.get, self._kid
+        for token_type, value in figures.items():
+            source = record.output_source if token_type in _OUTPUT else record.input_source
+            if value is None or source not in ("reported", "estimated"):
+                continue
+            key: tuple[str, ...] = ("tokens", token_type, source)
+            (get(key) or kid(kids, key, self.tokens, *base, token_type, source)).inc(value)
+        if cost is not None:
+            self._costs(record, base, kids, cost, outcome)
+
+    def _tokens(
+        self,
+        record: StreamRecord,
+        base: tuple[str, str, str],
+        kids: dict[object, Any],
+        *,
+        counted: bool = True,
+    ) -> None:
+        """The record's token counters (unless its parts count them) and
+        per-request token histograms (the caller holds the lock)."""
         get, kid = kids.get, self._kid
         input_source = record.input_source
         output_source = record.output_source
@@ -350,7 +416,7 @@ class Metrics:
             ("output", record.output_tokens, output_source),
             ("reasoning", record.reasoning_tokens, output_source),
         )
-        for token_type, value, source in figures:
+        for token_type, value, source in figures if counted else ():
             if value is None or source not in ("reported", "estimated"):
                 continue
             key: tuple[str, ...] = ("tokens", token_type, source)
@@ -403,6 +469,14 @@ class Metrics:
                 health.websocket_connections_without_response
             ),
         )
+
+
+TOKEN_TYPES = ("input", "cache_read", "cache_write", "output", "reasoning")
+_OUTPUT = frozenset({"output", "reasoning"})
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _cost(text: str | None) -> float | None:
