@@ -114,7 +114,8 @@ def test_every_iteration_is_billed_each_at_its_own_model() -> None:
     assert len(opus) == 1 and ":claude-opus-4-7@" in opus[0]["price_version"]
     assert rec.price_version is not None and f":{EXECUTOR}@" in rec.price_version
     # priced as one request at the executor's rates, it would cost less
-    flat = (rec.input_tokens * RATES[EXECUTOR][0] + rec.output_tokens * RATES[EXECUTOR][1]).quantize(Q)
+    rate_in, rate_out = RATES[EXECUTOR]
+    flat = (rec.input_tokens * rate_in + rec.output_tokens * rate_out).quantize(Q)
     assert Decimal(rec.cost_usd or "nan") > flat
 
 

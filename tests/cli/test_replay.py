@@ -277,9 +277,7 @@ def test_a_file_that_is_not_sse_is_one_line(
     ],
     ids=["cut-in-first-event", "long-damaged-first-line", "garbage-before-first"],
 )
-def test_a_damaged_head_is_metered_with_the_endpoint(
-    cli: Cli, tmp_path: Path, damage: Any
-) -> None:
+def test_a_damaged_head_is_metered_with_the_endpoint(cli: Cli, tmp_path: Path, damage: Any) -> None:
     """issue 30: with --endpoint a capture cut inside its first event, or whose
     first line is not data:, is metered (its later events read, its damage
     counted), never refused as not an SSE body."""

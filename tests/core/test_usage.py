@@ -295,8 +295,13 @@ def test_an_advisor_iteration_keeps_its_own_model() -> None:
         "output_tokens": 20,
         "iterations": [
             {"type": "message", "input_tokens": 10, "output_tokens": 5},
-            {"type": "advisor_message", "model": "claude-opus-4-7", "input_tokens": 40,
-             "output_tokens": 300, "cache_read_input_tokens": 7},
+            {
+                "type": "advisor_message",
+                "model": "claude-opus-4-7",
+                "input_tokens": 40,
+                "output_tokens": 300,
+                "cache_read_input_tokens": 7,
+            },
             {"type": "message", "input_tokens": 20, "output_tokens": 15},
         ],
     }

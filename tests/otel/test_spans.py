@@ -307,11 +307,24 @@ def test_each_usage_part_is_an_event_under_its_own_model() -> None:
     """Issue 30: a backend summing tokens or cost by model finds an advisor's part
     under the advisor's model; a part that names none is the record's."""
     parts = [
-        {"kind": "message", "model": None, "input_tokens": 100, "output_tokens": 10,
-         "cache_read_tokens": 0, "cost_usd": "0.000450000000", "price_version": "t:own@d"},
-        {"kind": "advisor_message", "model": "claude-opus-4-7", "input_tokens": 300,
-         "output_tokens": 900, "cache_read_tokens": None, "cost_usd": "0.024000000000",
-         "price_version": "t:claude-opus-4-7@d"},
+        {
+            "kind": "message",
+            "model": None,
+            "input_tokens": 100,
+            "output_tokens": 10,
+            "cache_read_tokens": 0,
+            "cost_usd": "0.000450000000",
+            "price_version": "t:own@d",
+        },
+        {
+            "kind": "advisor_message",
+            "model": "claude-opus-4-7",
+            "input_tokens": 300,
+            "output_tokens": 900,
+            "cache_read_tokens": None,
+            "cost_usd": "0.024000000000",
+            "price_version": "t:claude-opus-4-7@d",
+        },
     ]
     rec = record(response_model="claude-sonnet-4-6", input_tokens=400, output_tokens=910)
     rec.usage_parts = parts

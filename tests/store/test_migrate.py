@@ -314,9 +314,7 @@ def test_rows_of_every_earlier_version_upgrade_to_usage_parts(
             ).one()
         parts = [{"kind": "advisor_message", "model": "claude-y", "input_tokens": 3}]
         with engine.begin() as conn:
-            conn.execute(
-                STREAMS.update().where(STREAMS.c.id == "old").values(usage_parts=parts)
-            )
+            conn.execute(STREAMS.update().where(STREAMS.c.id == "old").values(usage_parts=parts))
         with engine.connect() as conn:
             stored = conn.execute(select(STREAMS.c.usage_parts)).scalar_one()
     finally:

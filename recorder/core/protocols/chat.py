@@ -3,12 +3,12 @@
 Output is ``delta.content``, ``delta.refusal``, ``delta.reasoning_content`` /
 ``delta.reasoning`` (DeepSeek, xAI, OpenRouter), content given as a list of
 parts (Mistral: ``text`` parts, and ``thinking`` parts of reasoning text) and
-tool-call ``arguments``;
-the role chunk (``content: ""`` or ``null``) is not. Usage is found by a
-non-null ``usage``, wherever it comes (OpenAI: a last chunk with empty
-``choices``; DeepSeek: the finish chunk); older Groq models send it only in
-the last chunk's ``x_groq.usage``, read when no top-level ``usage`` came. ``data: [DONE]`` is terminal; an
-``{"error": ...}`` payload is an error event even after status 200.
+tool-call ``arguments``; the role chunk (``content: ""`` or ``null``) is not.
+Usage is found by a non-null ``usage``, wherever it comes (OpenAI: a last chunk
+with empty ``choices``; DeepSeek: the finish chunk); older Groq models send it
+only in the last chunk's ``x_groq.usage``, read when no top-level ``usage``
+came. ``data: [DONE]`` is terminal; an ``{"error": ...}`` payload is an error
+event even after status 200.
 
 Fast path: most events of a stream are content deltas that differ only in
 their text (same id, model, fingerprint, index; ``finish_reason: null``), and

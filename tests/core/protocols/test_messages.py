@@ -497,13 +497,28 @@ def test_compaction_stream_bills_every_iteration(wire: Any) -> None:
     """Issue 30: the top-level usage of a compaction stream covers only its last
     iteration; the record sums them all (the cache read of the compaction included)."""
     iterations = [
-        {"type": "compaction", "input_tokens": 100, "cache_read_input_tokens": 55096,
-         "cache_creation_input_tokens": 0, "output_tokens": 83},
-        {"type": "message", "input_tokens": 181, "cache_read_input_tokens": 0,
-         "cache_creation_input_tokens": 0, "output_tokens": 8},
+        {
+            "type": "compaction",
+            "input_tokens": 100,
+            "cache_read_input_tokens": 55096,
+            "cache_creation_input_tokens": 0,
+            "output_tokens": 83,
+        },
+        {
+            "type": "message",
+            "input_tokens": 181,
+            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": 0,
+            "output_tokens": 8,
+        },
     ]
-    final = {"input_tokens": 181, "cache_read_input_tokens": 0,
-             "cache_creation_input_tokens": 0, "output_tokens": 8, "iterations": iterations}
+    final = {
+        "input_tokens": 181,
+        "cache_read_input_tokens": 0,
+        "cache_creation_input_tokens": 0,
+        "output_tokens": 8,
+        "iterations": iterations,
+    }
     rec = wire.meter(
         EP,
         body(
