@@ -452,7 +452,10 @@ def cost_or_reason(record: StreamRecord, table: PriceTable) -> Cost | None:
     if record.input_tokens is None and record.output_tokens is None:
         return None
     if record.usage_parts:
-        return _cost_of_parts(record, record.usage_parts, table)
+        _, cost, reason = price_parts(record, table)
+        if reason is not None:
+            raise Unpriced(reason)
+        return cost
     entry = table.resolve(record.response_model) or table.resolve(record.model)
     if entry is None:
         model = record.response_model or record.model
@@ -472,28 +475,36 @@ def cost_or_reason(record: StreamRecord, table: PriceTable) -> Cost | None:
     )
 
 
-def _cost_of_parts(record: StreamRecord, parts: list[dict[str, Any]], table: PriceTable) -> Cost:
-    """The cost of a record of several priced parts: each part at its own model's
-    rates (the record's when it names none), under the record's service tier;
-    the provider-side tool requests once, with the first part of the record's own
-    model. Each part's entry gets its ``cost_usd``, ``price_version`` and
-    ``unpriced_reason``; the record's cost is their sum, and :class:`Unpriced`
-    (the first part's reason) when any part has no price: a partial sum is not
-    the cost. The record's ``price_version`` is that of its own model's part."""
+def price_parts(
+    record: StreamRecord, table: PriceTable
+) -> tuple[list[dict[str, Any]], Cost | None, str | None]:
+    """A record of several priced parts (``usage_parts``) priced part by part: new
+    part objects with their ``cost_usd``, ``price_version`` and
+    ``unpriced_reason`` (the record's are left as they are), the record's cost,
+    and the first part's reason when any part has no price (the cost is then
+    None: a partial sum is not the cost).
+
+    Each part at its own model's rates (the record's when it names none), under
+    the record's service tier; the provider-side tool requests once, with the
+    first part of the record's own model. The cost's ``price_version`` is that of
+    the record's own model's part."""
     own = table.resolve(record.response_model) or table.resolve(record.model)
     tools: Mapping[str, int] | None = record.server_tool_requests
     total = _ZERO
     versions: list[str] = []
     reason: str | None = None
-    for part in parts:
+    parts = []
+    for given in record.usage_parts or ():
+        part = {**given, "cost_usd": None, "price_version": None, "unpriced_reason": None}
+        parts.append(part)
         named = part.get("model")
         entry = table.resolve(named) if named else own
-        part["cost_usd"] = part["price_version"] = part["unpriced_reason"] = None
         if entry is None:
             model = named or record.response_model or record.model
             part["unpriced_reason"] = f"no price for model {model!r}" if model else "no model named"
             reason = reason or part["unpriced_reason"]
             continue
+        mine = not named or entry is own
         try:
             cost = cost_of(
                 entry,
@@ -505,24 +516,23 @@ def _cost_of_parts(record: StreamRecord, parts: list[dict[str, Any]], table: Pri
                 cache_write_1h_tokens=_count(part.get("cache_write_1h_tokens")),
                 reasoning_tokens=_count(part.get("reasoning_tokens")),
                 service_tier=record.service_tier,
-                server_tool_requests=tools if not named or entry is own else None,
+                server_tool_requests=tools if mine else None,
             )
         except Unpriced as e:
             part["unpriced_reason"] = str(e)
             reason = reason or str(e)
             continue
-        if not named or entry is own:
+        if mine:
             tools = None  # billed once
-        part["cost_usd"], part["price_version"] = cost.usd, cost.price_version
-        total += Decimal(cost.usd)
-        if not named or entry is own:
             versions.insert(0, cost.price_version)
         else:
             versions.append(cost.price_version)
+        part["cost_usd"], part["price_version"] = cost.usd, cost.price_version
+        total += Decimal(cost.usd)
     if reason is not None:
-        raise Unpriced(reason)
+        return parts, None, reason
     usd = total.quantize(QUANTUM, rounding=ROUND_HALF_EVEN)
-    return Cost(f"{usd:.12f}", versions[0] if versions else "")
+    return parts, Cost(f"{usd:.12f}", versions[0]), None
 
 
 def _count(value: Any) -> int | None:

@@ -19,6 +19,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from recorder.billing import audit
+from recorder.billing.reprice import reprice_record
 from recorder.core import StreamMeter, StreamRecord
 from recorder.core.billing import complete_usage
 from recorder.metrics import Metrics
@@ -26,6 +27,7 @@ from recorder.store.audit_sql import read_frame
 from recorder.store.engine import make_engine
 from recorder.store.queries import SessionFilter
 from recorder.store.reconcile_sql import read_streams
+from recorder.store.reprice_sql import reprice
 from tests.kit import framing
 from tests.kit.billing import store
 from tests.kit.prices import prices
@@ -181,3 +183,37 @@ def test_metrics_count_each_part_under_its_model() -> None:
         assert get("llm_tokens_total", {**s, "token_type": "output", "source": "reported"}) == outp
         assert get("llm_cost_usd_total", {**s, "source": "reported"}) == pytest.approx(float(cost))
         assert get("llm_streams_total", {**s, "outcome": "completed"}) == (req or None)
+
+
+def test_reprice_prices_each_part_again_and_stores_it(db_url: str, tmp_path: Path) -> None:
+    """The advisor's model gets dearer: the record's cost and its advisor part's
+    change in the store; the executor's parts keep theirs."""
+    rec = metered()
+    store(db_url, tmp_path / "spool", [rec])
+    opus = "claude-opus-4-7"
+    dearer = {**TABLE, "version": "t2", "models": {**TABLE["models"]}}
+    dearer["models"][opus] = {**TABLE["models"][opus], "output": "0.00005"}
+    engine = make_engine(db_url)
+    try:
+        report = reprice(engine, prices(dearer), SessionFilter(limit=None))
+        df = read_frame(engine, SessionFilter(limit=None))
+    finally:
+        engine.dispose()
+    assert report.total.changed == 1
+    stored = audit.parts_of(df["usage_parts"][0])
+    want = []
+    for model, inp, outp, cost in expected_parts():
+        if model == opus:
+            cost = (inp * RATES[opus][0] + outp * Decimal("0.00005")).quantize(Q)
+        want.append((model, cost))
+    assert [(p["model"] or EXECUTOR, Decimal(p["cost_usd"])) for p in stored] == want
+    assert df["cost_usd"][0] == sum(c for _, c in want)
+    assert ":claude-opus-4-7@" in stored[1]["price_version"] and "t2:" in stored[1]["price_version"]
+
+
+def test_pricing_a_copy_leaves_the_record_as_it_was() -> None:
+    """reprice's dry run prices a copy: the record's parts must not change with it."""
+    rec = metered()
+    before = [dict(p) for p in rec.usage_parts or ()]
+    reprice_record(rec, prices({**TABLE, "version": "t2"}))
+    assert rec.usage_parts == before
