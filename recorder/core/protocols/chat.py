@@ -6,8 +6,8 @@ parts (Mistral: ``text`` parts, and ``thinking`` parts of reasoning text) and
 tool-call ``arguments``; the role chunk (``content: ""`` or ``null``) is not.
 Usage is found by a non-null ``usage``, wherever it comes (OpenAI: a last chunk
 with empty ``choices``; DeepSeek: the finish chunk); older Groq models send it
-only in the last chunk's ``x_groq.usage``, read when no top-level ``usage``
-came. ``data: [DONE]`` is terminal; an ``{"error": ...}`` payload is an error
+only in the last chunk's ``x_groq.usage``, Moonshot in the finishing choice
+(``choices[0].usage``): those are read when no top-level ``usage`` came. ``data: [DONE]`` is terminal; an ``{"error": ...}`` payload is an error
 event even after status 200.
 
 Fast path: most events of a stream are content deltas that differ only in
@@ -119,9 +119,8 @@ class ChatCompletionsInterpreter(Interpreter):
         if isinstance(usage, dict):
             obs.report_usage(from_openai_chat(usage), usage)
         elif not obs.output_final:
-            groq = obj.get("x_groq")
-            usage = groq.get("usage") if isinstance(groq, dict) else None
-            if isinstance(usage, dict):  # Groq's own place; a top-level usage wins
+            usage = _elsewhere(obj)
+            if usage is not None:  # a top-level usage wins over it, wherever it comes
                 obs.report_usage(from_openai_chat(usage), usage)
         choices = obj.get("choices")
         chars = 0
@@ -190,3 +189,19 @@ class ChatCompletionsInterpreter(Interpreter):
                 if isinstance(function, dict):
                     chars += obs.add_tool(function.get("arguments"))
         return chars
+
+
+def _elsewhere(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The usage of a chunk without a top-level one: Groq's ``x_groq.usage``, or
+    Moonshot's in the finishing choice (``choices[i].usage``)."""
+    groq = obj.get("x_groq")
+    usage = groq.get("usage") if isinstance(groq, dict) else None
+    if isinstance(usage, dict):
+        return usage
+    choices = obj.get("choices")
+    if isinstance(choices, list):
+        for choice in choices:
+            usage = choice.get("usage") if isinstance(choice, dict) else None
+            if isinstance(usage, dict):
+                return usage
+    return None

@@ -639,3 +639,20 @@ def test_mistral_content_parts_are_output(wire: Any) -> None:
     assert rec.output_chars == 10 + 10 + 2
     assert rec.ttft_ms == 400.0
     assert rec.output_breakdown is None or rec.output_breakdown["reasoning"] == 20
+
+
+def test_moonshot_usage_in_the_finishing_choice_is_reported(wire: Any) -> None:
+    """Moonshot puts the usage in the finishing choice (``choices[0].usage``); a
+    later top-level usage still replaces it."""
+    usage = {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17}
+    finishing = {"index": 0, "delta": {}, "finish_reason": "stop", "usage": usage}
+    rec = wire.meter(
+        EP, wire.data(chunk({"content": "OK."})) + wire.data(chunk(choices=[finishing])) + DONE
+    )
+    assert (rec.input_tokens, rec.output_tokens, rec.output_source) == (12, 5, "reported")
+    top = {"prompt_tokens": 13, "completion_tokens": 6, "total_tokens": 19}
+    rec = wire.meter(
+        EP,
+        wire.data(chunk(choices=[finishing])) + wire.data(chunk(choices=[], usage=top)) + DONE,
+    )
+    assert (rec.input_tokens, rec.output_tokens) == (13, 6)
