@@ -7,8 +7,9 @@ tool-call ``arguments``; the role chunk (``content: ""`` or ``null``) is not.
 Usage is found by a non-null ``usage``, wherever it comes (OpenAI: a last chunk
 with empty ``choices``; DeepSeek: the finish chunk); older Groq models send it
 only in the last chunk's ``x_groq.usage``, Moonshot in the finishing choice
-(``choices[0].usage``): those are read when no top-level ``usage`` came. ``data: [DONE]`` is terminal; an ``{"error": ...}`` payload is an error
-event even after status 200.
+(``choices[0].usage``): those are read when no top-level ``usage`` came.
+``data: [DONE]`` is terminal; an ``{"error": ...}`` payload is an error event
+even after status 200.
 
 Fast path: most events of a stream are content deltas that differ only in
 their text (same id, model, fingerprint, index; ``finish_reason: null``), and
