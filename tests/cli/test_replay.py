@@ -349,3 +349,16 @@ def test_console_script_entry_point(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stdout == b""
     assert len(proc.stderr.decode().splitlines()) == 1
+
+
+def test_a_damaged_head_is_told_from_the_events_after_it(cli: Cli, tmp_path: Path) -> None:
+    """Without --endpoint, a body whose first 256 KiB frame no event is read on
+    until its events tell the protocol; refused only when nothing tells it."""
+    body = CHAT_TEXT.read_bytes()
+    path = tmp_path / "cut.sse"
+    path.write_bytes(b"x" * (300 * 1024) + body[body.index(b"data: ") + 20 :])
+    ran = cli("replay", str(path), "--format", "json")
+    assert ran.code == 0, ran.err
+    doc = json.loads(ran.out)
+    assert doc["endpoint"] == "chat.completions" and doc["outcome"] == "completed"
+    assert "chat.completions (told from its events)" in ran.err
