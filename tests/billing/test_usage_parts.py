@@ -130,6 +130,11 @@ def test_a_part_without_a_price_leaves_the_cost_unknown() -> None:
     assert rec.usage_parts is not None
     own = [p for p in rec.usage_parts if p["model"] is None]
     assert all(p["cost_usd"] is not None for p in own)
+    # the audit shows no cost in any part of it, and one unpriced request
+    groups = audit.aggregate(audit.frame([rec.to_dict()]), ("model",))
+    assert all(g["cost_usd"] == 0 for g in groups)
+    assert audit.totals(groups)["unpriced_requests"] == 1
+    assert audit.totals(groups)["input_tokens"] == rec.input_tokens
 
 
 def check_audit(groups: list[dict[str, Any]]) -> None:
