@@ -18,6 +18,14 @@ keys). The figures, as docs/billing.md ("Audit") defines them:
 - ``unpriced_requests``: usage is known (``usage_source`` is not ``none``) but
   no price was found (``price_version`` is null): cost the audit cannot show.
 
+A stream of several priced parts (``usage_parts``: Anthropic's compaction,
+advisor and fallback iterations) is one row per part before grouping (:func:`by_part`):
+each part's tokens and cost under the model it ran on (an Opus advisor inside a
+Sonnet request is Opus's), the request counted once, with the part of its own
+model. The parts' figures sum to the stream's, so sums over groups still equal
+sums over streams; a stream whose cost is unknown (a part unpriced) adds no cost
+in any of its parts.
+
 Money stays exact: ``cost_usd`` is a ``Decimal`` per stream (the store gives one
 on both backends; SQLite keeps it as text), held in an object column and summed
 in a decimal context wide enough that no sum is ever rounded. Neither SQL ``SUM``
@@ -115,7 +123,10 @@ COLUMNS = (
     "upstream",
 )
 # Columns read when the store has them (a row without one reads as null).
-OPTIONAL_COLUMNS = (TAGS_COLUMN, "user_id", "session_id")
+PARTS_COLUMN = "usage_parts"
+OPTIONAL_COLUMNS = (TAGS_COLUMN, "user_id", "session_id", PARTS_COLUMN)
+# which row of a stream cut into parts counts the request (its own model's part)
+_REQUEST = "_request"
 DEFAULT_BY = ("day", "model")
 SHARE_PLACES = Decimal("0.000001")
 
@@ -268,7 +279,9 @@ def aggregate(df: pd.DataFrame, by: Sequence[str]) -> list[dict[str, Any]]:
     if df.empty:
         return []
     pd = _pandas()
-    figures: dict[str, Any] = {"requests": pd.Series(1, index=df.index)}
+    df = by_part(df)
+    request = df[_REQUEST].astype(bool) if _REQUEST in df else pd.Series(True, index=df.index)
+    figures: dict[str, Any] = {"requests": request.astype("int64")}
     for name in TOKEN_FIGURES:
         figures[name] = df[name].fillna(0).astype("int64")
     est_in = df["input_source"] == "estimated"
@@ -284,12 +297,54 @@ def aggregate(df: pd.DataFrame, by: Sequence[str]) -> list[dict[str, Any]]:
         df["output_tokens"].where(est_out, 0).fillna(0).astype("int64")
     )
     figures["estimated_cost_usd"] = money_where(cost, estimated)
-    figures["interrupted_requests"] = interrupted.astype("int64")
+    figures["interrupted_requests"] = (interrupted & request).astype("int64")
     figures["interrupted_cost_usd"] = money_where(cost, interrupted)
     figures["unpriced_requests"] = (
-        df["price_version"].isna() & (df["usage_source"] != "none")
+        df["price_version"].isna() & (df["usage_source"] != "none") & request
     ).astype("int64")
     return group_sums(df, by, {name: figures[name] for name in METRICS}, MONEY_METRICS)
+
+
+def parts_of(value: Any) -> list[dict[str, Any]]:
+    """A row's ``usage_parts`` (a list, or its JSON text) as a list; [] for none."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return []
+    if not isinstance(value, list):
+        return []
+    return [p for p in value if isinstance(p, dict)]
+
+
+def by_part(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with each stream of several priced parts as one row per part (see
+    the module's docstring), and a ``_request`` column saying which row counts
+    the stream's request; ``df`` itself when no stream has parts."""
+    if PARTS_COLUMN not in df or not any(parts_of(v) for v in df[PARTS_COLUMN]):
+        return df
+    pd = _pandas()
+    rows: list[dict[str, Any]] = []
+    for record in df.to_dict("records"):
+        parts = parts_of(record.get(PARTS_COLUMN))
+        if not parts:
+            rows.append({**record, _REQUEST: True})
+            continue
+        own = next((i for i, p in enumerate(parts) if not p.get("model")), 0)
+        priced = record.get("cost_usd") is not None
+        for i, part in enumerate(parts):
+            row = {**record, _REQUEST: i == own}
+            if part.get("model"):
+                row["model"] = part["model"]
+            for name in TOKEN_FIGURES:
+                row[name] = part.get(name)
+            row["cost_usd"] = cost_value(part.get("cost_usd")) if priced else None
+            rows.append(row)
+    out = pd.DataFrame(rows, columns=[*df.columns, _REQUEST])
+    for name in TOKEN_FIGURES:
+        out[name] = pd.array(out[name].tolist(), dtype="Int64")
+    out["cost_usd"] = pd.Series(out["cost_usd"].tolist(), dtype=object, index=out.index)
+    return out
 
 
 def check_by(by: Sequence[str]) -> None:

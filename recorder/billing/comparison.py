@@ -141,7 +141,7 @@ def _zero(figure: str) -> Number:
 
 def _stream_figures(s: Stream) -> dict[str, Number]:
     return {
-        "requests": 1,
+        "requests": s.requests,
         "input_tokens": s.input_tokens or 0,
         "output_tokens": s.output_tokens or 0,
         "cache_read_tokens": s.cache_read_tokens or 0,

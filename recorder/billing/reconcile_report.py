@@ -63,7 +63,7 @@ def group_document(
         doc["difference"]["cost_usd"] = None
     doc["beyond_tolerance"] = list(beyond)
     doc["in_export"] = g.in_export
-    doc["recorded_streams"] = sum(1 for s in g.streams if s.billed)
+    doc["recorded_streams"] = sum(s.requests for s in g.streams if s.billed)
     explained = explain(g, beyond)
     doc["streams"] = [
         {

@@ -1,10 +1,17 @@
 """What reconciliation needs of a recorded stream (the store reads them:
-:func:`recorder.store.reconcile_sql.read_streams`)."""
+:func:`recorder.store.reconcile_sql.read_streams`).
+
+A stream of several priced parts (``usage_parts``: Anthropic's compaction,
+advisor and fallback iterations) is one :class:`Stream` per part
+(:func:`streams_from_row`): each part's figures under the model it ran on, as a
+provider's export bills them (an Opus advisor inside a Sonnet request is on
+Opus's line), the request counted once, with the part of the request's own model.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -30,6 +37,7 @@ STREAM_COLUMNS = (
     "usage_source",
     "cost_usd",
     "price_version",
+    "usage_parts",
 )
 
 
@@ -54,6 +62,7 @@ class Stream:
     usage_source: str
     cost_usd: Decimal | None
     price_version: str | None
+    requests: int = 1  # 0 for a part of a stream whose request another part counts
 
     @property
     def day(self) -> str:
@@ -92,3 +101,33 @@ def stream_from_row(row: Mapping[Any, Any]) -> Stream:
         cost_usd=None if cost is None else Decimal(cost),
         price_version=row.get("price_version"),
     )
+
+
+def streams_from_row(row: Mapping[Any, Any]) -> list[Stream]:
+    """The row as :class:`Stream` s: one, or one per priced part of its usage."""
+    whole = stream_from_row(row)
+    parts = [p for p in row.get("usage_parts") or () if isinstance(p, dict)]
+    if not parts:
+        return [whole]
+    own = next((i for i, p in enumerate(parts) if not p.get("model")), 0)
+    out = []
+    for i, part in enumerate(parts):
+        cost = part.get("cost_usd") if whole.cost_usd is not None else None
+        out.append(
+            replace(
+                whole,
+                model=part.get("model") or whole.model,
+                input_tokens=_count(part.get("input_tokens")),
+                output_tokens=_count(part.get("output_tokens")),
+                cache_read_tokens=_count(part.get("cache_read_tokens")),
+                cache_write_tokens=_count(part.get("cache_write_tokens")),
+                cost_usd=None if cost is None else Decimal(cost),
+                price_version=part.get("price_version") or whole.price_version,
+                requests=int(i == own),
+            )
+        )
+    return out
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

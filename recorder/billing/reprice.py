@@ -76,6 +76,7 @@ class Change:
     cost_usd: Decimal | None
     price_version: str | None
     unpriced_reason: str | None = None
+    usage_parts: list[dict[str, Any]] | None = None  # each part's cost, for parts' rows
 
 
 @dataclass(slots=True)
@@ -156,5 +157,7 @@ def plan(records: Iterable[StreamRecord], table: PriceTable, report: Report) -> 
             report.now_unpriced += 1
         if changed or noted:
             assert rec.id is not None
-            changes.append(Change(rec.id, new_cost, new_version, new.unpriced_reason))
+            changes.append(
+                Change(rec.id, new_cost, new_version, new.unpriced_reason, new.usage_parts)
+            )
     return changes

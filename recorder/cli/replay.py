@@ -51,6 +51,7 @@ WS_SUFFIX = ".ws.jsonl"
 # Enough for the first events of any body (a Responses response.created event
 # echoes the request's instructions and tools, which can be long).
 DETECT_SIZE = 256 * 1024
+MAX_DETECT_SIZE = 4 * 1024 * 1024  # read at most this far to tell a damaged body's protocol
 
 
 def add_parser(sub: Subcommands) -> None:
@@ -193,15 +194,39 @@ def _replay_websocket(
     return 0
 
 
+def _enough_to_tell(fh: BinaryIO, head: bytes) -> bytes:
+    """``head`` and as much more of the body as it takes its events to tell the
+    protocol (a capture damaged before its first whole line may frame nothing
+    in its first bytes), up to ``MAX_DETECT_SIZE``."""
+    while len(head) < MAX_DETECT_SIZE:
+        try:
+            if detect_endpoint(head) is not None:
+                return head
+        except NotSSE:
+            pass
+        more = fh.read(DETECT_SIZE)
+        if not more:
+            return head
+        head += more
+    return head
+
+
 def _replay_file(
     fh: BinaryIO, name: str, endpoint: str | None, prices: PriceTable | None
 ) -> StreamRecord:
     """Meter an open body; its protocol told from its head unless given."""
     head = fh.read(DETECT_SIZE)
+    if endpoint is None:
+        head = _enough_to_tell(fh, head)
     try:
         found = detect_endpoint(head)
     except NotSSE as e:
-        raise CliError(f"{name} is not an SSE body: {e}", 2) from None
+        if endpoint is None:
+            raise CliError(f"{name} is not an SSE body: {e}", 2) from None
+        # the endpoint is given: a body cut or damaged before its first whole
+        # line is still metered (truncated, its damage counted), never refused
+        print(f"recorder replay: {name}: {e}; metered as {endpoint}", file=sys.stderr)
+        found = None
     if endpoint is None:
         if found is None:
             raise CliError(

@@ -30,7 +30,8 @@ from typing import Any
 
 from recorder.core.counts import InputCounts, OutputCounts
 from recorder.core.estimate import ESTIMATOR_VERSION, Estimator, thinking_ms
-from recorder.core.pricing import PriceTable, Unpriced, cost_or_reason
+from recorder.core.pricing import PriceTable, Unpriced
+from recorder.core.record_cost import cost_or_reason, price_parts
 from recorder.core.protocols.observations import Observations
 from recorder.core.record import StreamRecord, combine_sources
 
@@ -201,6 +202,13 @@ def apply_prices(record: StreamRecord, prices: PriceTable) -> None:
     ``unpriced_reason`` when there is usage but no price for it."""
     record.cost_usd = record.price_version = record.unpriced_reason = None
     if record.usage_source == "none":
+        return
+    if record.usage_parts:
+        record.usage_parts, parts_cost, reason = price_parts(record, prices)
+        record.unpriced_reason = reason
+        if parts_cost is not None:
+            record.cost_usd = parts_cost.usd
+            record.price_version = parts_cost.price_version
         return
     try:
         cost = cost_or_reason(record, prices)

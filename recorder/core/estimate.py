@@ -369,7 +369,10 @@ class Estimator:
         from the breakdowns.
         """
         model = record.response_model or record.model
-        if not model or record.endpoint in _NOT_TAUGHT:
+        if not model or record.endpoint in _NOT_TAUGHT or record.usage_parts:
+            # (a usage of several parts sums several samplings, each reading the
+            # prompt again, some whose output was never streamed: no ratio of
+            # what was sent and streamed to what was billed)
             return
         family = family_for(model, record.endpoint)
         profile = PROFILES[family]

@@ -40,6 +40,7 @@ from recorder.core.rhythm import (
     Rhythm,
 )
 from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES, SSEFramer
+from recorder.core.usage import usage_parts
 
 if TYPE_CHECKING:
     from recorder.core.framing import EventReader, EventRun, Item
@@ -414,6 +415,7 @@ def _observed(rec: StreamRecord, obs: Observations) -> None:
         for name in _REPORTED:
             setattr(rec, name, getattr(usage, name))
         rec.raw_usage = obs.raw_usage
+        rec.usage_parts = usage_parts(usage.parts)
     rec.input_source = "reported" if rec.input_tokens is not None else "none"
     rec.output_source = "reported" if rec.output_tokens is not None else "none"
     rec.usage_source = combine_sources(rec.input_source, rec.output_source)

@@ -156,6 +156,9 @@ class StreamRecord:
     request_fingerprint: str | None = None
     retry_of: str | None = None
     attempt: int | None = None
+    # issue 30: the priced parts the token figures are the sums of (Anthropic's
+    # usage.iterations), each with its model and cost; null: one part, the record's
+    usage_parts: list[dict[str, Any]] | None = None
     gaps: list[Gap] = field(default_factory=list)
 
     def to_dict(self, *, with_gaps: bool = False) -> dict[str, Any]:

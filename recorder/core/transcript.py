@@ -126,6 +126,7 @@ def _output(event: Event, endpoint: str) -> list[tuple[str, str]]:
                 ("reasoning", _REASONING),
             ):
                 _add(found, kind, delta.get(key))
+            _content_parts(found, delta.get("content"))
             for call in delta.get("tool_calls") or ():
                 fn = call.get("function") if isinstance(call, dict) else None
                 _add(found, _TOOL, fn.get("arguments") if isinstance(fn, dict) else None)
@@ -153,6 +154,22 @@ def _output(event: Event, endpoint: str) -> list[tuple[str, str]]:
             if delta.get("type") == "compaction_delta":  # a summary the model wrote
                 _add(found, _TEXT, delta.get("content"))
     return found
+
+
+def _content_parts(found: list[tuple[str, str]], parts: object) -> None:
+    """Mistral's content as a list of parts: text parts, and thinking parts'
+    text parts (reasoning)."""
+    if not isinstance(parts, list):
+        return
+    for part in parts:
+        if not isinstance(part, dict):
+            continue
+        if part.get("type") == "text":
+            _add(found, _TEXT, part.get("text"))
+        elif part.get("type") == "thinking" and isinstance(part.get("thinking"), list):
+            for inner in part["thinking"]:
+                if isinstance(inner, dict) and inner.get("type") == "text":
+                    _add(found, _REASONING, inner.get("text"))
 
 
 def _add(found: list[tuple[str, str]], kind: str, value: object) -> None:

@@ -11,6 +11,14 @@ The providers count differently, and a billing audit must not care:
 - cache and reasoning figures are parts of those totals, never added twice.
 
 A figure the provider did not report stays ``None``: unknown is not zero.
+
+Several priced parts: Anthropic bills every sampling iteration of a request
+(``usage.iterations``: a compaction summary, an advisor's consultation, a
+fallback), while its top-level figures cover only some of them (the last
+message for compaction, the executor for the advisor). When the iterations are
+reported, the totals are their sums and each iteration is a :class:`UsagePart`
+with the model it ran on (an advisor iteration names its own, which is priced
+at its own rates; one that names none ran on the request's model).
 """
 
 from __future__ import annotations
@@ -37,6 +45,37 @@ class Usage:
     input_image_tokens: int | None = None
     cache_read_image_tokens: int | None = None
     output_audio_tokens: int | None = None
+    # the priced parts whose sums these figures are (None: one part, the request's model)
+    parts: tuple[UsagePart, ...] | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class UsagePart:
+    """One priced part of a request's usage: a sampling iteration (``kind`` as the
+    provider names it: ``message``, ``compaction``, ``advisor_message``, ...) on
+    ``model`` (None: the request's model), with its normalised figures."""
+
+    kind: str
+    model: str | None
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    cache_write_5m_tokens: int | None = None
+    cache_write_1h_tokens: int | None = None
+
+
+# the figures of a part, in the order a record's ``usage_parts`` entry gives them
+PART_FIGURES = (
+    "input_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "cache_write_5m_tokens",
+    "cache_write_1h_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+)
 
 
 MAX_COUNT = 2**63 - 1  # what a BIGINT column holds; anything above is noise
@@ -66,6 +105,10 @@ def from_openai_chat(raw: dict[str, Any]) -> Usage:
     cached = _int(_sub(raw.get("prompt_tokens_details"), "cached_tokens"))
     if cached is None:
         cached = _int(raw.get("prompt_cache_hit_tokens"))  # DeepSeek's own name
+    if cached is None:
+        cached = _int(raw.get("cached_tokens"))  # Together: beside prompt_tokens
+    if cached is None:
+        cached = _int(raw.get("num_cached_tokens"))  # Mistral's own name
     output = completion
     if (
         completion is not None
@@ -77,6 +120,9 @@ def from_openai_chat(raw: dict[str, Any]) -> Usage:
     ):
         output = completion + reasoning  # xAI: reasoning is outside completion_tokens
     cache_write = _int(_sub(raw.get("prompt_tokens_details"), "cache_write_tokens"))
+    if cache_write is None:
+        # gateways relaying Anthropic-style counts (Vercel's AI Gateway)
+        cache_write = _int(raw.get("cache_creation_input_tokens"))
     return Usage(prompt, output, cached, cache_write, reasoning)
 
 
@@ -100,7 +146,58 @@ def from_anthropic(raw: dict[str, Any], *, output_final: bool) -> Usage:
 
     ``output_final`` is false while only ``message_start``'s provisional
     ``output_tokens`` is known: that number is not the output, so it stays None.
+    With the final ``usage.iterations`` (each a whole usage), the figures are
+    their sums and each is a part (see the module's docstring).
     """
+    top = _anthropic_figures(raw, output_final=output_final)
+    parts = _iterations(raw.get("iterations")) if output_final else None
+    if not parts:
+        return top
+    totals = {name: _sum(getattr(p, name) for p in parts) for name in PART_FIGURES}
+    if totals["reasoning_tokens"] is None:
+        totals["reasoning_tokens"] = top.reasoning_tokens  # no iteration says it apart
+    if len(parts) == 1 and parts[0].model is None:
+        parts = None  # one iteration on the request's model: the usage is one part
+    return Usage(**totals, parts=parts)
+
+
+def _sum(values: Any) -> int | None:
+    """The sum of the known values; None when none is known."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _iterations(value: Any) -> tuple[UsagePart, ...] | None:
+    """The parts of ``usage.iterations``; None unless every one is a usage with
+    its input and output counts (a partial list would bill a part twice or not)."""
+    if not isinstance(value, list) or not value:
+        return None
+    parts = []
+    for item in value:
+        if not isinstance(item, dict):
+            return None
+        u = _anthropic_figures(item, output_final=True)
+        if u.input_tokens is None or u.output_tokens is None:
+            return None
+        kind, model = item.get("type"), item.get("model")
+        parts.append(
+            UsagePart(
+                kind=kind if isinstance(kind, str) and kind else "message",
+                model=model if isinstance(model, str) and model else None,
+                input_tokens=u.input_tokens,
+                output_tokens=u.output_tokens,
+                cache_read_tokens=u.cache_read_tokens,
+                cache_write_tokens=u.cache_write_tokens,
+                reasoning_tokens=u.reasoning_tokens,
+                cache_write_5m_tokens=u.cache_write_5m_tokens,
+                cache_write_1h_tokens=u.cache_write_1h_tokens,
+            )
+        )
+    return tuple(parts)
+
+
+def _anthropic_figures(raw: dict[str, Any], *, output_final: bool) -> Usage:
+    """One Anthropic usage object (the top level, or one iteration), normalised."""
     base = _int(raw.get("input_tokens"))
     cache_read = _int(raw.get("cache_read_input_tokens"))
     cache_write = _int(raw.get("cache_creation_input_tokens"))
@@ -154,3 +251,24 @@ def from_openai_realtime(raw: dict[str, Any]) -> Usage:
         cache_read_image_tokens=_int(_sub(cached, "image_tokens")),
         output_audio_tokens=_int(_sub(raw.get("output_token_details"), "audio_tokens")),
     )
+
+
+# what pricing adds to a record's ``usage_parts`` entry (recorder.core.pricing)
+PART_COST_FIELDS = ("cost_usd", "price_version", "unpriced_reason")
+
+
+def usage_parts(parts: tuple[UsagePart, ...] | None) -> list[dict[str, Any]] | None:
+    """A record's ``usage_parts`` (docs/record.md): one object per part, its kind,
+    its model (null: the record's own), its figures, and its cost, unset until
+    priced; None for a usage of one part."""
+    if not parts:
+        return None
+    return [
+        {
+            "kind": part.kind,
+            "model": part.model,
+            **{name: getattr(part, name) for name in PART_FIGURES},
+            **dict.fromkeys(PART_COST_FIELDS),
+        }
+        for part in parts
+    ]

@@ -39,6 +39,10 @@ names cannot multiply the series. Label values are cut to 100 characters.
 With ``metrics_tag`` (``--metrics-tag NAME``) the stream metrics also carry the
 request's tag NAME as a label of that name, after ``model``, capped the same way
 (``other`` past the cap; empty for a request without the tag).
+A record of several priced parts (``usage_parts``: an advisor iteration on
+another model, say) counts each part's tokens and cost under the part's own
+model; its stream, duration and per-request token observations stay the
+record's.
 
 Bucket boundaries are chosen for LLM streams; docs/metrics.md explains them.
 """
@@ -46,7 +50,6 @@ Bucket boundaries are chosen for LLM streams; docs/metrics.md explains them.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -83,6 +86,7 @@ from recorder.metrics.collectors import (
     Spec,
     label,
 )
+from recorder.metrics.record_figures import Figures, cost_float, part_tokens, record_tokens
 from recorder.metrics.record_series import CounterFamily, HistogramFamily, IntervalHistogram
 
 if TYPE_CHECKING:
@@ -307,7 +311,8 @@ class Metrics:
         if self.metrics_tag is not None:
             base = (*base, self._tag_label(record))
         outcome = label(record.outcome)
-        cost = _cost(record.cost_usd)  # (may log: not under the lock)
+        cost = cost_float(record.cost_usd)  # (may log: not under the lock)
+        parts = self._parts(record, base, cost is not None) if record.usage_parts else None
         kind = unpriced_kind(record.unpriced_reason)
         with self._lock:
             if folded:
@@ -340,14 +345,12 @@ class Metrics:
             keepalives = get("keepalives") or kid(kids, "keepalives", self.keepalives, *base)
             if record.keepalives:
                 keepalives.inc(record.keepalives)
-            self._tokens(record, base, kids)
-            if cost is not None:
-                source = "reported" if record.usage_source == "reported" else "estimated"
-                key = ("cost", source)
-                (get(key) or kid(kids, key, self.cost, *base, source)).inc(cost)
-                if record.interrupted:
-                    key = ("interruption", outcome)
-                    (get(key) or kid(kids, key, self.interruption_cost, *base, outcome)).inc(cost)
+            self._tokens(record, base, kids, counted=parts is None)
+            if parts is not None:
+                for part_base, figures, part_cost in parts:
+                    self._part(record, part_base, figures, part_cost, outcome)
+            elif cost is not None:
+                self._costs(record, base, kids, cost, outcome)
             # (the series exists from the first record on, as the stalls')
             retries = get("retries") or kid(kids, "retries", self.retries, *base)
             if record.retry_of:  # the retry chain's field (issue 32)
@@ -366,24 +369,71 @@ class Metrics:
         child = kids[key] = family.child(*values)
         return child
 
-    def _tokens(self, record: StreamRecord, base: tuple[str, ...], kids: dict[object, Any]) -> None:
-        """The record's token counters and per-request token histograms (the
-        caller holds the lock)."""
+    def _costs(
+        self,
+        record: StreamRecord,
+        base: tuple[str, ...],
+        kids: dict[object, Any],
+        cost: float,
+        outcome: str,
+    ) -> None:
+        """The cost counters of ``cost`` under ``base`` (the caller holds the lock)."""
         get, kid = kids.get, self._kid
-        input_source = record.input_source
-        output_source = record.output_source
-        figures = (
-            ("input", record.input_tokens, input_source),
-            ("cache_read", record.cache_read_tokens, input_source),
-            ("cache_write", record.cache_write_tokens, input_source),
-            ("output", record.output_tokens, output_source),
-            ("reasoning", record.reasoning_tokens, output_source),
-        )
-        for token_type, value, source in figures:
-            if value is None or source not in ("reported", "estimated"):
-                continue
-            key: tuple[str, ...] = ("tokens", token_type, source)
-            (get(key) or kid(kids, key, self.tokens, *base, token_type, source)).inc(value)
+        source = "reported" if record.usage_source == "reported" else "estimated"
+        key = ("cost", source)
+        (get(key) or kid(kids, key, self.cost, *base, source)).inc(cost)
+        if record.interrupted:
+            key = ("interruption", outcome)
+            (get(key) or kid(kids, key, self.interruption_cost, *base, outcome)).inc(cost)
+
+    def _parts(
+        self, record: StreamRecord, base: tuple[str, ...], priced: bool
+    ) -> list[tuple[tuple[str, ...], Figures, float | None]]:
+        """Each usage part's labels (its own model's, the record's when it names
+        none), figures and cost (None unless the record is priced: the counters
+        agree with the rows, whose cost is null when a part is unpriced). Made
+        before the lock is taken (labels may fold, a cost may log)."""
+        out = []
+        for part in record.usage_parts or ():
+            named = part.get("model")
+            part_base = base
+            if named:
+                part_base = (base[0], base[1], self.models(str(named))[0], *base[3:])
+            figures = part_tokens(record, part)
+            part_cost = cost_float(part.get("cost_usd")) if priced else None
+            out.append((part_base, figures, part_cost))
+        return out
+
+    def _part(
+        self,
+        record: StreamRecord,
+        base: tuple[str, ...],
+        figures: Figures,
+        cost: float | None,
+        outcome: str,
+    ) -> None:
+        """One usage part's token and cost counters under its own model (the
+        caller holds the lock)."""
+        kids = self._base_kids.get(base)
+        if kids is None:
+            kids = self._base_kids[base] = {}
+        self._count_tokens(base, kids, figures)
+        if cost is not None:
+            self._costs(record, base, kids, cost, outcome)
+
+    def _tokens(
+        self,
+        record: StreamRecord,
+        base: tuple[str, ...],
+        kids: dict[object, Any],
+        *,
+        counted: bool = True,
+    ) -> None:
+        """The record's token counters (unless its parts count them) and
+        per-request token histograms (the caller holds the lock)."""
+        if counted:
+            self._count_tokens(base, kids, record_tokens(record))
+        get, kid = kids.get, self._kid
         if record.input_tokens is not None:
             key = ("usage", "input")
             (get(key) or kid(kids, key, self.token_usage, *base, "input")).observe(
@@ -394,6 +444,17 @@ class Metrics:
             (get(key) or kid(kids, key, self.token_usage, *base, "output")).observe(
                 record.output_tokens
             )
+
+    def _count_tokens(
+        self, base: tuple[str, ...], kids: dict[object, Any], figures: Figures
+    ) -> None:
+        """The token counters of ``figures`` under ``base`` (the caller holds the lock)."""
+        get, kid = kids.get, self._kid
+        for token_type, value, source in figures:
+            if value is None or source not in ("reported", "estimated"):
+                continue
+            key: tuple[str, ...] = ("tokens", token_type, source)
+            (get(key) or kid(kids, key, self.tokens, *base, token_type, source)).inc(value)
 
     def live_streams(
         self, stalled: dict[tuple[str, str], int], oldest: dict[tuple[str, str], float]
@@ -432,17 +493,3 @@ class Metrics:
                 health.websocket_connections_without_response
             ),
         )
-
-
-def _cost(text: str | None) -> float | None:
-    """A record's ``cost_usd`` as the counter's float; None (and a warning) when it is
-    not a finite number. (Read as a float directly: a Decimal first, then its float,
-    costs twice as much per record, for the same float.)"""
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        log.warning("recorder: cost %r is not a decimal; not counted", text)
-        return None
-    return value if math.isfinite(value) else None

@@ -6,6 +6,13 @@ span); what the conventions have no name for goes under ``recorder.``. No prompt
 completion text is ever put on a span: the record holds none to begin with, and the
 conventions' content attributes (``gen_ai.input.messages`` ...) are never set.
 
+A record of several priced parts (``usage_parts``: an advisor iteration on another
+model, a compaction) carries one ``recorder.usage_part`` event per part at the
+span's end, with the part's model (``gen_ai.response.model``), its token counts
+under the span's own attribute names, and its cost: a backend that sums tokens or
+cost by model counts each part under the model it ran on. The span's own token
+attributes are the record's totals.
+
 Times: the record has its wall-clock start (``started_at``) and offsets from it in
 milliseconds; the span runs from the request's start to the stream's end.
 """
@@ -206,8 +213,41 @@ def _events(rec: StreamRecord, start: int, end: int, err: str | None) -> list[Sp
             "recorder.transport_error": _cut(rec.transport_error),
         }
         events.append(SpanEvent("recorder.interrupted", end, _present(cut)))
+    events.extend(_part_events(rec, end))
     events.sort(key=lambda e: e.time_ns)
     return events
+
+
+# a usage part's figures, as the span's own attributes name them
+_PART_ATTRIBUTES = (
+    ("gen_ai.usage.input_tokens", "input_tokens"),
+    ("gen_ai.usage.output_tokens", "output_tokens"),
+    ("gen_ai.usage.cache_read.input_tokens", "cache_read_tokens"),
+    ("gen_ai.usage.cache_write.input_tokens", "cache_write_tokens"),
+    ("gen_ai.usage.reasoning.output_tokens", "reasoning_tokens"),
+    ("recorder.cost_usd", "cost_usd"),
+    ("recorder.price_version", "price_version"),
+)
+
+
+def _part_events(rec: StreamRecord, end: int) -> list[SpanEvent]:
+    """One ``recorder.usage_part`` event per priced part of the usage."""
+    events = []
+    for part in rec.usage_parts or ():
+        values: dict[str, AttributeValue | None] = {
+            "recorder.usage_part.kind": _text(part.get("kind")),
+            "gen_ai.response.model": _text(part.get("model")) or rec.response_model or rec.model,
+        }
+        for name, key in _PART_ATTRIBUTES:
+            value = part.get(key)
+            if isinstance(value, str | int) and not isinstance(value, bool):
+                values[name] = value
+        events.append(SpanEvent("recorder.usage_part", end, _present(values)))
+    return events
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _present(values: Mapping[str, AttributeValue | None]) -> dict[str, AttributeValue]:

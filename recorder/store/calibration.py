@@ -36,6 +36,7 @@ _COLUMNS = (
     "first_event_ms",
     "ttft_ms",
     "duration_ms",
+    "usage_parts",
 )
 
 # The newest streams taught: enough to fill every window of a few dozen models

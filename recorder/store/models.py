@@ -227,6 +227,8 @@ class Stream(Base):
     request_fingerprint: Mapped[str | None] = mapped_column(String(32))
     retry_of: Mapped[str | None] = mapped_column(String(36))
     attempt: Mapped[int | None] = mapped_column(Integer())
+    # issue 30: the priced parts of the usage (Anthropic's iterations), each with its model
+    usage_parts: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONDoc)
     # Beyond the record: for the audit.
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())  # started_at + duration
     recorded_at: Mapped[datetime] = mapped_column(UTCDateTime())  # when the writer stored it

@@ -27,6 +27,7 @@ _UPDATE = (
         cost_usd=bindparam("_cost", type_=STREAMS.c.cost_usd.type),
         price_version=bindparam("_version"),
         unpriced_reason=bindparam("_reason"),
+        usage_parts=bindparam("_parts", type_=STREAMS.c.usage_parts.type),
     )
 )
 
@@ -70,6 +71,7 @@ def reprice(
                                 "_cost": ch.cost_usd,
                                 "_version": ch.price_version,
                                 "_reason": ch.unpriced_reason,
+                                "_parts": ch.usage_parts,
                             }
                             for ch in changes
                         ],

@@ -246,17 +246,54 @@ def test_endpoint_is_told_from_the_body(cli: Cli, body: Path) -> None:
 def test_a_file_that_is_not_sse_is_one_line(
     cli: Cli, tmp_path: Path, name: str, content: bytes
 ) -> None:
+    """Refused only when nothing tells what it is: no --endpoint and no event."""
     path = tmp_path / name
     path.write_bytes(content)
-    for extra in ([], ["--endpoint", "messages"]):
-        ran = cli("replay", str(path), *extra)
-        assert ran.code == 2
-        _, out, err = ran
-        assert out == ""
-        assert err == (
-            f"recorder replay: {path} is not an SSE body: "
-            "no Server-Sent Events in it (no 'data:' or 'event:' line)\n"
-        )
+    ran = cli("replay", str(path))
+    assert ran.code == 2
+    _, out, err = ran
+    assert out == ""
+    assert err == (
+        f"recorder replay: {path} is not an SSE body: "
+        "no Server-Sent Events in it (no 'data:' or 'event:' line)\n"
+    )
+    # with the endpoint given it is metered as that, and says what it was
+    ran = cli("replay", str(path), "--endpoint", "messages", "--format", "json")
+    assert ran.code == 0, ran.err
+    doc = json.loads(ran.out)
+    assert doc["outcome"] == "truncated" and doc["events"] == 0
+    assert "metered as messages" in ran.err
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        # cut inside the first event: its first line holds the tail of a JSON object
+        lambda body: body[body.index(b"data: ") + 20 :],
+        # damaged so that the first line is not data: and no newline ends it soon
+        lambda body: b"x" * (300 * 1024) + body[body.index(b"data: ") + 20 :],
+        # the first event glued to garbage, the rest whole
+        lambda body: b"\x00garbage" + body,
+    ],
+    ids=["cut-in-first-event", "long-damaged-first-line", "garbage-before-first"],
+)
+def test_a_damaged_head_is_metered_with_the_endpoint(cli: Cli, tmp_path: Path, damage: Any) -> None:
+    """issue 30: with --endpoint a capture cut inside its first event, or whose
+    first line is not data:, is metered (its later events read, its damage
+    counted), never refused as not an SSE body."""
+    body = CHAT_TEXT.read_bytes()
+    path = tmp_path / "cut.sse"
+    path.write_bytes(damage(body))
+    ran = cli("replay", str(path), "--endpoint", "chat.completions", "--format", "json")
+    assert ran.code == 0, ran.err
+    doc = json.loads(ran.out)
+    whole = replay_json(cli, str(CHAT_TEXT), "--endpoint", "chat.completions")
+    # the usage chunk and [DONE] came whole: the same usage, completed
+    assert doc["outcome"] == "completed"
+    for name in ("input_tokens", "output_tokens", "response_model"):
+        assert doc[name] == whole[name], name
+    assert doc["events"] <= whole["events"]
+    assert doc["output_chars"] <= whole["output_chars"]
 
 
 def test_a_body_that_does_not_tell_asks_for_the_endpoint(cli: Cli, tmp_path: Path) -> None:
@@ -312,3 +349,16 @@ def test_console_script_entry_point(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stdout == b""
     assert len(proc.stderr.decode().splitlines()) == 1
+
+
+def test_a_damaged_head_is_told_from_the_events_after_it(cli: Cli, tmp_path: Path) -> None:
+    """Without --endpoint, a body whose first 256 KiB frame no event is read on
+    until its events tell the protocol; refused only when nothing tells it."""
+    body = CHAT_TEXT.read_bytes()
+    path = tmp_path / "cut.sse"
+    path.write_bytes(b"x" * (300 * 1024) + body[body.index(b"data: ") + 20 :])
+    ran = cli("replay", str(path), "--format", "json")
+    assert ran.code == 0, ran.err
+    doc = json.loads(ran.out)
+    assert doc["endpoint"] == "chat.completions" and doc["outcome"] == "completed"
+    assert "chat.completions (told from its events)" in ran.err

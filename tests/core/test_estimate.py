@@ -574,6 +574,9 @@ def test_calibration_is_a_median_and_skips_what_it_cannot_attribute() -> None:
     est.observe(completed("claude-z", 3000, 10))  # too small to learn from
     est.observe(completed("claude-z", 3000, 1003, output_source="estimated"))
     est.observe(completed("claude-z", 3000, 1003, reasoning_tokens=500))  # hidden reasoning
+    # a usage of several parts (an advisor's output never streamed): no ratio in it
+    parts = [{"kind": "advisor_message", "model": "claude-o", "output_tokens": 900}]
+    est.observe(completed("claude-z", 3000, 1903, usage_parts=parts))
     assert cal.samples("claude-z", "output", "latin") == before
 
 

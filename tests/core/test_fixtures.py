@@ -105,6 +105,12 @@ def test_fixture_replay(path: Path) -> None:
     got = {key: getattr(rec, attr) for key, attr in COMPARED.items()}
     want = {key: expected[key] for key in COMPARED}
     assert got == want
+    parts = rec.usage_parts
+    assert expected["parts"] == (
+        None
+        if parts is None
+        else [[p["kind"], p["model"], p["input_tokens"], p["output_tokens"]] for p in parts]
+    )
 
     assert rec.streamed is True
     assert rec.provider == ("anthropic" if endpoint == "messages" else "openai")

@@ -17,9 +17,9 @@ from recorder.core.pricing import (
     PriceTable,
     PriceTableError,
     cost_of,
-    price_record,
 )
 from recorder.core.record import StreamRecord
+from recorder.core.record_cost import price_record
 
 OWN: dict[str, Any] = {
     "format": "recorder-prices/1",

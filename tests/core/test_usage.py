@@ -249,3 +249,94 @@ def test_details_that_are_not_objects_are_ignored() -> None:
     assert figures(from_openai_chat(raw)) == (5, None, None, 1, None)
     raw2 = {"input_tokens": 5, "input_tokens_details": 3, "output_tokens_details": "x"}
     assert figures(from_openai_responses(raw2)) == (5, None, None, None, None)
+
+
+# -- Anthropic's usage.iterations (issue 30) ----------------------------------------
+
+# the issue's compaction stream: the top level covers only the last iteration
+COMPACTION = {
+    "input_tokens": 181,
+    "cache_read_input_tokens": 0,
+    "cache_creation_input_tokens": 0,
+    "output_tokens": 8,
+    "iterations": [
+        {
+            "type": "compaction",
+            "input_tokens": 100,
+            "cache_read_input_tokens": 55096,
+            "cache_creation_input_tokens": 0,
+            "output_tokens": 83,
+        },
+        {
+            "type": "message",
+            "input_tokens": 181,
+            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": 0,
+            "output_tokens": 8,
+        },
+    ],
+}
+
+
+def test_every_iteration_is_counted_not_only_the_last() -> None:
+    u = from_anthropic(COMPACTION, output_final=True)
+    assert (u.input_tokens, u.cache_read_tokens, u.output_tokens) == (55377, 55096, 91)
+    assert u.cache_write_tokens == 0
+    assert u.parts is not None
+    assert [(p.kind, p.model, p.input_tokens, p.output_tokens) for p in u.parts] == [
+        ("compaction", None, 55196, 83),
+        ("message", None, 181, 8),
+    ]
+
+
+def test_an_advisor_iteration_keeps_its_own_model() -> None:
+    raw = {
+        "input_tokens": 30,
+        "output_tokens": 20,
+        "iterations": [
+            {"type": "message", "input_tokens": 10, "output_tokens": 5},
+            {
+                "type": "advisor_message",
+                "model": "claude-opus-4-7",
+                "input_tokens": 40,
+                "output_tokens": 300,
+                "cache_read_input_tokens": 7,
+            },
+            {"type": "message", "input_tokens": 20, "output_tokens": 15},
+        ],
+    }
+    u = from_anthropic(raw, output_final=True)
+    assert (u.input_tokens, u.output_tokens, u.cache_read_tokens) == (77, 320, 7)
+    assert u.parts is not None
+    assert [p.model for p in u.parts] == [None, "claude-opus-4-7", None]
+
+
+@pytest.mark.parametrize(
+    "iterations",
+    [
+        [],
+        "nope",
+        [{"type": "message", "output_tokens": 3}],  # no input: the top level stands
+        [{"type": "message", "input_tokens": 1, "output_tokens": 2}, 7],
+    ],
+    ids=["empty", "not-a-list", "no-input", "not-an-object"],
+)
+def test_iterations_that_cannot_be_summed_leave_the_top_level(iterations: Any) -> None:
+    u = from_anthropic({**COMPACTION, "iterations": iterations}, output_final=True)
+    assert (u.input_tokens, u.output_tokens, u.parts) == (181, 8, None)
+
+
+def test_one_iteration_on_the_request_model_is_no_part() -> None:
+    raw = {**COMPACTION, "iterations": COMPACTION["iterations"][1:]}
+    u = from_anthropic(raw, output_final=True)
+    assert (u.input_tokens, u.output_tokens, u.parts) == (181, 8, None)
+
+
+def test_iterations_of_a_provisional_usage_are_not_output() -> None:
+    u = from_anthropic(COMPACTION, output_final=False)
+    assert u.output_tokens is None and u.parts is None
+
+
+def test_together_cached_tokens_beside_prompt_tokens() -> None:
+    u = from_openai_chat({"prompt_tokens": 12, "completion_tokens": 3, "cached_tokens": 0})
+    assert u.cache_read_tokens == 0

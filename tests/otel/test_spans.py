@@ -323,3 +323,52 @@ def test_every_tag_and_the_chain_are_span_attributes_the_user_only_as_stored() -
     bare = dict(export_one(record()).attributes or {})
     assert not any(k.startswith(("recorder.tag.", "enduser.", "session.")) for k in bare)
     assert "recorder.retry_of" not in bare
+def test_each_usage_part_is_an_event_under_its_own_model() -> None:
+    """Issue 30: a backend summing tokens or cost by model finds an advisor's part
+    under the advisor's model; a part that names none is the record's."""
+    parts = [
+        {
+            "kind": "message",
+            "model": None,
+            "input_tokens": 100,
+            "output_tokens": 10,
+            "cache_read_tokens": 0,
+            "cost_usd": "0.000450000000",
+            "price_version": "t:own@d",
+        },
+        {
+            "kind": "advisor_message",
+            "model": "claude-opus-4-7",
+            "input_tokens": 300,
+            "output_tokens": 900,
+            "cache_read_tokens": None,
+            "cost_usd": "0.024000000000",
+            "price_version": "t:claude-opus-4-7@d",
+        },
+    ]
+    rec = record(response_model="claude-sonnet-4-6", input_tokens=400, output_tokens=910)
+    rec.usage_parts = parts
+    span = export_one(rec)
+    events = [e for e in span.events if e.name == "recorder.usage_part"]
+    assert [dict(e.attributes or {}) for e in events] == [
+        {
+            "recorder.usage_part.kind": "message",
+            "gen_ai.response.model": "claude-sonnet-4-6",
+            "gen_ai.usage.input_tokens": 100,
+            "gen_ai.usage.output_tokens": 10,
+            "gen_ai.usage.cache_read.input_tokens": 0,
+            "recorder.cost_usd": "0.000450000000",
+            "recorder.price_version": "t:own@d",
+        },
+        {
+            "recorder.usage_part.kind": "advisor_message",
+            "gen_ai.response.model": "claude-opus-4-7",
+            "gen_ai.usage.input_tokens": 300,
+            "gen_ai.usage.output_tokens": 900,
+            "recorder.cost_usd": "0.024000000000",
+            "recorder.price_version": "t:claude-opus-4-7@d",
+        },
+    ]
+    assert all(e.timestamp == span.end_time for e in events)
+    assert dict(span.attributes or {})["gen_ai.usage.input_tokens"] == 400
+    assert not [e for e in export_one(record()).events if e.name == "recorder.usage_part"]

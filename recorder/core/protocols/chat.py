@@ -1,11 +1,15 @@
 """OpenAI Chat Completions (and the many servers that speak it).
 
 Output is ``delta.content``, ``delta.refusal``, ``delta.reasoning_content`` /
-``delta.reasoning`` (DeepSeek, xAI, OpenRouter) and tool-call ``arguments``;
-the role chunk (``content: ""`` or ``null``) is not. Usage is found by a
-non-null ``usage``, wherever it comes (OpenAI: a last chunk with empty
-``choices``; DeepSeek: the finish chunk). ``data: [DONE]`` is terminal; an
-``{"error": ...}`` payload is an error event even after status 200.
+``delta.reasoning`` (DeepSeek, xAI, OpenRouter), content given as a list of
+parts (Mistral: ``text`` parts, and ``thinking`` parts of reasoning text) and
+tool-call ``arguments``; the role chunk (``content: ""`` or ``null``) is not.
+Usage is found by a non-null ``usage``, wherever it comes (OpenAI: a last chunk
+with empty ``choices``; DeepSeek: the finish chunk); older Groq models send it
+only in the last chunk's ``x_groq.usage``, Moonshot in the finishing choice
+(``choices[0].usage``): those are read when no top-level ``usage`` came.
+``data: [DONE]`` is terminal; an ``{"error": ...}`` payload is an error event
+even after status 200.
 
 Fast path: most events of a stream are content deltas that differ only in
 their text (same id, model, fingerprint, index; ``finish_reason: null``), and
@@ -63,7 +67,12 @@ class ChatCompletionsInterpreter(Interpreter):
     def _learn(self, event: Event, obj: dict[str, Any]) -> None:
         """Learn from the event if it is a plain text delta and nothing else."""
         choices = obj.get("choices")
-        if obj.get("usage") is not None or "error" in obj or type(choices) is not list:
+        if (
+            obj.get("usage") is not None
+            or "x_groq" in obj
+            or "error" in obj
+            or type(choices) is not list
+        ):
             return
         if len(choices) != 1 or type(choices[0]) is not dict:
             return
@@ -110,6 +119,10 @@ class ChatCompletionsInterpreter(Interpreter):
         usage = obj.get("usage")
         if isinstance(usage, dict):
             obs.report_usage(from_openai_chat(usage), usage)
+        elif not obs.output_final:
+            usage = _elsewhere(obj)
+            if usage is not None:  # a top-level usage wins over it, wherever it comes
+                obs.report_usage(from_openai_chat(usage), usage)
         choices = obj.get("choices")
         chars = 0
         if isinstance(choices, list):
@@ -130,6 +143,23 @@ class ChatCompletionsInterpreter(Interpreter):
         obs.output_chars += chars
         return chars
 
+    def _parts(self, parts: list[Any]) -> int:
+        """Content as a list of parts (Mistral's reasoning models): ``text`` parts
+        are text; a ``thinking`` part holds a list of text parts of reasoning."""
+        obs = self.obs
+        chars = 0
+        for part in parts:
+            if not isinstance(part, dict):
+                continue
+            kind = part.get("type")
+            if kind == "text":
+                chars += obs.add_text(part.get("text"))
+            elif kind == "thinking" and isinstance(part.get("thinking"), list):
+                for inner in part["thinking"]:
+                    if isinstance(inner, dict) and inner.get("type") == "text":
+                        chars += obs.add_reasoning(inner.get("text"))
+        return chars
+
     def _delta(self, index: int, delta: dict[str, Any]) -> int:
         obs = self.obs
         chars = 0
@@ -137,7 +167,10 @@ class ChatCompletionsInterpreter(Interpreter):
         # an absent key is a no-op, so this is the same as asking for each.
         for key, value in delta.items():
             if key in _TEXT_KEYS:
-                chars += obs.add_text(value)
+                if type(value) is list:
+                    chars += self._parts(value)
+                else:
+                    chars += obs.add_text(value)
             elif key in _REASONING_KEYS:
                 chars += obs.add_reasoning(value)
         calls = delta.get("tool_calls")
@@ -157,3 +190,19 @@ class ChatCompletionsInterpreter(Interpreter):
                 if isinstance(function, dict):
                     chars += obs.add_tool(function.get("arguments"))
         return chars
+
+
+def _elsewhere(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The usage of a chunk without a top-level one: Groq's ``x_groq.usage``, or
+    Moonshot's in the finishing choice (``choices[i].usage``)."""
+    groq = obj.get("x_groq")
+    usage = groq.get("usage") if isinstance(groq, dict) else None
+    if isinstance(usage, dict):
+        return usage
+    choices = obj.get("choices")
+    if isinstance(choices, list):
+        for choice in choices:
+            usage = choice.get("usage") if isinstance(choice, dict) else None
+            if isinstance(usage, dict):
+                return usage
+    return None

@@ -542,3 +542,117 @@ def test_non_streamed_error_status_is_an_http_error(wire: Any) -> None:
     rec = wire.body(EP, ERROR, status=500)
     assert rec.outcome == "http_error"
     assert rec.streamed is False
+
+
+# -- usage where the providers put it (issue 30) -----------------------------------
+
+GROQ_USAGE = {
+    "queue_time": 0.06,
+    "prompt_tokens": 18,
+    "prompt_time": 0.0002,
+    "completion_tokens": 439,
+    "completion_time": 0.79,
+    "total_tokens": 457,
+    "total_time": 0.79,
+}
+
+
+def test_groq_usage_only_in_x_groq_is_reported_not_estimated(wire: Any) -> None:
+    """Older Groq models send usage only in the last chunk's ``x_groq.usage``: the
+    figures are in the body, so they are reported, never estimated."""
+    body = (
+        wire.data(chunk({"role": "assistant", "content": ""}, x_groq={"id": "req_1"}))
+        + b"".join(wire.data(chunk({"content": "word "})) for _ in range(40))
+        + wire.data(chunk({}, finish_reason="stop", x_groq={"id": "req_1", "usage": GROQ_USAGE}))
+        + DONE
+    )
+    rec = wire.meter(EP, body)
+    assert (rec.input_tokens, rec.output_tokens) == (18, 439)
+    assert rec.input_source == rec.output_source == "reported"
+    assert rec.raw_usage == GROQ_USAGE
+
+
+def test_a_top_level_usage_wins_over_x_groq(wire: Any) -> None:
+    """Newer Groq models send both; a later top-level usage replaces an earlier
+    x_groq one, and an x_groq one never replaces a top-level one."""
+    top = {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25}
+    first = wire.meter(
+        EP,
+        wire.data(chunk({}, finish_reason="stop", x_groq={"usage": GROQ_USAGE}))
+        + wire.data(chunk(choices=[], usage=top))
+        + DONE,
+    )
+    second = wire.meter(
+        EP,
+        wire.data(chunk({}, finish_reason="stop", usage=top))
+        + wire.data(chunk(choices=[], x_groq={"usage": GROQ_USAGE}))
+        + DONE,
+    )
+    assert (first.input_tokens, first.output_tokens) == (20, 5)
+    assert (second.input_tokens, second.output_tokens) == (20, 5)
+
+
+@pytest.mark.parametrize(
+    ("usage", "cached", "written"),
+    [
+        # Together: cached_tokens beside prompt_tokens, 0 when nothing was cached
+        ({"prompt_tokens": 30, "completion_tokens": 2, "cached_tokens": 0}, 0, None),
+        ({"prompt_tokens": 30, "completion_tokens": 2, "cached_tokens": 12}, 12, None),
+        # Mistral's own name
+        ({"prompt_tokens": 30, "completion_tokens": 2, "num_cached_tokens": 0}, 0, None),
+        # a gateway relaying Anthropic-style cache writes
+        (
+            {
+                "prompt_tokens": 30,
+                "completion_tokens": 2,
+                "prompt_tokens_details": {"cached_tokens": 4},
+                "cache_creation_input_tokens": 0,
+            },
+            4,
+            0,
+        ),
+    ],
+    ids=["together-zero", "together-some", "mistral-zero", "gateway-cache-write"],
+)
+def test_a_cache_figure_the_body_gives_as_zero_is_zero(
+    wire: Any, usage: dict[str, Any], cached: int, written: int | None
+) -> None:
+    rec = wire.meter(EP, wire.data(chunk({}, finish_reason="stop", usage=usage)) + DONE)
+    assert rec.cache_read_tokens == cached
+    assert rec.cache_write_tokens == written
+
+
+def test_mistral_content_parts_are_output(wire: Any) -> None:
+    """Mistral's reasoning models stream ``content`` as a list of parts: thinking
+    parts (reasoning) and text parts; both are output, and TTFT is the first."""
+    thinking = {"type": "thinking", "thinking": [{"type": "text", "text": "Let me see"}]}
+    rec = wire.timed(
+        EP,
+        [
+            (0.1, wire.data(ROLE)),
+            (0.4, wire.data(chunk({"content": [thinking]}))),
+            (0.6, wire.data(chunk({"content": [thinking, {"type": "text", "text": "42"}]}))),
+            (0.7, wire.data(FINISH) + DONE),
+        ],
+        end=0.8,
+    )
+    assert rec.output_chars == 10 + 10 + 2
+    assert rec.ttft_ms == 400.0
+    assert rec.output_breakdown is None or rec.output_breakdown["reasoning"] == 20
+
+
+def test_moonshot_usage_in_the_finishing_choice_is_reported(wire: Any) -> None:
+    """Moonshot puts the usage in the finishing choice (``choices[0].usage``); a
+    later top-level usage still replaces it."""
+    usage = {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17}
+    finishing = {"index": 0, "delta": {}, "finish_reason": "stop", "usage": usage}
+    rec = wire.meter(
+        EP, wire.data(chunk({"content": "OK."})) + wire.data(chunk(choices=[finishing])) + DONE
+    )
+    assert (rec.input_tokens, rec.output_tokens, rec.output_source) == (12, 5, "reported")
+    top = {"prompt_tokens": 13, "completion_tokens": 6, "total_tokens": 19}
+    rec = wire.meter(
+        EP,
+        wire.data(chunk(choices=[finishing])) + wire.data(chunk(choices=[], usage=top)) + DONE,
+    )
+    assert (rec.input_tokens, rec.output_tokens) == (13, 6)

@@ -491,3 +491,52 @@ def test_duplicated_message_start_after_message_delta_changes_nothing(wire: Any)
     )
     assert rec.output_tokens == 227 and rec.output_source == "reported"
     assert rec.outcome == "completed"
+
+
+def test_compaction_stream_bills_every_iteration(wire: Any) -> None:
+    """Issue 30: the top-level usage of a compaction stream covers only its last
+    iteration; the record sums them all (the cache read of the compaction included)."""
+    iterations = [
+        {
+            "type": "compaction",
+            "input_tokens": 100,
+            "cache_read_input_tokens": 55096,
+            "cache_creation_input_tokens": 0,
+            "output_tokens": 83,
+        },
+        {
+            "type": "message",
+            "input_tokens": 181,
+            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": 0,
+            "output_tokens": 8,
+        },
+    ]
+    final = {
+        "input_tokens": 181,
+        "cache_read_input_tokens": 0,
+        "cache_creation_input_tokens": 0,
+        "output_tokens": 8,
+        "iterations": iterations,
+    }
+    rec = wire.meter(
+        EP,
+        body(
+            wire,
+            start({"input_tokens": 100, "cache_read_input_tokens": 55096, "output_tokens": 1}),
+            block_start(0, {"type": "compaction", "content": ""}),
+            delta(0, {"type": "compaction_delta", "content": "Summary."}),
+            block_stop(0),
+            block_start(1, {"type": "text", "text": ""}),
+            text(1, "Hello"),
+            block_stop(1),
+            message_delta(final),
+            STOP,
+        ),
+    )
+    assert (rec.input_tokens, rec.cache_read_tokens, rec.output_tokens) == (55377, 55096, 91)
+    assert rec.usage_parts is not None
+    assert [(p["kind"], p["input_tokens"], p["output_tokens"]) for p in rec.usage_parts] == [
+        ("compaction", 55196, 83),
+        ("message", 181, 8),
+    ]

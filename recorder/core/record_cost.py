@@ -1,0 +1,123 @@
+"""The cost of a record under a price table: its model's entry, or each of its
+usage parts at its own model's (``usage_parts``: Anthropic's iterations).
+
+The rates and the cost of a set of token figures are ``recorder.core.pricing``;
+this module decides which entry prices which figures of a record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import ROUND_HALF_EVEN, Decimal
+from typing import Any
+
+from recorder.core.pricing import QUANTUM, Cost, Modality, PriceTable, Unpriced, cost_of
+from recorder.core.record import StreamRecord
+
+_ZERO = Decimal(0)
+
+
+def price_record(record: StreamRecord, table: PriceTable) -> Cost | None:
+    """The cost of a record's usage, or None when it cannot be priced (no usage,
+    no price for its model, no rate for its service tier)."""
+    try:
+        return cost_or_reason(record, table)
+    except Unpriced:
+        return None
+
+
+def cost_or_reason(record: StreamRecord, table: PriceTable) -> Cost | None:
+    """The cost of a record's usage; None without usage; :class:`Unpriced` (the
+    reason) when there is usage but no price for it.
+
+    The model that served the request (``response_model``, e.g. a dated
+    snapshot) is priced first, the requested one if the table lacks it.
+    """
+    if record.input_tokens is None and record.output_tokens is None:
+        return None
+    if record.usage_parts:
+        _, cost, reason = price_parts(record, table)
+        if reason is not None:
+            raise Unpriced(reason)
+        return cost
+    entry = table.resolve(record.response_model) or table.resolve(record.model)
+    if entry is None:
+        model = record.response_model or record.model
+        raise Unpriced(f"no price for model {model!r}" if model else "no model named")
+    return cost_of(
+        entry,
+        table.origin(entry.key),
+        input_tokens=record.input_tokens,
+        output_tokens=record.output_tokens,
+        cache_read_tokens=record.cache_read_tokens,
+        cache_write_tokens=record.cache_write_tokens,
+        cache_write_1h_tokens=record.cache_write_1h_tokens,
+        reasoning_tokens=record.reasoning_tokens,
+        service_tier=record.service_tier,
+        server_tool_requests=record.server_tool_requests,
+        modality=Modality.of(record),
+    )
+
+
+def price_parts(
+    record: StreamRecord, table: PriceTable
+) -> tuple[list[dict[str, Any]], Cost | None, str | None]:
+    """A record of several priced parts (``usage_parts``) priced part by part: new
+    part objects with their ``cost_usd``, ``price_version`` and
+    ``unpriced_reason`` (the record's are left as they are), the record's cost,
+    and the first part's reason when any part has no price (the cost is then
+    None: a partial sum is not the cost).
+
+    Each part at its own model's rates (the record's when it names none), under
+    the record's service tier; the provider-side tool requests once, with the
+    first part of the record's own model. The cost's ``price_version`` is that of
+    the record's own model's part."""
+    own = table.resolve(record.response_model) or table.resolve(record.model)
+    tools: Mapping[str, int] | None = record.server_tool_requests
+    total = _ZERO
+    versions: list[str] = []
+    reason: str | None = None
+    parts = []
+    for given in record.usage_parts or ():
+        part = {**given, "cost_usd": None, "price_version": None, "unpriced_reason": None}
+        parts.append(part)
+        named = part.get("model")
+        entry = table.resolve(named) if named else own
+        if entry is None:
+            model = named or record.response_model or record.model
+            part["unpriced_reason"] = f"no price for model {model!r}" if model else "no model named"
+            reason = reason or part["unpriced_reason"]
+            continue
+        mine = not named or entry is own
+        try:
+            cost = cost_of(
+                entry,
+                table.origin(entry.key),
+                input_tokens=_count(part.get("input_tokens")),
+                output_tokens=_count(part.get("output_tokens")),
+                cache_read_tokens=_count(part.get("cache_read_tokens")),
+                cache_write_tokens=_count(part.get("cache_write_tokens")),
+                cache_write_1h_tokens=_count(part.get("cache_write_1h_tokens")),
+                reasoning_tokens=_count(part.get("reasoning_tokens")),
+                service_tier=record.service_tier,
+                server_tool_requests=tools if mine else None,
+            )
+        except Unpriced as e:
+            part["unpriced_reason"] = str(e)
+            reason = reason or str(e)
+            continue
+        if mine:
+            tools = None  # billed once
+            versions.insert(0, cost.price_version)
+        else:
+            versions.append(cost.price_version)
+        part["cost_usd"], part["price_version"] = cost.usd, cost.price_version
+        total += Decimal(cost.usd)
+    if reason is not None:
+        return parts, None, reason
+    usd = total.quantize(QUANTUM, rounding=ROUND_HALF_EVEN)
+    return parts, Cost(f"{usd:.12f}", versions[0]), None
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
