@@ -145,6 +145,11 @@ class StreamRecord:
     cache_read_image_tokens: int | None = None  # of cache_read_tokens: images
     output_audio_tokens: int | None = None  # of output_tokens: audio
     output_audio_ms: float | None = None  # the output audio streamed, in milliseconds
+    # issue 31, Amazon Bedrock: the provider's own timing, beside the measured one
+    # (Converse's metrics.latencyMs, InvokeModel's invocationLatency; its
+    # firstByteLatency)
+    provider_latency_ms: float | None = None
+    provider_first_byte_ms: float | None = None
     gaps: list[Gap] = field(default_factory=list)
 
     def to_dict(self, *, with_gaps: bool = False) -> dict[str, Any]:

@@ -1,0 +1,169 @@
+"""Amazon Bedrock InvokeModel (``/model/{modelId}/invoke-with-response-stream`` and
+``/invoke``): the model's own protocol inside Bedrock's envelope.
+
+The stream is AWS's binary event stream (``recorder.core.eventstream``); its
+``chunk`` events carry ``{"bytes": "<base64>"}``, the model family's own JSON.
+For Anthropic's models that JSON is exactly an Anthropic Messages event
+(``message_start`` … ``message_stop``): it is read by the Messages interpreter
+(``recorder.core.protocols.messages``), sharing this stream's observations, so
+usage, cache writes by lifetime, tool calls and errors are read as on
+``/v1/messages``. The last chunk of every family carries
+``amazon-bedrock-invocationMetrics`` (``inputTokenCount``, ``outputTokenCount``,
+``cacheReadInputTokenCount``, ``cacheWriteInputTokenCount``,
+``invocationLatency``, ``firstByteLatency``): for the other families (Llama,
+Mistral, Titan, Cohere, Nova, …) those metrics are the usage, their chunk's
+text is counted from the members the families write it in, and the metrics'
+chunk completes the stream. An exception message after status 200 is an error
+of its type.
+
+A non-streamed ``/invoke`` answer is the family's JSON alone (Anthropic's is a
+Messages answer).
+"""
+
+from __future__ import annotations
+
+import binascii
+from typing import Any
+
+from recorder.core.framing import Event
+from recorder.core.protocols.base import Interpreter
+from recorder.core.protocols.converse import read_error
+from recorder.core.protocols.messages import AnthropicMessagesInterpreter
+from recorder.core.record import StreamRecord
+from recorder.core.usage import from_bedrock_metrics
+
+METRICS = "amazon-bedrock-invocationMetrics"
+_MESSAGES_EVENTS = frozenset(
+    {
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+        "ping",
+        "error",
+    }
+)
+# where the other families write a chunk's text, and their stop reason
+_TEXT_KEYS = ("generation", "outputText", "completion", "text")
+_STOP_KEYS = ("stop_reason", "completionReason", "finish_reason", "stopReason")
+
+
+def _ms(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    return None
+
+
+class InvokeModelInterpreter(Interpreter):
+    """Interpreter for Bedrock's InvokeModel API, streamed or not."""
+
+    endpoint = "invoke_model"
+    provider = "aws.bedrock"
+
+    __slots__ = ("first_byte_ms", "latency_ms", "messages")
+
+    def __init__(self) -> None:
+        super().__init__(fast=False)  # the chunks are base64: no template reads them
+        self.messages = AnthropicMessagesInterpreter()
+        self.obs = self.messages.obs  # one stream, one set of facts
+        self.latency_ms: float | None = None
+        self.first_byte_ms: float | None = None
+
+    def interpret(self, event: Event) -> int:
+        if event.id is not None and event.id != "event":
+            read_error(self, event)
+            return 0
+        if event.event != "chunk":
+            return 0
+        envelope = self.parse(event.data)
+        if envelope is None:
+            return 0
+        raw = envelope.get("bytes")
+        try:
+            inner = binascii.a2b_base64(raw, strict_mode=True) if isinstance(raw, str) else b""
+        except binascii.Error:
+            inner = b""
+        if not inner:
+            self.obs.parse_issues += 1
+            return 0
+        return self._model_json(inner)
+
+    def _model_json(self, inner: bytes) -> int:
+        obj = self.parse(inner)
+        if obj is None:
+            return 0
+        metrics = obj.get(METRICS)
+        typ = obj.get("type")
+        if isinstance(typ, str) and typ in _MESSAGES_EVENTS:
+            chars = self.messages.handle(Event(typ, inner, None, None))
+        else:
+            chars = self._other_family(obj)
+        if isinstance(metrics, dict):
+            self._metrics(metrics)
+        return chars
+
+    def _other_family(self, obj: dict[str, Any]) -> int:
+        obs = self.obs
+        chars = 0
+        for key in _TEXT_KEYS:
+            chars += obs.add_text(obj.get(key))
+        outputs = obj.get("outputs")  # Mistral
+        if isinstance(outputs, list):
+            for out in outputs:
+                if isinstance(out, dict):
+                    chars += obs.add_text(out.get("text"))
+                    _stop(obs, out)
+        choices = obj.get("choices")  # OpenAI-style families
+        if isinstance(choices, list):
+            for choice in choices:
+                delta = choice.get("delta") if isinstance(choice, dict) else None
+                if isinstance(delta, dict):
+                    chars += obs.add_text(delta.get("content"))
+                    chars += obs.add_reasoning(delta.get("reasoning_content"))
+                if isinstance(choice, dict):
+                    _stop(obs, choice)
+        block = obj.get("contentBlockDelta")  # Nova: Converse's events, by member
+        if isinstance(block, dict) and isinstance(block.get("delta"), dict):
+            chars += obs.add_text(block["delta"].get("text"))
+        _stop(obs, obj)
+        obs.output_chars += chars
+        return chars
+
+    def _metrics(self, metrics: dict[str, Any]) -> None:
+        self.latency_ms = _ms(metrics.get("invocationLatency"))
+        self.first_byte_ms = _ms(metrics.get("firstByteLatency"))
+        obs = self.obs
+        if obs.usage is None or not obs.output_final:
+            # the model's own usage wins where it has one (Anthropic's: exact, with
+            # the cache writes by lifetime); else the metrics are the usage
+            obs.report_usage(from_bedrock_metrics(metrics), dict(metrics))
+        obs.decide("completed")  # the last chunk of a stream, whatever the family
+
+    def read_body(self, body: bytes) -> int:
+        obj = self.parse(body)
+        if obj is None:
+            return 0
+        if obj.get("type") == "message" or "content" in obj and "role" in obj:
+            return self.messages.read_body(body)
+        if "message" in obj or "Message" in obj:  # an error body
+            return 0
+        chars = self._other_family(obj)
+        self.obs.decide("completed")
+        return chars
+
+    def annotate(self, record: StreamRecord) -> None:
+        record.provider_latency_ms = self.latency_ms
+        record.provider_first_byte_ms = self.first_byte_ms
+
+
+def _stop(obs: Any, obj: dict[str, Any]) -> None:
+    for key in _STOP_KEYS:
+        value = obj.get(key)
+        if isinstance(value, str) and value:
+            obs.finish_reason = value
+            return
+
+
+__all__ = ["METRICS", "InvokeModelInterpreter"]
