@@ -36,7 +36,20 @@ class RequestFacts:
 
 _MAX_KEYS = ("max_completion_tokens", "max_output_tokens", "max_tokens")
 # the members the facts are read from
-_WANTED = frozenset({"model", "stream", "stream_options", "service_tier", "speed", *_MAX_KEYS})
+_WANTED = frozenset(
+    {
+        "model",
+        "stream",
+        "stream_options",
+        "service_tier",
+        "speed",
+        *_MAX_KEYS,
+        # Amazon Bedrock Converse: the limit and the tier asked for
+        "inferenceConfig",
+        "serviceTier",
+        "performanceConfig",
+    }
+)
 
 
 def read_request(body: bytes) -> RequestFacts:
@@ -68,10 +81,32 @@ def read_request(body: bytes) -> RequestFacts:
     for key in _MAX_KEYS:
         value = obj.get(key)
         # a client may send anything here; only what a BIGINT column holds is kept
-        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63:
+        if _count(value):
             facts.max_output_tokens = value
             break
+    _bedrock_facts(obj, facts)
     return facts
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
+
+
+def _bedrock_facts(obj: dict[str, Any], facts: RequestFacts) -> None:
+    """Converse's ``inferenceConfig.maxTokens``, ``serviceTier.type`` and
+    ``performanceConfig.latency`` (``optimized``: the tier ``latency-optimized``)."""
+    config = obj.get("inferenceConfig")
+    if isinstance(config, dict) and _count(config.get("maxTokens")):
+        facts.max_output_tokens = config["maxTokens"]
+    tier = obj.get("serviceTier")
+    if isinstance(tier, dict):
+        tier = tier.get("type")
+    if isinstance(tier, str) and tier.strip():
+        facts.service_tier = tier.strip().lower()[:32]
+    perf = obj.get("performanceConfig")
+    if facts.service_tier is None and isinstance(perf, dict):
+        if perf.get("latency") == "optimized":
+            facts.service_tier = "latency-optimized"
 
 
 _SPACE = re.compile(rb"[ \t\r\n]*")

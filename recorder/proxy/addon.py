@@ -69,6 +69,7 @@ from recorder.proxy.state import (
 from recorder.proxy.tap import (
     BATCH_BYTES,
     BATCH_PIECES,
+    STREAMS,
     BodyKind,
     RequestKeeper,
     Tap,
@@ -263,8 +264,12 @@ class Recorder:
             got = Answer(
                 self.clock(),
                 resp.status_code,
-                header_text(headers.get("x-request-id") or headers.get("request-id")),
-                declared_kind(content_type) is BodyKind.SSE,
+                header_text(
+                    headers.get("x-request-id")
+                    or headers.get("request-id")
+                    or headers.get("x-amzn-requestid")  # Amazon Bedrock
+                ),
+                declared_kind(content_type) in STREAMS,
             )
             if state.pending is not None:
                 state.pending.answer = got  # put on the record when it is made

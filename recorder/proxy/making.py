@@ -17,8 +17,10 @@ from collections.abc import Callable
 from mitmproxy import http
 
 from recorder.core.captured import CapturedRecord
+from recorder.core.endpoints import bedrock_model
 from recorder.core.keys import KeyMask, authenticating_key, fingerprint, request_keys
 from recorder.core.meter import StreamMeter
+from recorder.core.protocols import EVENTSTREAM_ENDPOINTS
 from recorder.core.record import StreamRecord
 from recorder.proxy.config import RecorderConfig
 from recorder.proxy.ids import new_record_start
@@ -40,6 +42,7 @@ REQUEST_HEADERS = frozenset(
         b"api-key",
         b"x-goog-api-key",
         b"proxy-authorization",
+        b"x-amz-security-token",
         b"openai-project",
         b"anthropic-workspace",
         b"openai-organization",
@@ -48,7 +51,9 @@ REQUEST_HEADERS = frozenset(
         b"tracestate",
     }
 )
-RESPONSE_HEADERS = frozenset({b"x-request-id", b"request-id", b"content-type", b"content-encoding"})
+RESPONSE_HEADERS = frozenset(
+    {b"x-request-id", b"request-id", b"x-amzn-requestid", b"content-type", b"content-encoding"}
+)
 
 
 def pick_headers(headers: http.Headers, wanted: frozenset[bytes]) -> dict[str, str]:
@@ -94,6 +99,8 @@ def answer(state: FlowState, got: Answer) -> None:
     rec.request_id = got.request_id
     if not got.sse:
         rec.streamed = False
+    elif state.endpoint in EVENTSTREAM_ENDPOINTS:
+        rec.transport = "eventstream"
 
 
 class RecordMaker:
@@ -152,6 +159,8 @@ class RecordMaker:
             max_event_bytes=self.config.max_event_bytes,
             record=rec,
         )
+        if state.endpoint in EVENTSTREAM_ENDPOINTS:
+            rec.model = header_text(bedrock_model(pending.path))  # Bedrock: in the path
         state.started(meter, rec, KeyMask.of(request_keys(headers, query)))
         if "traceparent" in headers:  # forwarded untouched; read for the span only
             state.trace = (headers["traceparent"], headers.get("tracestate"))

@@ -17,7 +17,8 @@ import orjson
 from recorder.simulate import wire
 from recorder.simulate.faults import Faults
 from recorder.simulate.http1 import Conn, Request, status_head
-from recorder.simulate.protocols import http_error_body
+from recorder.simulate.protocols import BEDROCK, http_error_body
+from recorder.simulate.protocols.bedrock import CONTENT_TYPE as BEDROCK_CONTENT_TYPE
 from recorder.simulate.script import Step
 from recorder.simulate.sent import SentRecord, account
 
@@ -35,6 +36,8 @@ def provider_headers(rec: SentRecord) -> list[tuple[str, str]]:
     """The provider's request id headers, and the simulator's own."""
     if rec.endpoint == "messages":
         headers = [("request-id", rec.request_id)]
+    elif rec.endpoint in BEDROCK:
+        headers = [("x-amzn-requestid", rec.request_id)]
     else:
         headers = [("x-request-id", rec.request_id), ("openai-version", "2020-10-01")]
     return [*headers, ("x-sim-request", rec.request_id)]
@@ -54,6 +57,8 @@ class Body:
     def headers(self, rec: SentRecord) -> list[tuple[str, str]]:
         """The response headers for this body."""
         ctype = "text/event-stream; charset=utf-8" if self.stream else "application/json"
+        if self.stream and rec.endpoint in BEDROCK:
+            ctype = BEDROCK_CONTENT_TYPE
         headers = [("content-type", ctype)]
         if self.stream:
             headers.append(("cache-control", "no-cache"))
@@ -152,7 +157,7 @@ async def write_error_status(
     given, replaces the provider's); return whether the connection stays open."""
     doc, error_fields = http_error_body(rec.endpoint, status, code, rec.request_id)
     if message is not None:
-        doc["error"]["message"] = message
+        (doc["error"] if "error" in doc else doc)["message"] = message
         error_fields = (error_fields[0], error_fields[1], message)
     indent = rec.endpoint != "messages"
     raw = orjson.dumps(doc, option=orjson.OPT_INDENT_2 if indent else 0) + b"\n"
