@@ -64,6 +64,7 @@ from recorder.metrics.collectors import (
     KEEPALIVE_GAP,
     KEEPALIVES,
     MAX_OUTPUT_GAP,
+    PROVIDER_TIMING_GAP,
     MODEL_OVERFLOW,
     OLDEST_SILENCE,
     RETRIES,
@@ -130,6 +131,7 @@ class Metrics:
         self.keepalive_gap = self._intervals(KEEPALIVE_GAP)
         self.stalls = self._counter(STALLS)
         self.max_output_gap = self._histogram(MAX_OUTPUT_GAP)
+        self.provider_timing_gap = self._histogram(PROVIDER_TIMING_GAP)
         self.unpriced = self._counter(UNPRICED)
         self.streams_stalled = self._gauge(STREAMS_STALLED)
         self.oldest_silence = self._gauge(OLDEST_SILENCE)
@@ -302,6 +304,16 @@ class Metrics:
             if record.max_output_gap_ms is not None:
                 gap = get("max_gap") or kid(kids, "max_gap", self.max_output_gap, *base)
                 gap.observe(record.max_output_gap_ms / 1000.0)
+            for measure, ours, theirs in (
+                ("duration", record.duration_ms, record.provider_latency_ms),
+                ("first_byte", record.ttft_ms, record.provider_first_byte_ms),
+            ):
+                if ours is not None and theirs is not None:
+                    key = ("provider_gap", measure)
+                    timing = get(key) or kid(
+                        kids, key, self.provider_timing_gap, *base, measure
+                    )
+                    timing.observe((ours - theirs) / 1000.0)
             # the series exists from the first record on, even while its count is 0
             stalls = get("stalls") or kid(kids, "stalls", self.stalls, *base)
             if record.stalls:

@@ -219,6 +219,9 @@ class Stream(Base):
     cache_read_image_tokens: Mapped[int | None] = mapped_column(BigInteger())
     output_audio_tokens: Mapped[int | None] = mapped_column(BigInteger())
     output_audio_ms: Mapped[float | None] = mapped_column(Double())
+    # issue 31 (Amazon Bedrock): the provider's own timing
+    provider_latency_ms: Mapped[float | None] = mapped_column(Double())
+    provider_first_byte_ms: Mapped[float | None] = mapped_column(Double())
     # Beyond the record: for the audit.
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())  # started_at + duration
     recorded_at: Mapped[datetime] = mapped_column(UTCDateTime())  # when the writer stored it
