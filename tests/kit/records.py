@@ -168,6 +168,8 @@ def full_record(**overrides: Any) -> StreamRecord:
         cache_read_image_tokens=100,
         output_audio_tokens=600,
         output_audio_ms=29875.5,
+        provider_latency_ms=97512.25,
+        provider_first_byte_ms=812.5,
         gaps=[
             Gap("stall", 1000.0, 61000.25),
             Gap("keepalive", 2000.0, 15000.5),

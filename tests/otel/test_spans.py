@@ -301,3 +301,19 @@ def test_the_standard_variables_name_the_collector_unless_the_sdk_is_disabled(
     assert env_endpoint() == "http://t:4318/v1/traces"
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
     assert env_endpoint() is None
+
+
+def test_a_bedrock_record_names_aws_bedrock_and_its_own_timing() -> None:
+    rec = record(
+        endpoint="converse",
+        provider="aws.bedrock",
+        model="us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+        upstream="bedrock-runtime.us-east-1.amazonaws.com:443",
+        transport="eventstream",
+        provider_latency_ms=2210.0,
+    )
+    attrs = dict(export_one(rec).attributes or {})
+    assert attrs["gen_ai.provider.name"] == "aws.bedrock"
+    assert attrs["recorder.transport"] == "eventstream"
+    assert attrs["recorder.provider_latency_ms"] == 2210.0
+    assert "recorder.provider_first_byte_ms" not in attrs  # unknown: left out
