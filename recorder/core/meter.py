@@ -116,6 +116,8 @@ class StreamMeter(Rhythm):
         self.record = record if record is not None else StreamRecord()
         self.record.endpoint = endpoint
         self.record.provider = PROVIDERS[endpoint]
+        if endpoint in EVENTSTREAM_ENDPOINTS:
+            self.record.transport = "eventstream"  # (read_body makes it json)
         self.events = 0
         self.keepalives = 0
         self.oversized_events = 0

@@ -312,3 +312,34 @@ def test_console_script_entry_point(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stdout == b""
     assert len(proc.stderr.decode().splitlines()) == 1
+
+
+BEDROCK_CAPTURE = FIXTURES / "bedrock" / "converse_stream_nova_micro.bin"
+
+
+def test_replay_a_captured_bedrock_event_stream(cli: Cli, tmp_path: Path) -> None:
+    """A Bedrock body is told from its first message (binary, CRC-checked) and
+    metered as the proxy meters it; its usage is botocore's reading of the last event."""
+    from botocore.eventstream import EventStreamBuffer
+
+    body = BEDROCK_CAPTURE.read_bytes()
+    buf = EventStreamBuffer()
+    buf.add_data(body)
+    messages = list(buf)
+    meta = json.loads(messages[-1].payload)
+    doc = replay_json(cli, str(BEDROCK_CAPTURE), "--endpoint", "converse")
+    assert (doc["endpoint"], doc["provider"], doc["transport"]) == (
+        "converse",
+        "aws.bedrock",
+        "eventstream",
+    )
+    assert doc["outcome"] == "completed" and doc["events"] == len(messages)
+    assert (doc["input_tokens"], doc["output_tokens"]) == (
+        meta["usage"]["inputTokens"],
+        meta["usage"]["outputTokens"],
+    )
+    assert doc["provider_latency_ms"] == meta["metrics"]["latencyMs"]
+    cut = tmp_path / "cut.bin"
+    cut.write_bytes(body[: len(body) // 2])
+    doc = replay_json(cli, str(cut), "--endpoint", "converse")
+    assert (doc["outcome"], doc["partial_event_at_end"]) == ("truncated", True)
