@@ -201,9 +201,16 @@ class EventStreamFramer:
         total, head, pcrc = _prelude(data)
         if total != len(data) or head > total - MIN_MESSAGE or total > self._max:
             return None
-        if crc32(data[:8]) != pcrc or crc32(data[: total - 4]) != _u32(data, total - 4)[0]:
+        # the prelude's CRC, then the rest of the message's, continued from it (the
+        # message CRC covers the prelude and its CRC: crc32 continues a running one)
+        prelude_crc = crc32(data[:8])
+        if prelude_crc != pcrc or crc32(data[8:-4], prelude_crc) != _u32(data, total - 4)[0]:
             return None
-        return self._event(data, head, total)
+        block = data[PRELUDE : PRELUDE + head]
+        named = self._heads.get(block)
+        if named is None or named[2] is not None:
+            return self._event(data, head, total)
+        return _new(Event, (named[0], data[PRELUDE + head : -4], named[1], None))  # type: ignore[arg-type]
 
     # -- framing ----------------------------------------------------------------
 

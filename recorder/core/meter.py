@@ -227,6 +227,10 @@ class StreamMeter(Rhythm):
             return
         framer = self.framer
         limit = framer.piece_limit
+        if not limit:  # a framer without the batch path's shortcuts (a binary wire's)
+            for data, now in pairs:
+                self.feed(data, now)
+            return
         while True:
             slow = self._whole_pieces(pairs, limit)
             if slow is None:

@@ -23,6 +23,7 @@ Messages answer).
 from __future__ import annotations
 
 import binascii
+from binascii import a2b_base64
 from typing import Any
 
 from recorder.core.framing import Event
@@ -32,7 +33,13 @@ from recorder.core.protocols.messages import AnthropicMessagesInterpreter
 from recorder.core.record import StreamRecord
 from recorder.core.usage import from_bedrock_metrics
 
+_new = tuple.__new__  # builds an Event without NamedTuple's Python-level __new__
 METRICS = "amazon-bedrock-invocationMetrics"
+METRICS_BYTES = METRICS.encode()
+# how Bedrock writes a chunk's envelope, and how an Anthropic event begins
+_BYTES_KEY = b'{"bytes":"'
+_BYTES_AT = len(_BYTES_KEY)
+_MESSAGES_START = b'{"type":"'
 _MESSAGES_EVENTS = frozenset(
     {
         "message_start",
@@ -48,6 +55,15 @@ _MESSAGES_EVENTS = frozenset(
 # where the other families write a chunk's text, and their stop reason
 _TEXT_KEYS = ("generation", "outputText", "completion", "text")
 _STOP_KEYS = ("stop_reason", "completionReason", "finish_reason", "stopReason")
+
+
+def _bytes_member(data: bytes) -> bytes | None:
+    """The base64 of a chunk's ``bytes`` member when the envelope begins with it, as
+    Bedrock writes it (base64 holds no quote), found without a parse; else None."""
+    if not data.startswith(_BYTES_KEY):
+        return None
+    end = data.find(b'"', _BYTES_AT)
+    return None if end < 0 else data[_BYTES_AT:end]
 
 
 def _ms(value: Any) -> float | None:
@@ -71,24 +87,60 @@ class InvokeModelInterpreter(Interpreter):
         self.latency_ms: float | None = None
         self.first_byte_ms: float | None = None
 
+    def handle(self, event: Event) -> int:
+        # the usual chunk, read at once: an Anthropic event in Bedrock's envelope
+        # (no template of this interpreter's own reads base64; the Messages one
+        # reads the event inside)
+        data = event.data
+        if event.event == "chunk" and event.id == "event" and data.startswith(_BYTES_KEY):
+            end = data.find(b'"', _BYTES_AT)
+            if end > 0:
+                try:
+                    inner = a2b_base64(data[_BYTES_AT:end], strict_mode=True)
+                except binascii.Error:
+                    inner = b""
+                if inner.startswith(_MESSAGES_START) and METRICS_BYTES not in inner:
+                    return self.messages.handle(_new(Event, ("", inner, None, None)))
+        return self.interpret(event)
+
     def interpret(self, event: Event) -> int:
         if event.id is not None and event.id != "event":
             read_error(self, event)
             return 0
         if event.event != "chunk":
             return 0
-        envelope = self.parse(event.data)
-        if envelope is None:
-            return 0
-        raw = envelope.get("bytes")
-        try:
-            inner = binascii.a2b_base64(raw, strict_mode=True) if isinstance(raw, str) else b""
-        except binascii.Error:
-            inner = b""
+        inner = self._inner(event.data)
         if not inner:
             self.obs.parse_issues += 1
             return 0
+        if inner.startswith(_MESSAGES_START):
+            # an Anthropic Messages event: the Messages interpreter reads it (its
+            # template reads the usual delta without a parse)
+            chars = self.messages.handle(_new(Event, ("", inner, None, None)))
+            if METRICS_BYTES in inner:
+                obj = self.parse(inner)
+                metrics = obj.get(METRICS) if obj is not None else None
+                if isinstance(metrics, dict):
+                    self._metrics(metrics)
+            return chars
         return self._model_json(inner)
+
+    def _inner(self, data: bytes) -> bytes:
+        """The model's JSON a chunk carries (empty: none could be read)."""
+        raw = _bytes_member(data)
+        if raw is not None:
+            try:
+                return a2b_base64(raw, strict_mode=True)
+            except binascii.Error:
+                pass  # (escaped, say): read the envelope whole
+        envelope = self.parse(data)
+        member = envelope.get("bytes") if envelope is not None else None
+        if not isinstance(member, str):
+            return b""
+        try:
+            return a2b_base64(member.encode("ascii", "replace"), strict_mode=True)
+        except binascii.Error:
+            return b""
 
     def _model_json(self, inner: bytes) -> int:
         obj = self.parse(inner)
