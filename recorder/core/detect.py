@@ -77,7 +77,7 @@ def _is_eventstream(head: bytes) -> bool:
     if len(head) < PRELUDE:
         return False
     total, headers, crc = struct.unpack_from(">III", head)
-    return crc32(head[:8]) == crc and headers + 16 <= total
+    return bool(crc32(head[:8]) == crc and headers + 16 <= total)
 
 
 def _bedrock_endpoint(head: bytes) -> str | None:

@@ -210,7 +210,7 @@ class EventStreamFramer:
         named = self._heads.get(block)
         if named is None or named[2] is not None:
             return self._event(data, head, total)
-        return _new(Event, (named[0], data[PRELUDE + head : -4], named[1], None))  # type: ignore[arg-type]
+        return _new(Event, (named[0], data[PRELUDE + head : -4], named[1], None))
 
     # -- framing ----------------------------------------------------------------
 
@@ -301,7 +301,7 @@ class EventStreamFramer:
         name, mtype, data = named
         if data is None:
             data = message[PRELUDE + head : total - 4]
-        return _new(Event, (name, data, mtype, None))  # type: ignore[arg-type]
+        return _new(Event, (name, data, mtype, None))
 
 
 def _header(name: str, value: str) -> bytes:

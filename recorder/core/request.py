@@ -104,9 +104,8 @@ def _bedrock_facts(obj: dict[str, Any], facts: RequestFacts) -> None:
     if isinstance(tier, str) and tier.strip():
         facts.service_tier = tier.strip().lower()[:32]
     perf = obj.get("performanceConfig")
-    if facts.service_tier is None and isinstance(perf, dict):
-        if perf.get("latency") == "optimized":
-            facts.service_tier = "latency-optimized"
+    if facts.service_tier is None and isinstance(perf, dict) and perf.get("latency") == "optimized":
+        facts.service_tier = "latency-optimized"
 
 
 _SPACE = re.compile(rb"[ \t\r\n]*")

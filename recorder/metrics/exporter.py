@@ -64,9 +64,9 @@ from recorder.metrics.collectors import (
     KEEPALIVE_GAP,
     KEEPALIVES,
     MAX_OUTPUT_GAP,
-    PROVIDER_TIMING_GAP,
     MODEL_OVERFLOW,
     OLDEST_SILENCE,
+    PROVIDER_TIMING_GAP,
     RETRIES,
     STALLS,
     STREAMS,
@@ -310,9 +310,7 @@ class Metrics:
             ):
                 if ours is not None and theirs is not None:
                     key = ("provider_gap", measure)
-                    timing = get(key) or kid(
-                        kids, key, self.provider_timing_gap, *base, measure
-                    )
+                    timing = get(key) or kid(kids, key, self.provider_timing_gap, *base, measure)
                     timing.observe((ours - theirs) / 1000.0)
             # the series exists from the first record on, even while its count is 0
             stalls = get("stalls") or kid(kids, "stalls", self.stalls, *base)

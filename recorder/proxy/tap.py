@@ -243,9 +243,7 @@ class Tap:
             # binary stream's bytes are never white space
             binary = declared_kind(self.content_type) is BodyKind.EVENTSTREAM
             self._head.extend(
-                (d, t)
-                for d, t in zip(out, times, strict=True)
-                if binary or d.strip(_WHITESPACE)
+                (d, t) for d, t in zip(out, times, strict=True) if binary or d.strip(_WHITESPACE)
             )
             if not self._decide(final=False):
                 if sum(len(d) for d, _ in self._head) > HEAD_MAX_BYTES:

@@ -157,7 +157,7 @@ async def write_error_status(
     given, replaces the provider's); return whether the connection stays open."""
     doc, error_fields = http_error_body(rec.endpoint, status, code, rec.request_id)
     if message is not None:
-        (doc["error"] if "error" in doc else doc)["message"] = message
+        doc.get("error", doc)["message"] = message
         error_fields = (error_fields[0], error_fields[1], message)
     indent = rec.endpoint != "messages"
     raw = orjson.dumps(doc, option=orjson.OPT_INDENT_2 if indent else 0) + b"\n"

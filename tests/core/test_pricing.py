@@ -446,8 +446,9 @@ def test_a_bedrock_record_is_priced_by_its_model_id_not_the_answers_model() -> N
     cost = price_record(rec, shipped_prices())
     assert cost is not None and "bedrock/claude-sonnet-4-5-regional" in cost.price_version
     direct = price_record(
-        StreamRecord(provider="anthropic", model="claude-sonnet-4-5", input_tokens=1000,
-                     output_tokens=100),
+        StreamRecord(
+            provider="anthropic", model="claude-sonnet-4-5", input_tokens=1000, output_tokens=100
+        ),
         shipped_prices(),
     )
     assert direct is not None

@@ -109,7 +109,11 @@ def test_invoke_model_stream_reads_the_messages_inside(
     )
     chunks = [json.loads(e["chunk"]["bytes"]) for e in response["body"] if "chunk" in e]
     rec, sent = one_record(records, sim)
-    assert (rec.endpoint, rec.transport, rec.outcome) == ("invoke_model", "eventstream", "completed")
+    assert (rec.endpoint, rec.transport, rec.outcome) == (
+        "invoke_model",
+        "eventstream",
+        "completed",
+    )
     assert rec.max_output_tokens == 300
     metrics = chunks[-1]["amazon-bedrock-invocationMetrics"]
     assert rec.output_tokens == metrics["outputTokenCount"]
@@ -119,9 +123,7 @@ def test_invoke_model_stream_reads_the_messages_inside(
         + metrics["cacheWriteInputTokenCount"]
     )
     assert_usage(rec, sent)
-    text = "".join(
-        c["delta"].get("text", "") for c in chunks if c["type"] == "content_block_delta"
-    )
+    text = "".join(c["delta"].get("text", "") for c in chunks if c["type"] == "content_block_delta")
     assert rec.output_chars >= len(text) and rec.output_chars == sent.output_chars
     assert rec.provider_latency_ms == metrics["invocationLatency"]
     assert rec.provider_first_byte_ms == metrics["firstByteLatency"]
@@ -146,9 +148,7 @@ def test_an_exception_after_200_is_an_error_of_its_type(
 ) -> None:
     fault = "error=3" + (f",error_code={code}" if code else "")
     with pytest.raises(EventStreamError):
-        for _ in client(records, fault).converse_stream(modelId=MODEL, messages=MESSAGES)[
-            "stream"
-        ]:
+        for _ in client(records, fault).converse_stream(modelId=MODEL, messages=MESSAGES)["stream"]:
             pass
     rec, sent = one_record(records, sim)
     assert rec.http_status == 200
@@ -159,10 +159,10 @@ def test_an_exception_after_200_is_an_error_of_its_type(
 def test_a_cut_stream_is_a_disconnect_with_estimated_output(
     records: RunningProxy, sim: Simulator
 ) -> None:
-    with pytest.raises(Exception):  # noqa: B017,PT011 - botocore's own words for the cut
-        for _ in client(records, "rst=6").converse_stream(
-            modelId=MODEL, messages=MESSAGES
-        )["stream"]:
+    with pytest.raises(Exception):  # noqa: B017 - botocore's own words for the cut
+        for _ in client(records, "rst=6").converse_stream(modelId=MODEL, messages=MESSAGES)[
+            "stream"
+        ]:
             pass
     rec, sent = one_record(records, sim)
     assert rec.outcome == "upstream_disconnect"
@@ -172,8 +172,13 @@ def test_a_cut_stream_is_a_disconnect_with_estimated_output(
 
 def test_base64_chunks_are_what_botocore_hands_out(records: RunningProxy, sim: Simulator) -> None:
     """The simulator's frames are botocore's to read: a chunk's bytes decode to JSON."""
-    body = json.dumps({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 50,
-                       "messages": [{"role": "user", "content": "hi"}]})
+    body = json.dumps(
+        {
+            "anthropic_version": "bedrock-2023-05-31",
+            "max_tokens": 50,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+    )
     events = list(
         client(records).invoke_model_with_response_stream(modelId=MODEL, body=body)["body"]
     )

@@ -28,8 +28,10 @@ SIGV4 = (
     f" SignedHeaders=content-type;host;x-amz-date, Signature={SIGNATURE}"
 ).encode()
 PATH = "/model/us.amazon.nova-micro-v1%3A0/converse-stream"
-BODY = {"messages": [{"role": "user", "content": [{"text": "What is the capital of France?"}]}],
-        "inferenceConfig": {"maxTokens": 512}}
+BODY = {
+    "messages": [{"role": "user", "content": [{"text": "What is the capital of France?"}]}],
+    "inferenceConfig": {"maxTokens": 512},
+}
 
 
 def eventstream_response(status: int = 200, ctype: bytes = b"application/vnd.amazon.eventstream"):  # type: ignore[no-untyped-def]

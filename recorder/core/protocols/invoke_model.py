@@ -197,7 +197,7 @@ class InvokeModelInterpreter(Interpreter):
         obj = self.parse(body)
         if obj is None:
             return 0
-        if obj.get("type") == "message" or "content" in obj and "role" in obj:
+        if obj.get("type") == "message" or ("content" in obj and "role" in obj):
             return self.messages.read_body(body)
         if "message" in obj or "Message" in obj:  # an error body
             return 0

@@ -187,9 +187,7 @@ class ConverseBuilder(Builder):
         off = self.faults.usage == "off"
         if not off:
             meta["usage"] = self._usage_obj()
-        events.append(
-            ev("metadata", meta, usage=None if off else self.usage, terminal="completed")
-        )
+        events.append(ev("metadata", meta, usage=None if off else self.usage, terminal="completed"))
         return Reply(events, self._body(), self.id, self.finish, self.usage)
 
     def _body(self) -> SimEvent:

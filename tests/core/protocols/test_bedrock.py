@@ -19,9 +19,7 @@ from recorder.core.meter import StreamMeter
 from recorder.core.protocols import converse
 from recorder.core.record import StreamRecord
 
-CAPTURE = (
-    Path(__file__).parents[2] / "fixtures" / "bedrock" / "converse_stream_nova_micro.bin"
-)
+CAPTURE = Path(__file__).parents[2] / "fixtures" / "bedrock" / "converse_stream_nova_micro.bin"
 
 
 def payloads(body: bytes) -> list[tuple[str, dict]]:  # type: ignore[type-arg]
@@ -93,7 +91,10 @@ ANTHROPIC = [
                 "input_tokens": 12,
                 "cache_read_input_tokens": 100,
                 "cache_creation_input_tokens": 50,
-                "cache_creation": {"ephemeral_5m_input_tokens": 20, "ephemeral_1h_input_tokens": 30},
+                "cache_creation": {
+                    "ephemeral_5m_input_tokens": 20,
+                    "ephemeral_1h_input_tokens": 30,
+                },
                 "output_tokens": 1,
             },
         },
@@ -122,7 +123,11 @@ def test_invoke_model_reads_anthropic_messages_inside_the_chunks(how: str) -> No
     body = b"".join(chunk(e) for e in ANTHROPIC)
     pieces = [body] if how == "whole" else [body[i : i + 1] for i in range(len(body))]
     rec = meter("invoke_model", pieces)
-    assert (rec.endpoint, rec.outcome, rec.finish_reason) == ("invoke_model", "completed", "end_turn")
+    assert (rec.endpoint, rec.outcome, rec.finish_reason) == (
+        "invoke_model",
+        "completed",
+        "end_turn",
+    )
     assert rec.output_chars == len("Hello world")
     assert rec.input_tokens == 12 + 100 + 50
     assert (rec.cache_read_tokens, rec.cache_write_tokens) == (100, 50)
@@ -185,7 +190,9 @@ def test_a_bad_crc_is_a_parse_issue_and_the_rest_is_metered() -> None:
     good = msg("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "abc"}})
     bad = bytearray(good)
     bad[-8] ^= 0xFF
-    meta = msg("metadata", {"usage": {"inputTokens": 3, "outputTokens": 2}, "metrics": {"latencyMs": 5}})
+    meta = msg(
+        "metadata", {"usage": {"inputTokens": 3, "outputTokens": 2}, "metrics": {"latencyMs": 5}}
+    )
     rec = meter("converse", [good + bytes(bad) + good + meta])
     assert rec.parse_issues == 1
     assert rec.events == 4
