@@ -46,6 +46,7 @@ from recorder.proxy.finishing import Finishing
 from recorder.proxy.internal_errors import InternalErrors
 from recorder.proxy.lifecycle import NOTED
 from recorder.proxy.making import (
+    bedrock_metrics,
     REQUEST_HEADERS,
     RESPONSE_HEADERS,
     RecordMaker,
@@ -270,6 +271,7 @@ class Recorder:
                     or headers.get("x-amzn-requestid")  # Amazon Bedrock
                 ),
                 declared_kind(content_type) in STREAMS,
+                bedrock_metrics(headers),
             )
             if state.pending is not None:
                 state.pending.answer = got  # put on the record when it is made

@@ -41,6 +41,9 @@ class Answer:
     status: int
     request_id: str | None
     sse: bool
+    # Amazon Bedrock's InvokeModel answers its metrics in headers when not streamed
+    # (x-amzn-bedrock-*: token counts, invocation latency), lower-case names
+    provider_metrics: dict[str, str] | None = None
 
 
 @dataclass(slots=True)

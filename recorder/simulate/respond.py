@@ -43,6 +43,26 @@ def provider_headers(rec: SentRecord) -> list[tuple[str, str]]:
     return [*headers, ("x-sim-request", rec.request_id)]
 
 
+def invocation_headers(rec: SentRecord) -> list[tuple[str, str]]:
+    """Bedrock's metrics of a non-streamed InvokeModel answer, as its headers carry
+    them (the input count without the cache reads and writes)."""
+    usage = rec.planned_usage
+    if not usage:
+        return []
+    read = usage.get("cache_read_tokens") or 0
+    write = usage.get("cache_write_tokens") or 0
+    headers = [
+        ("x-amzn-bedrock-input-token-count", str(usage["input_tokens"] - read - write)),
+        ("x-amzn-bedrock-invocation-latency", str(INVOCATION_LATENCY_MS)),
+    ]
+    if usage.get("output_tokens") is not None:
+        headers.append(("x-amzn-bedrock-output-token-count", str(usage["output_tokens"])))
+    return headers
+
+
+INVOCATION_LATENCY_MS = 120  # what the simulated Bedrock says a non-streamed answer took
+
+
 @dataclass(slots=True)
 class Body:
     """How a response body goes on the wire."""
@@ -63,6 +83,8 @@ class Body:
         if self.stream:
             headers.append(("cache-control", "no-cache"))
         headers += provider_headers(rec)
+        if not self.stream and rec.endpoint == "invoke_model":
+            headers += invocation_headers(rec)
         if self.coding != "identity":
             headers.append(("content-encoding", self.coding))
         if self.framing == "chunked":

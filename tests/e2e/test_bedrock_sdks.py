@@ -185,3 +185,23 @@ def test_base64_chunks_are_what_botocore_hands_out(records: RunningProxy, sim: S
     assert events and all("chunk" in e for e in events)
     assert base64.b64encode(events[0]["chunk"]["bytes"])
     one_record(records, sim)
+
+
+def test_invoke_model_not_streamed_reads_bedrocks_metric_headers(
+    records: RunningProxy, sim: Simulator
+) -> None:
+    body = json.dumps(
+        {
+            "anthropic_version": "bedrock-2023-05-31",
+            "max_tokens": 100,
+            "messages": [{"role": "user", "content": "Say something about harmony."}],
+        }
+    )
+    response = client(records).invoke_model(modelId=MODEL, body=body)
+    answer = json.loads(response["body"].read())
+    headers = response["ResponseMetadata"]["HTTPHeaders"]
+    rec, sent = one_record(records, sim)
+    assert (rec.endpoint, rec.transport, rec.outcome) == ("invoke_model", "json", "completed")
+    assert rec.output_tokens == answer["usage"]["output_tokens"]
+    assert_usage(rec, sent)
+    assert rec.provider_latency_ms == float(headers["x-amzn-bedrock-invocation-latency"])

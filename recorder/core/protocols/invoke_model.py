@@ -66,6 +66,15 @@ def _bytes_member(data: bytes) -> bytes | None:
     return None if end < 0 else data[_BYTES_AT:end]
 
 
+_METRIC_HEADERS = {
+    "x-amzn-bedrock-input-token-count": "inputTokenCount",
+    "x-amzn-bedrock-output-token-count": "outputTokenCount",
+    "x-amzn-bedrock-invocation-latency": "invocationLatency",
+    "x-amzn-bedrock-cache-read-input-token-count": "cacheReadInputTokenCount",
+    "x-amzn-bedrock-cache-write-input-token-count": "cacheWriteInputTokenCount",
+}
+
+
 def _ms(value: Any) -> float | None:
     if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
         return float(value)
@@ -192,6 +201,20 @@ class InvokeModelInterpreter(Interpreter):
             # the cache writes by lifetime); else the metrics are the usage
             obs.report_usage(from_bedrock_metrics(metrics), dict(metrics))
         obs.decide("completed")  # the last chunk of a stream, whatever the family
+
+    def read_headers(self, headers: dict[str, str]) -> None:
+        """A non-streamed answer's ``x-amzn-bedrock-*`` headers (lower-case names):
+        the metrics a stream's last chunk carries, read the same way (the body's own
+        usage, where the family has one, replaces their counts)."""
+        metrics: dict[str, Any] = {}
+        for name, key in _METRIC_HEADERS.items():
+            value = headers.get(name, "").strip()
+            if value.isdigit():
+                metrics[key] = int(value)
+        if metrics:
+            self.latency_ms = _ms(metrics.get("invocationLatency"))
+            if "inputTokenCount" in metrics or "outputTokenCount" in metrics:
+                self.obs.report_usage(from_bedrock_metrics(metrics), metrics)
 
     def read_body(self, body: bytes) -> int:
         obj = self.parse(body)

@@ -17,6 +17,7 @@ from recorder.core.billing import absorb
 from recorder.core.eventstream import encode_message
 from recorder.core.meter import StreamMeter
 from recorder.core.protocols import converse
+from recorder.core.protocols.invoke_model import InvokeModelInterpreter
 from recorder.core.record import StreamRecord
 
 CAPTURE = Path(__file__).parents[2] / "fixtures" / "bedrock" / "converse_stream_nova_micro.bin"
@@ -226,3 +227,25 @@ def test_a_converse_answer_not_streamed() -> None:
     assert (rec.input_tokens, rec.output_tokens) == (7, 9)
     assert rec.provider_latency_ms == 321
     assert rec.service_tier == "priority"
+
+
+def test_invoke_not_streamed_takes_its_usage_from_bedrocks_headers() -> None:
+    """A non-Claude family's answer has no usage Bedrock normalises: its metric
+    headers are the usage, and the invocation latency the provider's timing."""
+    m = StreamMeter("invoke_model", start=0.0)
+    m.headers(0.1, 200)
+    interp = m.interpreter
+    assert isinstance(interp, InvokeModelInterpreter)
+    interp.read_headers(
+        {
+            "x-amzn-bedrock-input-token-count": "17",
+            "x-amzn-bedrock-output-token-count": "5",
+            "x-amzn-bedrock-invocation-latency": "433",
+        }
+    )
+    answer = {"generation": "Hello there", "stop_reason": "stop", "generation_token_count": 5}
+    m.read_body(json.dumps(answer).encode(), 0.5)
+    rec = m.finish(0.5)
+    assert (rec.outcome, rec.transport, rec.finish_reason) == ("completed", "json", "stop")
+    assert (rec.input_tokens, rec.output_tokens, rec.output_chars) == (17, 5, len("Hello there"))
+    assert rec.provider_latency_ms == 433
