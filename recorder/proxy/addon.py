@@ -46,11 +46,11 @@ from recorder.proxy.finishing import Finishing
 from recorder.proxy.internal_errors import InternalErrors
 from recorder.proxy.lifecycle import NOTED
 from recorder.proxy.making import (
-    bedrock_metrics,
     REQUEST_HEADERS,
     RESPONSE_HEADERS,
     RecordMaker,
     answer,
+    bedrock_metrics,
     header_text,
     pending_of,
     pick_headers,

@@ -47,12 +47,13 @@ def invocation_headers(rec: SentRecord) -> list[tuple[str, str]]:
     """Bedrock's metrics of a non-streamed InvokeModel answer, as its headers carry
     them (the input count without the cache reads and writes)."""
     usage = rec.planned_usage
-    if not usage:
+    if not usage or usage.get("input_tokens") is None:
         return []
+    total_in = usage["input_tokens"] or 0
     read = usage.get("cache_read_tokens") or 0
     write = usage.get("cache_write_tokens") or 0
     headers = [
-        ("x-amzn-bedrock-input-token-count", str(usage["input_tokens"] - read - write)),
+        ("x-amzn-bedrock-input-token-count", str(total_in - read - write)),
         ("x-amzn-bedrock-invocation-latency", str(INVOCATION_LATENCY_MS)),
     ]
     if usage.get("output_tokens") is not None:
