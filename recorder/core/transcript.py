@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterable
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
 from recorder.core.eventstream import EventStreamFramer
 from recorder.core.framing import Comment, Event, Framer, FramingIssue
-from recorder.core.protocols import EVENTSTREAM_ENDPOINTS
 from recorder.core.json_object import json_object
+from recorder.core.protocols import EVENTSTREAM_ENDPOINTS
 from recorder.core.sse import SSEFramer
 
 EVENT_WIDTH = 160  # characters of an event's data shown on its line
