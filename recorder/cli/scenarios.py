@@ -3,9 +3,10 @@
 Starts the simulator and a recording proxy on free loopback ports (so it runs
 beside a `recorder proxy` already listening on 8080), sends a mix of traffic
 through the official OpenAI and Anthropic SDKs and boto3 (streams of all three
-protocols and Amazon Bedrock's ConverseStream, a keepalive-filled stall, an upstream cut that its client retries,
-an error event after status 200, the gateway's "Response stream interrupted", a
-client that walks away, a rate limit), and returns the records. Time is scaled:
+protocols and Amazon Bedrock's ConverseStream, a keepalive-filled stall, an
+upstream cut that its client retries, an error event after status 200, the
+gateway's "Response stream interrupted", a client that walks away, a rate limit),
+and returns the records. Time is scaled:
 the demo's stall threshold is one second, not thirty.
 """
 
