@@ -324,7 +324,15 @@ class Simulator:
         if path == "/_sim/health":
             doc: Any = {
                 "status": "ok",
-                "endpoints": ["/v1/chat/completions", "/v1/responses", "/v1/messages"],
+                "endpoints": [
+                    "/v1/chat/completions",
+                    "/v1/responses",
+                    "/v1/messages",
+                    "/model/{modelId}/converse-stream",
+                    "/model/{modelId}/converse",
+                    "/model/{modelId}/invoke-with-response-stream",
+                    "/model/{modelId}/invoke",
+                ],
                 "encodings": list(wire.available()),
                 "requests": self.requests,
             }
