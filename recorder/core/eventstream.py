@@ -43,7 +43,7 @@ from __future__ import annotations
 import struct
 import uuid
 from typing import TYPE_CHECKING, Any
-from zlib import crc32
+from binascii import crc32  # (zlib's, a little faster to call)
 
 import orjson
 
@@ -146,7 +146,7 @@ class EventStreamFramer:
     Implements :class:`recorder.core.framing.Framer` (without the batch path's
     shortcuts, which are SSE's)."""
 
-    __slots__ = ("_buf", "_ended", "_heads", "_lost", "_max", "_need", "_skip")
+    __slots__ = ("_buf", "_ended", "_heads", "_last", "_lost", "_max", "_need", "_skip")
 
     def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
         self._max = max(max_event_bytes, MIN_MESSAGE)
@@ -156,6 +156,8 @@ class EventStreamFramer:
         self._lost = False  # a broken prelude: nothing more can be framed
         self._ended = False
         self._heads: dict[bytes, tuple[str, str, bytes | None]] = {}
+        # the last header block feed_one named, and its naming
+        self._last: tuple[bytes, tuple[str, str, bytes | None]] | None = None
 
     # -- the Framer protocol ----------------------------------------------------
 
@@ -206,11 +208,10 @@ class EventStreamFramer:
         prelude_crc = crc32(data[:8])
         if prelude_crc != pcrc or crc32(data[8:-4], prelude_crc) != _u32(data, total - 4)[0]:
             return None
-        block = data[PRELUDE : PRELUDE + head]
-        named = self._heads.get(block)
-        if named is None or named[2] is not None:
-            return self._event(data, head, total)
-        return _new(Event, (named[0], data[PRELUDE + head : -4], named[1], None))
+        try:
+            return self._event(data, 0, head, total)
+        except HeaderError:
+            return None  # (feed reports it)
 
     # -- framing ----------------------------------------------------------------
 
@@ -256,7 +257,8 @@ class EventStreamFramer:
         pos, size = 0, len(data)
         while size - pos >= PRELUDE:
             total, head, pcrc = _prelude(data, pos)
-            if crc32(data[pos : pos + 8]) != pcrc:
+            prelude_crc = crc32(data[pos : pos + 8])
+            if prelude_crc != pcrc:
                 self._lose(out, IssueKind.BAD_CRC, size - pos)
                 return
             if total < MIN_MESSAGE or head > total - MIN_MESSAGE:
@@ -273,12 +275,12 @@ class EventStreamFramer:
             end = pos + total
             if end > size:
                 break
-            message = data[pos:end] if pos or end != size else data
-            if crc32(message[: total - 4]) != _u32(message, total - 4)[0]:
+            # the message CRC continues the prelude's (it covers the prelude too)
+            if crc32(data[pos + 8 : end - 4], prelude_crc) != _u32(data, end - 4)[0]:
                 out.append(FramingIssue(IssueKind.BAD_CRC, total))
             else:
                 try:
-                    out.append(self._event(message, head, total))
+                    out.append(self._event(data, pos, head, end))
                 except HeaderError:
                     out.append(FramingIssue(IssueKind.MALFORMED, total))
             pos = end
@@ -291,17 +293,25 @@ class EventStreamFramer:
         self._lost = True
         self._buf = bytearray()
 
-    def _event(self, message: bytes, head: int, total: int) -> Event:
-        block = message[PRELUDE : PRELUDE + head]
-        named = self._heads.get(block)
-        if named is None:
-            named = _naming(block)
-            if len(self._heads) < _HEADS_KEPT:
-                self._heads[block] = named
-        name, mtype, data = named
-        if data is None:
-            data = message[PRELUDE + head : total - 4]
-        return _new(Event, (name, data, mtype, None))
+    def _event(self, data: bytes, pos: int, head: int, end: int) -> Event:
+        """The Event of the sound message ``data[pos:end]`` whose headers are ``head`` long."""
+        start = pos + PRELUDE
+        last = self._last
+        if last is not None and len(last[0]) == head and data.startswith(last[0], start):
+            named = last[1]
+        else:
+            block = data[start : start + head]
+            known = self._heads.get(block)
+            if known is None:
+                known = _naming(block)
+                if len(self._heads) < _HEADS_KEPT:
+                    self._heads[block] = known
+            named = known
+            self._last = (block, named)
+        name, mtype, text = named
+        return _new(
+            Event, (name, data[start + head : end - 4] if text is None else text, mtype, None)
+        )
 
 
 def _header(name: str, value: str) -> bytes:

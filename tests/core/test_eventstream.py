@@ -174,3 +174,18 @@ def test_feed_one_takes_exactly_one_sound_message() -> None:
     assert event is not None and event.event == "contentBlockDelta"
     assert framer.feed_one(good + good) is None
     assert framer.feed_one(good[:-1] + b"\x00") is None
+
+
+def test_a_message_with_unreadable_headers_is_malformed_and_the_rest_is_read() -> None:
+    good = message("contentBlockDelta", b'{"delta":{"text":"a"}}')
+    block = b"\x04name\x0b"  # header type 11: no such type
+    total = 16 + len(block)
+    prelude = struct.pack(">II", total, len(block))
+    prelude += struct.pack(">I", crc32(prelude))
+    raw = prelude + block
+    raw += struct.pack(">I", crc32(raw))
+    assert EventStreamFramer().feed_one(raw) is None
+    for pieces in ([raw, good], [raw + good]):
+        events, issues = ours(pieces)
+        assert [e[1] for e in events] == ["contentBlockDelta"]
+        assert [i.kind for i in issues] == [IssueKind.MALFORMED]
