@@ -42,8 +42,8 @@ from __future__ import annotations
 
 import struct
 import uuid
-from typing import TYPE_CHECKING, Any
 from binascii import crc32  # (zlib's, a little faster to call)
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
