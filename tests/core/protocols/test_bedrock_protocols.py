@@ -1,5 +1,5 @@
-"""Bedrock's two protocols metered from their event streams: a real ConverseStream
-capture, InvokeModel's base64 chunks (Anthropic's Messages events inside, and
+"""Bedrock's two protocols metered from their event streams: real ConverseStream
+captures, InvokeModel's base64 chunks (Anthropic's Messages events inside, and
 another family's by its metrics), exceptions after status 200, damage. Expected
 figures come from botocore's reading of the body and plain ``json``."""
 
@@ -20,7 +20,9 @@ from recorder.core.protocols import converse
 from recorder.core.protocols.invoke_model import InvokeModelInterpreter
 from recorder.core.record import StreamRecord
 
-CAPTURE = Path(__file__).parents[2] / "fixtures" / "bedrock" / "converse_stream_nova_micro.bin"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "bedrock"
+CAPTURE = FIXTURES / "converse_stream_nova_micro.bin"
+CAPTURES = sorted(FIXTURES.glob("converse_stream_*.bin"))
 
 
 def payloads(body: bytes) -> list[tuple[str, dict]]:  # type: ignore[type-arg]
@@ -45,13 +47,20 @@ def splits(body: bytes, seed: int) -> list[bytes]:
     return [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
 
 
+@pytest.mark.parametrize("capture", CAPTURES, ids=[p.stem for p in CAPTURES])
 @pytest.mark.parametrize("fast", [True, False])
 @pytest.mark.parametrize("how", ["whole", "bytes", "random"])
-def test_the_real_converse_capture(how: str, fast: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_real_converse_captures(
+    capture: Path, how: str, fast: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every real capture, whole, byte by byte and at random splits, with the
+    template fast path and without: the figures botocore's reading gives."""
     monkeypatch.setattr(converse, "FAST_PATH", fast)
-    body = CAPTURE.read_bytes()
+    body = capture.read_bytes()
     events = payloads(body)
-    text = "".join(p["delta"].get("text", "") for n, p in events if n == "contentBlockDelta")
+    deltas = [p["delta"] for n, p in events if n == "contentBlockDelta"]
+    text = "".join(d.get("text", "") for d in deltas)
+    reasoning = "".join(d.get("reasoningContent", {}).get("text", "") for d in deltas)
     meta = events[-1][1]
     if how == "whole":
         pieces = [body]
@@ -62,7 +71,8 @@ def test_the_real_converse_capture(how: str, fast: bool, monkeypatch: pytest.Mon
     rec = meter("converse", pieces)
     assert (rec.endpoint, rec.provider, rec.outcome) == ("converse", "aws.bedrock", "completed")
     assert rec.events == len(events)
-    assert rec.output_chars == len(text)
+    assert rec.output_chars == len(text) + len(reasoning)
+    assert (rec.output_breakdown or {}).get("reasoning", 0) == len(reasoning)
     assert rec.input_tokens == meta["usage"]["inputTokens"]
     assert rec.output_tokens == meta["usage"]["outputTokens"]
     assert rec.finish_reason == events[-2][1]["stopReason"]
