@@ -29,6 +29,16 @@ thousands of events using the captures' own delta texts plus some Japanese text
 network pieces of 256 B to 16 KiB, and one event per piece (what mitmproxy hands an
 HTTP/1 chunked stream's callable).
 
+Amazon Bedrock (AWS's binary event stream, issue 31): a ConverseStream body built
+from the real capture's shapes (``tests/fixtures/bedrock``: its texts and Bedrock's
+``p`` padding of random length) and an InvokeModelWithResponseStream body (the
+Messages body's events, each base64 in a ``chunk``, the last with its invocation
+metrics), against botocore's own ``EventStreamBuffer`` (the anchor: prelude,
+CRCs, headers, payload, what boto3's ``EventStream`` runs before its JSON parser),
+with the recorder's event-stream framer and its meter (framing, the JSON, the
+base64, the interpreter, timing); a context row adds botocore's ``json.loads``
+(and the base64 for InvokeModel). ``--eventstream-only`` / ``--sse-only`` run one part.
+
 Every repetition runs all contenders in a rotating order, so machine noise hits
 them alike; the figure kept is the median of the repetitions. Each is timed in
 this thread's CPU time (``--wall``: wall-clock), so other jobs on the machine
@@ -98,6 +108,10 @@ except ImportError:  # httpx_sse/__init__ imports httpx, which httpx-sse does no
     HxSSEDecoder, HxSSELineDecoder = _load_decoders()
     HTTPX_NOTE = f"httpx-sse {version('httpx-sse')} (its decoders only: httpx is not installed)"
 
+from botocore import __version__ as botocore_version  # noqa: E402
+from botocore.eventstream import EventStreamBuffer  # noqa: E402
+
+from recorder.core.eventstream import EventStreamFramer, encode_message  # noqa: E402
 from recorder.core.framing import Event  # noqa: E402
 from recorder.core.meter import StreamMeter  # noqa: E402
 from recorder.core.protocols import interpreter_for, template  # noqa: E402
@@ -109,6 +123,10 @@ FIXTURES = ROOT / "tests" / "fixtures"
 TARGET_FRAMER_VS_SDK = 3.0
 TARGET_FRAMER_VS_HTTPX_SSE = 1.0
 TARGET_METER_VS_SDK = 3.0
+# Amazon Bedrock (issue 31): the event-stream framer and the meter against
+# botocore's own EventStreamBuffer reading the same bytes
+TARGET_ES_FRAMER_VS_BOTOCORE = 3.0
+TARGET_ES_METER_VS_BOTOCORE = 3.0
 # The proxy's batches (recorder.proxy.addon.BATCH_PIECES, BATCH_BYTES): the bench
 # does not import the proxy, whose layer the core's bench has no business with.
 BATCH_PIECES = 128
@@ -485,12 +503,180 @@ def machine() -> str:
     )
 
 
+# -- Amazon Bedrock: AWS's binary event stream, against botocore ---------------------
+
+BEDROCK_CAPTURE = ROOT / "tests" / "fixtures" / "bedrock" / "converse_stream_nova_micro.bin"
+_HEADERS = {":content-type": "application/json", ":message-type": "event"}
+
+
+def _es(name: str, obj: object) -> bytes:
+    return encode_message({":event-type": name, **_HEADERS}, _dumps(obj).encode())
+
+
+def _capture_texts() -> list[str]:
+    buf = EventStreamBuffer()
+    buf.add_data(BEDROCK_CAPTURE.read_bytes())
+    texts = []
+    for msg in buf:
+        if msg.headers[":event-type"] == "contentBlockDelta":
+            texts.append(json.loads(msg.payload)["delta"]["text"])
+    return texts
+
+
+_PAD = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+
+def build_converse(n_deltas: int, seed: int) -> tuple[str, list[bytes]]:
+    """ConverseStream as the real capture writes it (``p`` padding of random length)."""
+    rng = random.Random(seed)
+    tokens = _token_stream(rng, _capture_texts())
+    pad = lambda: _PAD[: rng.randint(1, 60)]  # noqa: E731
+    blocks = [_es("messageStart", {"p": pad(), "role": "assistant"})]
+    for _ in range(n_deltas):
+        delta = {"contentBlockIndex": 0, "delta": {"text": next(tokens)}, "p": pad()}
+        blocks.append(_es("contentBlockDelta", delta))
+    blocks.append(_es("contentBlockStop", {"contentBlockIndex": 0, "p": pad()}))
+    blocks.append(_es("messageStop", {"p": pad(), "stopReason": "end_turn"}))
+    usage = {"inputTokens": 13, "outputTokens": n_deltas, "totalTokens": 13 + n_deltas}
+    blocks.append(_es("metadata", {"metrics": {"latencyMs": 391}, "p": pad(), "usage": usage}))
+    return "converse", blocks
+
+
+def build_invoke(n_deltas: int, seed: int) -> tuple[str, list[bytes]]:
+    """InvokeModelWithResponseStream for a Claude model: Messages events in base64 chunks."""
+    import base64
+
+    _, messages = build_messages(n_deltas, seed)
+    framer = SSEFramer()
+    events = [e for b in [*messages, b""] for e in framer.feed(b) if type(e) is Event]
+    blocks = []
+    for i, event in enumerate(events):
+        data = event.data
+        if i == len(events) - 1:  # message_stop carries the invocation metrics
+            obj = orjson.loads(data)
+            obj["amazon-bedrock-invocationMetrics"] = {
+                "inputTokenCount": 10,
+                "outputTokenCount": n_deltas,
+                "invocationLatency": 900,
+                "firstByteLatency": 300,
+            }
+            data = orjson.dumps(obj)
+        blocks.append(_es("chunk", {"bytes": base64.b64encode(data).decode(), "p": "abcd"}))
+    return "invoke_model", blocks
+
+
+def run_botocore(sc: Scenario) -> int:
+    # botocore's own reader: what EventStream.__iter__ runs on the response's
+    # chunks before its JSON parser (prelude, CRCs, headers, payload)
+    n = 0
+    buf = EventStreamBuffer()
+    for piece in sc.pieces:
+        buf.add_data(piece)
+        for _ in buf:
+            n += 1
+    return n
+
+
+def run_botocore_json(sc: Scenario) -> int:
+    import base64
+
+    n = 0
+    buf = EventStreamBuffer()
+    loads = json.loads
+    for piece in sc.pieces:
+        buf.add_data(piece)
+        for msg in buf:
+            obj = loads(msg.payload)
+            if "bytes" in obj:  # InvokeModel: the model's JSON inside
+                loads(base64.b64decode(obj["bytes"]))
+            n += 1
+    return n
+
+
+def run_es_framer(sc: Scenario) -> int:
+    n = 0
+    feed = EventStreamFramer().feed
+    for piece in sc.pieces:
+        for _ in feed(piece):
+            n += 1
+    return n
+
+
+BOTOCORE = "botocore EventStreamBuffer"
+ES_FRAMER = "recorder event-stream framer"
+ES_CONTENDERS: list[tuple[str, Callable[[Scenario], int]]] = [
+    (BOTOCORE, run_botocore),
+    (ES_FRAMER, run_es_framer),
+    (METER, run_meter),
+    ("  context: meter fed piece by piece (feed)", run_meter_feed),
+    ("  context: botocore buffer + json.loads", run_botocore_json),
+]
+
+
+def measure_eventstream(sc: Scenario, repeats: int) -> tuple[int, dict[str, float]]:
+    counts = {name: fn(sc) for name, fn in ES_CONTENDERS}
+    events = counts[BOTOCORE]
+    if any(c != events for c in counts.values()):
+        raise AssertionError(f"contenders disagree on the event count: {counts}")
+    samples: dict[str, list[float]] = {name: [] for name, _ in ES_CONTENDERS}
+    for r in range(repeats):
+        k = r % len(ES_CONTENDERS)
+        for name, fn in ES_CONTENDERS[k:] + ES_CONTENDERS[:k]:
+            gc.collect()
+            t0 = CLOCK()
+            fn(sc)
+            samples[name].append(CLOCK() - t0)
+    return events, {name: statistics.median(s) for name, s in samples.items()}
+
+
+def bench_eventstream(n_deltas: int, repeats: int) -> dict[str, tuple[float, str]]:
+    """The Bedrock bodies against botocore; the worst ratios."""
+    worst: dict[str, tuple[float, str]] = {}
+    header = f"  {'contender':<44}{'events/s':>12}{'µs/event':>10}{'vs boto':>9}"
+    for build in (build_converse, build_invoke):
+        endpoint, blocks = build(n_deltas, seed=1)
+        body = b"".join(blocks)
+        for label, pieces in (
+            ("random pieces 256 B-16 KiB", random_pieces(body, seed=2)),
+            ("one message per piece", blocks),
+        ):
+            sc = Scenario(endpoint, pieces)
+            events, secs = measure_eventstream(sc, repeats)
+            print(
+                f"{endpoint} (AWS event stream): {events:,} events, {len(body) / 1e6:.1f} MB "
+                f"in {len(pieces):,} pieces ({label})"
+            )
+            print(header)
+            base = secs[BOTOCORE]
+            for name, _ in ES_CONTENDERS:
+                print(
+                    f"  {name:<44}{events / secs[name]:>12,.0f}"
+                    f"{secs[name] / events * 1e6:>10.2f}{base / secs[name]:>8.2f}x"
+                )
+            where = f"{endpoint}, {label}"
+            for key, name in (
+                ("event-stream framer vs botocore", ES_FRAMER),
+                ("event-stream meter vs botocore", METER),
+            ):
+                ratio = base / secs[name]
+                if key not in worst or ratio < worst[key][0]:
+                    worst[key] = (ratio, where)
+            print()
+    return worst
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small bodies, 3 rounds")
     parser.add_argument("--repeats", type=int, help="rounds per measurement (default 7)")
     parser.add_argument(
         "--wall", action="store_true", help="time wall-clock (perf_counter), not CPU time"
+    )
+    parser.add_argument(
+        "--eventstream-only", action="store_true", help="only the Bedrock event-stream bodies"
+    )
+    parser.add_argument(
+        "--sse-only", action="store_true", help="skip the Bedrock event-stream bodies"
     )
     args = parser.parse_args(argv)
     global CLOCK
@@ -509,7 +695,7 @@ def main(argv: list[str] | None = None) -> int:
             worst[key] = (ratio, where)
 
     header = f"  {'contender':<44}{'events/s':>12}{'µs/event':>10}{'vs SDK':>9}"
-    for build in (build_chat, build_messages, build_responses):
+    for build in () if args.eventstream_only else (build_chat, build_messages, build_responses):
         endpoint, blocks = build(n_deltas, seed=1)
         body = b"".join(blocks)
         chunkings = [
@@ -535,16 +721,24 @@ def main(argv: list[str] | None = None) -> int:
             note("meter vs SDK decoder", base / secs[METER], where)
             print()
 
+    if not args.sse_only:
+        print(f"botocore {botocore_version}")
+        worst.update(bench_eventstream(n_deltas, repeats))
     targets = {
         "framer vs SDK decoder": TARGET_FRAMER_VS_SDK,
         "framer vs httpx-sse": TARGET_FRAMER_VS_HTTPX_SSE,
         "meter vs SDK decoder": TARGET_METER_VS_SDK,
     }
+    if not args.sse_only:
+        targets["event-stream framer vs botocore"] = TARGET_ES_FRAMER_VS_BOTOCORE
+        targets["event-stream meter vs botocore"] = TARGET_ES_METER_VS_BOTOCORE
     print("targets (worst case over bodies and chunkings):")
     for label, want in targets.items():
+        if label not in worst:
+            continue
         got, where = worst[label]
         verdict = "met" if got >= want else f"MISSED by {(1 - got / want) * 100:.0f}%"
-        print(f"  {label:<22} {got:5.2f}x  (target >= {want:.1f}x)  {verdict:<15} worst: {where}")
+        print(f"  {label:<31} {got:5.2f}x  (target >= {want:.1f}x)  {verdict:<15} worst: {where}")
     return 0
 
 

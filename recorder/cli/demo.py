@@ -82,7 +82,7 @@ def add_parser(sub: Subcommands) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Execute `recorder demo`."""
-    require("openai", "anthropic")
+    require("openai", "anthropic", "boto3")
     from recorder.cli.proxy import open_store
     from recorder.cli.scenarios import DEMO_KEY, REQUESTS, run_demo
     from recorder.core.keys import fingerprint

@@ -18,6 +18,7 @@ EXTRAS = {
     "matplotlib": "plot",  # `recorder show ID --plot FILE`
     "openai": "demo",  # `recorder demo`: traffic through the official SDKs
     "anthropic": "demo",
+    "boto3": "demo",  # its Amazon Bedrock step
 }
 
 

@@ -2,10 +2,11 @@
 
 Starts the simulator and a recording proxy on free loopback ports (so it runs
 beside a `recorder proxy` already listening on 8080), sends a mix of traffic
-through the official OpenAI and Anthropic SDKs (streams of all three
-protocols, a keepalive-filled stall, an upstream cut that its client retries,
-an error event after status 200, the gateway's "Response stream interrupted", a
-client that walks away, a rate limit), and returns the records. Time is scaled:
+through the official OpenAI and Anthropic SDKs and boto3 (streams of all three
+protocols and Amazon Bedrock's ConverseStream, a keepalive-filled stall, an
+upstream cut that its client retries, an error event after status 200, the
+gateway's "Response stream interrupted", a client that walks away, a rate limit),
+and returns the records. Time is scaled:
 the demo's stall threshold is one second, not thirty.
 """
 
@@ -117,6 +118,32 @@ def _rate_limited(_: openai.OpenAI, ant: anthropic.Anthropic) -> None:
     ant.messages.create(model="claude-sonnet-4-5+status=429", max_tokens=10, messages=PROMPT)
 
 
+def _bedrock(_: openai.OpenAI, ant: anthropic.Anthropic) -> None:
+    """boto3's bedrock-runtime through the same listener (the simulator speaks Bedrock
+    too), with the demo's key as a Bedrock API key (``Authorization: Bearer``), so that
+    its record is the demo's like the others."""
+    import boto3
+    from botocore import UNSIGNED
+    from botocore.config import Config
+
+    client = boto3.client(
+        "bedrock-runtime",
+        region_name="us-east-1",
+        endpoint_url=str(ant.base_url).rstrip("/"),
+        config=Config(signature_version=UNSIGNED, retries={"max_attempts": 1}, read_timeout=30),
+    )
+
+    def bearer(request: Any, **_: Any) -> None:
+        request.headers["Authorization"] = f"Bearer {DEMO_KEY}"
+
+    client.meta.events.register("before-send.bedrock-runtime.*", bearer)
+    response = client.converse_stream(
+        modelId="global.anthropic.claude-haiku-4-5-20251001-v1:0",
+        messages=[{"role": "user", "content": [{"text": "Tell me about harmony in music."}]}],
+    )
+    _drain(response["stream"])
+
+
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "chat, usage requested",
@@ -171,6 +198,11 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario("messages, not streamed", "a JSON response: streamed false", _claude_json),
     Scenario("messages, rate limited", "a 429: http_error with its error type", _rate_limited),
+    Scenario(
+        "bedrock, converse stream",
+        "Amazon Bedrock through boto3: AWS's binary event stream, Bedrock's own latency",
+        _bedrock,
+    ),
 )
 
 

@@ -160,6 +160,9 @@ def run_show(args: argparse.Namespace) -> int:
         emit(record.to_dict(with_gaps=True), fmt, single=True, columns=(*FIELDS, "gaps"))
     else:
         parts = [vertical(record.to_dict()), timeline(record)]
+        timing = provider_timing(record)
+        if timing:
+            parts.append(timing)
         if len(chain) > 1:
             parts.append(chain_text(chain, record))
         sys.stdout.write("\n\n".join(parts) + "\n")
@@ -202,6 +205,27 @@ def chain_text(chain: list[StreamRecord], shown: StreamRecord) -> str:
     return "\n".join(
         [head, table(rows, tuple(rows[0]), keep=("attempt", "outcome", "cost_usd")), note]
     )
+
+
+def provider_timing(r: StreamRecord) -> str:
+    """The provider's own timing beside the measured one (Amazon Bedrock), and their
+    difference: what the network and any queue before the provider took."""
+    lines = []
+    for what, ours, theirs in (
+        ("duration", r.duration_ms, r.provider_latency_ms),
+        ("first byte", r.ttft_ms, r.provider_first_byte_ms),
+    ):
+        if theirs is None:
+            continue
+        line = f"{what:<12}provider {_ms(theirs):>10}"
+        if ours is not None:
+            gap = ours - theirs
+            sign = "+" if gap >= 0 else "-"
+            line += f"   measured {_ms(ours):>10}   difference {sign}{_ms(abs(gap))}"
+        lines.append(line)
+    if not lines:
+        return ""
+    return "\n".join(["provider timing (its own figures beside the recorder's)", *lines])
 
 
 def _body_if_any(engine: Engine, ident: str) -> PackedBody | None:

@@ -31,9 +31,9 @@ from typing import Any
 from recorder.core.counts import InputCounts, OutputCounts
 from recorder.core.estimate import ESTIMATOR_VERSION, Estimator, thinking_ms
 from recorder.core.pricing import PriceTable, Unpriced
-from recorder.core.record_cost import cost_or_reason, price_parts
 from recorder.core.protocols.observations import Observations
 from recorder.core.record import StreamRecord, combine_sources
+from recorder.core.record_cost import cost_or_reason, price_parts
 
 
 def complete_usage(
@@ -95,7 +95,8 @@ def absorb(
 def _provisional_output(record: StreamRecord) -> int:
     """Anthropic's ``message_start`` output count of a stream cut before ``message_delta``."""
     raw: Any = record.raw_usage
-    if record.endpoint != "messages" or not isinstance(raw, dict):
+    # (Bedrock's InvokeModel carries Anthropic's events for its Claude models)
+    if record.endpoint not in ("messages", "invoke_model") or not isinstance(raw, dict):
         return 0
     value = raw.get("output_tokens")
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0

@@ -1,5 +1,9 @@
 """Which protocol a captured SSE body speaks, told from its first events.
 
+An AWS event stream (Amazon Bedrock) is told first, by its first message's
+prelude (its CRC matches): ``chunk`` events are InvokeModel's, Converse's events
+are named ``messageStart``, ``contentBlockDelta``, ….
+
 `recorder replay FILE` needs the endpoint to choose an interpreter; a body shows
 it: Anthropic Messages names its events ``message_start``/``content_block_*``
 (``event:`` lines and ``type`` fields alike), OpenAI Responses names them
@@ -9,7 +13,11 @@ objects. A body with no SSE field line at all is not an SSE body.
 
 from __future__ import annotations
 
+import struct
+from zlib import crc32
+
 from recorder.core.errors import UsageError
+from recorder.core.eventstream import PRELUDE, EventStreamFramer
 from recorder.core.framing import Comment, Event
 from recorder.core.json_object import json_object
 from recorder.core.sse import SSEFramer
@@ -26,6 +34,16 @@ _MESSAGES = frozenset(
     }
 )
 _EVENTS_LOOKED_AT = 16
+_CONVERSE = frozenset(
+    {
+        "messageStart",
+        "contentBlockStart",
+        "contentBlockDelta",
+        "contentBlockStop",
+        "messageStop",
+        "metadata",
+    }
+)
 
 
 class NotSSE(UsageError, ValueError):
@@ -40,6 +58,8 @@ def detect_endpoint(head: bytes) -> str | None:
     frame no event or comment."""
     if not head.strip():
         return None
+    if _is_eventstream(head):
+        return _bedrock_endpoint(head)
     framer = SSEFramer()
     items = framer.feed(head) + framer.feed(b"")
     events = [i for i in items if isinstance(i, Event)]
@@ -49,6 +69,25 @@ def detect_endpoint(head: bytes) -> str | None:
         found = _from_name(event.event) or _from_data(event.data)
         if found:
             return found
+    return None
+
+
+def _is_eventstream(head: bytes) -> bool:
+    """Whether ``head`` begins with an event-stream message's prelude (its CRC matches)."""
+    if len(head) < PRELUDE:
+        return False
+    total, headers, crc = struct.unpack_from(">III", head)
+    return bool(crc32(head[:8]) == crc and headers + 16 <= total)
+
+
+def _bedrock_endpoint(head: bytes) -> str | None:
+    framer = EventStreamFramer()
+    for item in framer.feed(head)[:_EVENTS_LOOKED_AT]:
+        if isinstance(item, Event) and item.id == "event":
+            if item.event == "chunk":
+                return "invoke_model"
+            if item.event in _CONVERSE:
+                return "converse"
     return None
 
 

@@ -51,6 +51,10 @@ class IssueKind(StrEnum):
     OVERSIZED = "oversized_event"  # an event skipped because it grew past the cap
     UNTERMINATED = "unterminated_event"  # the stream ended inside an event
     INTERNAL_ERROR = "internal_error"  # a framer bug, caught so that it reaches no one
+    # a binary wire's (recorder.core.eventstream): a message whose CRC does not
+    # match, and one whose lengths or headers cannot be read
+    BAD_CRC = "bad_crc"
+    MALFORMED = "malformed_message"
 
 
 class FramingIssue(NamedTuple):

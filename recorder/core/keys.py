@@ -28,8 +28,9 @@ from bisect import bisect_right
 from collections.abc import Iterable
 
 KEY_HEADERS = ("authorization", "x-api-key", "api-key", "x-goog-api-key")
-# Credentials that are masked but never fingerprinted: the proxy's, not the provider's.
-MASK_ONLY_HEADERS = ("proxy-authorization",)
+# Credentials that are masked but never fingerprinted: the proxy's, not the
+# provider's, and AWS's session token (temporary credentials: a secret, not a key id).
+MASK_ONLY_HEADERS = ("proxy-authorization", "x-amz-security-token")
 CREDENTIAL_HEADERS = KEY_HEADERS + MASK_ONLY_HEADERS
 
 QUERY_KEY_PARAMS = ("api-key", "api_key", "key")
@@ -48,13 +49,39 @@ MIN_KEY_CHARS = 8
 
 
 _AUTH_HEADERS = frozenset({"authorization", "proxy-authorization"})
+SIGV4 = "aws4-hmac-sha256"
+_SIGV4_CREDENTIAL = re.compile(r"Credential=([A-Za-z0-9]+)/")
+_SIGV4_SIGNATURE = re.compile(r"Signature=([0-9A-Fa-f]+)")
+
+
+def sigv4_key_id(value: str) -> str | None:
+    """The access key id of an ``Authorization: AWS4-HMAC-SHA256 Credential=AKIA…/…``
+    value (what identifies an AWS caller, as an API key does; the signature is a
+    one-request secret, never kept); None when the value is no SigV4 one."""
+    scheme, _, rest = value.strip().partition(" ")
+    if scheme.lower() != SIGV4:
+        return None
+    found = _SIGV4_CREDENTIAL.search(rest)
+    return found.group(1) if found else None
+
+
+def _sigv4_parts(value: str) -> list[str]:
+    """What of a SigV4 Authorization value to mask: the whole, the key id, the signature."""
+    parts = [value.strip()]
+    for pattern in (_SIGV4_CREDENTIAL, _SIGV4_SIGNATURE):
+        found = pattern.search(value)
+        if found:
+            parts.append(found.group(1))
+    return parts
 
 
 def _header_keys(name: str, value: str) -> list[str]:
     """The credentials in one header's value: for the Authorization headers, the
-    token after the scheme; a repeated header comes folded with ", " (its whole
-    value and each part)."""
+    token after the scheme (SigV4's: its key id and signature); a repeated header
+    comes folded with ", " (its whole value and each part)."""
     value = value.strip()
+    if name == "authorization" and value[:16].lower() == SIGV4:
+        return _sigv4_parts(value)
     if name in _AUTH_HEADERS:
         scheme, _, token = value.partition(" ")
         value = token.strip() or scheme
@@ -97,6 +124,11 @@ def authenticating_key(
             value = str(value).strip()
             if name == "authorization":
                 scheme, _, token = value.partition(" ")
+                if scheme.lower() == SIGV4:  # Amazon Bedrock: the access key id
+                    key_id = sigv4_key_id(value)
+                    if key_id:
+                        return key_id
+                    continue
                 if scheme.lower() != "bearer" or not token.strip():
                     continue
                 value = token.strip()

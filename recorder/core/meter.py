@@ -29,8 +29,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from recorder.core.framing import Comment, Event, FramingIssue, IssueKind
-from recorder.core.protocols import PROVIDERS, interpreter_for
+from recorder.core.eventstream import EventStreamFramer
+from recorder.core.framing import Comment, Event, Framer, FramingIssue, IssueKind
+from recorder.core.protocols import EVENTSTREAM_ENDPOINTS, PROVIDERS, interpreter_for
 from recorder.core.record import INTERRUPTED_OUTCOMES, StreamRecord, combine_sources, ending_outcome
 from recorder.core.rhythm import (
     DEFAULT_STALL_AFTER_S,
@@ -59,6 +60,9 @@ __all__ = [
 ENDINGS = ("eof", "upstream_disconnect", "client_disconnect")
 # The status of a WebSocket upgrade: each response on the connection came after it
 SWITCHING_PROTOCOLS = 101
+
+# the framing issues that are a message sent and unreadable (a binary wire's)
+_DAMAGED = frozenset({IssueKind.BAD_CRC, IssueKind.MALFORMED})
 
 Pairs = Iterator[tuple[bytes, float | None]]
 # the figures of the reported usage (``Usage``) that the record takes as they are
@@ -105,10 +109,16 @@ class StreamMeter(Rhythm):
         super().__init__(start, stall_after)
         self.endpoint = endpoint
         self.interpreter = interpreter_for(endpoint)
-        self.framer = SSEFramer(max_event_bytes)
+        self.framer: Framer = (
+            EventStreamFramer(max_event_bytes)
+            if endpoint in EVENTSTREAM_ENDPOINTS
+            else SSEFramer(max_event_bytes)
+        )
         self.record = record if record is not None else StreamRecord()
         self.record.endpoint = endpoint
         self.record.provider = PROVIDERS[endpoint]
+        if endpoint in EVENTSTREAM_ENDPOINTS:
+            self.record.transport = "eventstream"  # (read_body makes it json)
         self.events = 0
         self.keepalives = 0
         self.oversized_events = 0
@@ -185,10 +195,16 @@ class StreamMeter(Rhythm):
                     self.keepalives += 1
                     if now is not None:
                         self._keepalive(now)
-                elif isinstance(item, FramingIssue) and item.kind is IssueKind.OVERSIZED:
-                    # skipped for its size, but the upstream did send an event
-                    events += 1
-                    self.oversized_events += 1
+                elif isinstance(item, FramingIssue):
+                    if item.kind is IssueKind.OVERSIZED:
+                        # skipped for its size, but the upstream did send an event
+                        events += 1
+                        self.oversized_events += 1
+                    elif item.kind in _DAMAGED:
+                        # a binary message that failed its CRC or could not be read:
+                        # sent, unreadable, as a malformed SSE event is
+                        events += 1
+                        self.interpreter.obs.parse_issues += 1
         finally:
             if events:
                 self.events += events
@@ -212,6 +228,10 @@ class StreamMeter(Rhythm):
             return
         framer = self.framer
         limit = framer.piece_limit
+        if not limit:  # a framer without the batch path's shortcuts (a binary wire's)
+            for data, now in pairs:
+                self.feed(data, now)
+            return
         while True:
             slow = self._whole_pieces(pairs, limit)
             if slow is None:

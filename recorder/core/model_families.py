@@ -72,6 +72,15 @@ _SNAPSHOT = re.compile(r"(?:-(?:\d{4}-\d{2}-\d{2}|\d{8}|latest))?(?:-v\d+(?::\d+
 CACHED_NAME = 256
 
 
+def bedrock_model_id(model: str) -> str:
+    """The model id or inference profile an Amazon Bedrock ARN names
+    (``arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-…``
+    -> ``us.anthropic.claude-…``); any other name as it is."""
+    if model.startswith("arn:"):
+        return model.rpartition("/")[2]
+    return model
+
+
 def model_base(model: str) -> str:
     """A model name without provider prefix, snapshot date or ``-latest``.
 
@@ -84,7 +93,8 @@ def model_base(model: str) -> str:
 
 
 def _model_base(model: str) -> str:
-    name = _PREFIX.sub("", model.strip().lower())
+    name = bedrock_model_id(model.strip().lower())
+    name = _PREFIX.sub("", name)
     name = _REGION.sub("", name)
     return _SNAPSHOT.sub("", name) or name
 

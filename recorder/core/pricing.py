@@ -6,7 +6,9 @@ under them. Reading and writing table files (the project's format and
 LiteLLM's) is ``recorder.core.price_files``.
 
 A model name resolves to an entry by: the exact key; an alias the table
-declares; the name without provider prefix, snapshot date or ``-latest``
+declares (Amazon Bedrock's model ids and inference profiles, ``us.anthropic.claude-
+sonnet-4-5-20250929-v1:0``, are aliases of Bedrock's own entries, also inside an
+ARN); the name without provider prefix, snapshot date or ``-latest``
 (``gpt-4o-2024-08-06`` -> ``gpt-4o``, unless the snapshot has an entry of its
 own, as ``gpt-4o-2024-05-13`` does). Nothing fuzzier: ``gpt-4o-mini`` must
 never be priced as ``gpt-4o``.
@@ -36,8 +38,10 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal
 
 from recorder.core.errors import RecorderError, UsageError
-from recorder.core.model_families import model_base
+from recorder.core.model_families import bedrock_model_id, model_base
 from recorder.core.record import StreamRecord
+
+BEDROCK = "aws.bedrock"  # the provider whose request names the price (its model id)
 
 FORMAT = "recorder-prices/1"
 QUANTUM = Decimal("0.000000000001")  # 12 fractional digits
@@ -181,7 +185,7 @@ class PriceTable:
         if not model:
             return None
         name = model.strip().lower()
-        for candidate in (name, model_base(name)):
+        for candidate in (name, bedrock_model_id(name), model_base(name)):
             entry = self.entries.get(candidate)
             if entry is None and candidate in self.aliases:
                 entry = self.entries.get(self.aliases[candidate])

@@ -159,6 +159,11 @@ class StreamRecord:
     # issue 30: the priced parts the token figures are the sums of (Anthropic's
     # usage.iterations), each with its model and cost; null: one part, the record's
     usage_parts: list[dict[str, Any]] | None = None
+    # issue 31, Amazon Bedrock: the provider's own timing, beside the measured one
+    # (Converse's metrics.latencyMs, InvokeModel's invocationLatency; its
+    # firstByteLatency)
+    provider_latency_ms: float | None = None
+    provider_first_byte_ms: float | None = None
     gaps: list[Gap] = field(default_factory=list)
 
     def to_dict(self, *, with_gaps: bool = False) -> dict[str, Any]:

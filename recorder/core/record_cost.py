@@ -11,10 +11,29 @@ from collections.abc import Mapping
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
-from recorder.core.pricing import QUANTUM, Cost, Modality, PriceTable, Unpriced, cost_of
+from recorder.core.pricing import (
+    BEDROCK,
+    QUANTUM,
+    Cost,
+    Modality,
+    PriceEntry,
+    PriceTable,
+    Unpriced,
+    cost_of,
+)
 from recorder.core.record import StreamRecord
 
 _ZERO = Decimal(0)
+
+
+def own_entry(record: StreamRecord, table: PriceTable) -> PriceEntry | None:
+    """The entry of the record's own model: the serving one's first (a dated
+    snapshot), the requested one's if the table lacks it; the other way round on
+    Amazon Bedrock, whose request's model id carries the price's profile and region."""
+    first, second = record.response_model, record.model
+    if record.provider == BEDROCK:
+        first, second = second, first
+    return table.resolve(first) or table.resolve(second)
 
 
 def price_record(record: StreamRecord, table: PriceTable) -> Cost | None:
@@ -31,7 +50,9 @@ def cost_or_reason(record: StreamRecord, table: PriceTable) -> Cost | None:
     reason) when there is usage but no price for it.
 
     The model that served the request (``response_model``, e.g. a dated
-    snapshot) is priced first, the requested one if the table lacks it.
+    snapshot) is priced first, the requested one if the table lacks it; but
+    Amazon Bedrock's model id (the request's) names the provider, profile and
+    region the price depends on, where its answer names only the model.
     """
     if record.input_tokens is None and record.output_tokens is None:
         return None
@@ -40,7 +61,7 @@ def cost_or_reason(record: StreamRecord, table: PriceTable) -> Cost | None:
         if reason is not None:
             raise Unpriced(reason)
         return cost
-    entry = table.resolve(record.response_model) or table.resolve(record.model)
+    entry = own_entry(record, table)
     if entry is None:
         model = record.response_model or record.model
         raise Unpriced(f"no price for model {model!r}" if model else "no model named")
@@ -72,7 +93,7 @@ def price_parts(
     the record's service tier; the provider-side tool requests once, with the
     first part of the record's own model. The cost's ``price_version`` is that of
     the record's own model's part."""
-    own = table.resolve(record.response_model) or table.resolve(record.model)
+    own = own_entry(record, table)
     tools: Mapping[str, int] | None = record.server_tool_requests
     total = _ZERO
     versions: list[str] = []

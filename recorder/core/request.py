@@ -64,6 +64,7 @@ _MAX_KEYS = ("max_completion_tokens", "max_output_tokens", "max_tokens")
 _ATTRIBUTION = ("user", "safety_identifier", "metadata", "prompt_cache_key")
 _WANTED = frozenset(
     {
+        "model",
         "stream",
         "stream_options",
         "service_tier",
@@ -71,6 +72,10 @@ _WANTED = frozenset(
         *_MAX_KEYS,
         *_ATTRIBUTION,
         *FINGERPRINTED,
+        # Amazon Bedrock Converse: the limit and the tier asked for
+        "inferenceConfig",
+        "serviceTier",
+        "performanceConfig",
     }
 )
 
@@ -104,9 +109,10 @@ def read_request(body: bytes, reading: Reading | None = None, endpoint: str = ""
     for key in _MAX_KEYS:
         value = obj.get(key)
         # a client may send anything here; only what a BIGINT column holds is kept
-        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63:
+        if _count(value):
             facts.max_output_tokens = value
             break
+    _bedrock_facts(obj, facts)
     if reading is not None:
         _attribute(facts, obj, reading, endpoint)
     return facts
@@ -126,6 +132,26 @@ def _attribute(facts: RequestFacts, obj: dict[str, Any], reading: Reading, endpo
     tags = attribution.metadata_tags(obj.get("metadata"))
     facts.tags = tags or None
     facts.request_fingerprint = fingerprint(obj, endpoint, reading.secret)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
+
+
+def _bedrock_facts(obj: dict[str, Any], facts: RequestFacts) -> None:
+    """Converse's ``inferenceConfig.maxTokens``, ``serviceTier.type`` and
+    ``performanceConfig.latency`` (``optimized``: the tier ``latency-optimized``)."""
+    config = obj.get("inferenceConfig")
+    if isinstance(config, dict) and _count(config.get("maxTokens")):
+        facts.max_output_tokens = config["maxTokens"]
+    tier = obj.get("serviceTier")
+    if isinstance(tier, dict):
+        tier = tier.get("type")
+    if isinstance(tier, str) and tier.strip():
+        facts.service_tier = tier.strip().lower()[:32]
+    perf = obj.get("performanceConfig")
+    if facts.service_tier is None and isinstance(perf, dict) and perf.get("latency") == "optimized":
+        facts.service_tier = "latency-optimized"
 
 
 _SPACE = re.compile(rb"[ \t\r\n]*")

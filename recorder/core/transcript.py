@@ -10,13 +10,17 @@ only: the figures of record come from the meter, never from here.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
-from recorder.core.framing import Comment, Event, FramingIssue
+from recorder.core.eventstream import EventStreamFramer
+from recorder.core.framing import Comment, Event, Framer, FramingIssue
 from recorder.core.json_object import json_object
+from recorder.core.protocols import EVENTSTREAM_ENDPOINTS
 from recorder.core.sse import SSEFramer
 
 EVENT_WIDTH = 160  # characters of an event's data shown on its line
@@ -58,7 +62,7 @@ def transcript(
     stream; a gap of ``stall_after`` seconds or more between two outputs is
     flagged as a stall on the output that ends it (as the meter counts them; a
     silence running into a cut is the record's to tell, not the body's)."""
-    framer = SSEFramer()
+    framer: Framer = EventStreamFramer() if endpoint in EVENTSTREAM_ENDPOINTS else SSEFramer()
     t = Transcript()
     last: float | None = None
     last_output: float | None = None
@@ -113,7 +117,20 @@ def _output(event: Event, endpoint: str) -> list[tuple[str, str]]:
     doc = json_object(event.data)
     if doc is None:
         return []
+    if endpoint == "invoke_model":  # Bedrock's chunk: the model's JSON in base64
+        inner = _chunk_json(doc)
+        if inner is None:
+            return []
+        doc, endpoint = inner, "messages"
     found: list[tuple[str, str]] = []
+    if endpoint == "converse" and event.event == "contentBlockDelta":
+        delta = doc.get("delta")
+        if isinstance(delta, dict):
+            _add(found, _TEXT, delta.get("text"))
+            tool = delta.get("toolUse")
+            _add(found, _TOOL, tool.get("input") if isinstance(tool, dict) else None)
+            thinking = delta.get("reasoningContent")
+            _add(found, _REASONING, thinking.get("text") if isinstance(thinking, dict) else None)
     if endpoint == "chat.completions":
         for choice in doc.get("choices") or ():
             delta = choice.get("delta") if isinstance(choice, dict) else None
@@ -170,6 +187,16 @@ def _content_parts(found: list[tuple[str, str]], parts: object) -> None:
             for inner in part["thinking"]:
                 if isinstance(inner, dict) and inner.get("type") == "text":
                     _add(found, _REASONING, inner.get("text"))
+
+
+def _chunk_json(envelope: dict[str, Any]) -> dict[str, Any] | None:
+    raw = envelope.get("bytes")
+    if not isinstance(raw, str):
+        return None
+    try:
+        return json_object(base64.b64decode(raw, validate=True))
+    except ValueError:
+        return None
 
 
 def _add(found: list[tuple[str, str]], kind: str, value: object) -> None:

@@ -272,3 +272,54 @@ def usage_parts(parts: tuple[UsagePart, ...] | None) -> list[dict[str, Any]] | N
         }
         for part in parts
     ]
+
+
+def from_bedrock_converse(raw: dict[str, Any]) -> Usage:
+    """Bedrock Converse's ``usage`` (``metadata`` of ConverseStream, or the answer's).
+
+    Its ``inputTokens`` excludes the cache reads and writes, which it reports apart
+    (``totalTokens`` is all four): the record's ``input_tokens`` adds them, as for
+    Anthropic. ``cacheDetails`` splits the writes by lifetime
+    (``[{"ttl": "5m", "inputTokens": N}, {"ttl": "1h", ...}]``)."""
+    base = _int(raw.get("inputTokens"))
+    cache_read = _int(raw.get("cacheReadInputTokens"))
+    cache_write = _int(raw.get("cacheWriteInputTokens"))
+    write_5m, write_1h = _bedrock_ttl_split(raw.get("cacheDetails"))
+    return Usage(
+        input_tokens=None if base is None else base + (cache_read or 0) + (cache_write or 0),
+        output_tokens=_int(raw.get("outputTokens")),
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
+        cache_write_5m_tokens=write_5m,
+        cache_write_1h_tokens=write_1h,
+    )
+
+
+def _bedrock_ttl_split(details: Any) -> tuple[int | None, int | None]:
+    if not isinstance(details, list):
+        return None, None
+    split: dict[str, int] = {}
+    for entry in details:
+        if isinstance(entry, dict) and isinstance(entry.get("ttl"), str):
+            count = _int(entry.get("inputTokens"))
+            if count is not None:
+                split[entry["ttl"]] = split.get(entry["ttl"], 0) + count
+    if not split:
+        return None, None
+    return split.get("5m", 0), split.get("1h", 0)
+
+
+def from_bedrock_metrics(raw: dict[str, Any]) -> Usage:
+    """InvokeModel's ``amazon-bedrock-invocationMetrics`` (the last chunk of a
+    stream): token counts for every model family, the input one without the cache
+    reads and writes it reports apart (``cacheReadInputTokenCount``,
+    ``cacheWriteInputTokenCount``)."""
+    base = _int(raw.get("inputTokenCount"))
+    cache_read = _int(raw.get("cacheReadInputTokenCount"))
+    cache_write = _int(raw.get("cacheWriteInputTokenCount"))
+    return Usage(
+        input_tokens=None if base is None else base + (cache_read or 0) + (cache_write or 0),
+        output_tokens=_int(raw.get("outputTokenCount")),
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
+    )

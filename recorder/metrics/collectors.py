@@ -130,6 +130,21 @@ MAX_OUTPUT_GAP = Spec(
     "Longest output silence of each stream.",
     buckets=MAX_OUTPUT_GAP_BUCKETS,
 )
+# What the recorder measured minus what the provider says it took (Amazon
+# Bedrock's latencyMs / invocationLatency against duration, firstByteLatency
+# against time to first output): the network and queueing between the two. A
+# difference at or below 0 (the provider's clock says more) falls in the 0.0
+# bucket: with negative buckets the exposition would carry no _sum or _count.
+PROVIDER_TIMING_GAP_BUCKETS = (
+    0.0, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+PROVIDER_TIMING_GAP = Spec(
+    "llm_provider_timing_gap_seconds",
+    "Measured time minus the provider's own (duration: its latency; first_byte: its"
+    " first-byte latency against the time to first output), per request that has both.",
+    (*STREAM_LABELS, "measure"),
+    PROVIDER_TIMING_GAP_BUCKETS,
+)
 # the model label only (under the same cap) and the kind of gap: "model" (no
 # price for it) or "tier" (none for its service tier)
 UNPRICED = Spec(

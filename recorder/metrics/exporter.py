@@ -59,6 +59,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from recorder.core.pricing import unpriced_kind
 from recorder.core.protocols import PROVIDERS
+from recorder.metrics import record_figures
 from recorder.metrics.collectors import (
     CHUNK_GAP,
     CHUNK_GAP_BUCKETS,
@@ -72,6 +73,7 @@ from recorder.metrics.collectors import (
     MAX_OUTPUT_GAP,
     MODEL_OVERFLOW,
     OLDEST_SILENCE,
+    PROVIDER_TIMING_GAP,
     RETRIES,
     STALLS,
     STREAM_LABELS,
@@ -86,7 +88,6 @@ from recorder.metrics.collectors import (
     Spec,
     label,
 )
-from recorder.metrics.record_figures import Figures, cost_float, part_tokens, record_tokens
 from recorder.metrics.record_series import CounterFamily, HistogramFamily, IntervalHistogram
 
 if TYPE_CHECKING:
@@ -142,6 +143,7 @@ class Metrics:
         self.keepalive_gap = self._intervals(KEEPALIVE_GAP)
         self.stalls = self._counter(STALLS)
         self.max_output_gap = self._histogram(MAX_OUTPUT_GAP)
+        self.provider_timing_gap = self._histogram(PROVIDER_TIMING_GAP)
         self.unpriced = self._counter(UNPRICED)
         self.streams_stalled = self._gauge(STREAMS_STALLED)
         self.oldest_silence = self._gauge(OLDEST_SILENCE)
@@ -311,7 +313,7 @@ class Metrics:
         if self.metrics_tag is not None:
             base = (*base, self._tag_label(record))
         outcome = label(record.outcome)
-        cost = cost_float(record.cost_usd)  # (may log: not under the lock)
+        cost = record_figures.cost_float(record.cost_usd)  # (may log: not under the lock)
         parts = self._parts(record, base, cost is not None) if record.usage_parts else None
         kind = unpriced_kind(record.unpriced_reason)
         with self._lock:
@@ -319,9 +321,7 @@ class Metrics:
                 self._overflow.inc(1)
             if kind is not None:
                 self.unpriced.child(model, kind).inc(1)
-            kids = self._base_kids.get(base)
-            if kids is None:
-                kids = self._base_kids[base] = {}
+            kids = self._base_kids.setdefault(base, {})
             get, kid = kids.get, self._kid
             (
                 get(("streams", outcome))
@@ -338,6 +338,10 @@ class Metrics:
             if record.max_output_gap_ms is not None:
                 gap = get("max_gap") or kid(kids, "max_gap", self.max_output_gap, *base)
                 gap.observe(record.max_output_gap_ms / 1000.0)
+            for measure, seconds in record_figures.provider_gaps(record):
+                key = ("provider_gap", measure)
+                timing = get(key) or kid(kids, key, self.provider_timing_gap, *base, measure)
+                timing.observe(seconds)
             # the series exists from the first record on, even while its count is 0
             stalls = get("stalls") or kid(kids, "stalls", self.stalls, *base)
             if record.stalls:
@@ -388,7 +392,7 @@ class Metrics:
 
     def _parts(
         self, record: StreamRecord, base: tuple[str, ...], priced: bool
-    ) -> list[tuple[tuple[str, ...], Figures, float | None]]:
+    ) -> list[tuple[tuple[str, ...], record_figures.Figures, float | None]]:
         """Each usage part's labels (its own model's, the record's when it names
         none), figures and cost (None unless the record is priced: the counters
         agree with the rows, whose cost is null when a part is unpriced). Made
@@ -399,8 +403,8 @@ class Metrics:
             part_base = base
             if named:
                 part_base = (base[0], base[1], self.models(str(named))[0], *base[3:])
-            figures = part_tokens(record, part)
-            part_cost = cost_float(part.get("cost_usd")) if priced else None
+            figures = record_figures.part_tokens(record, part)
+            part_cost = record_figures.cost_float(part.get("cost_usd")) if priced else None
             out.append((part_base, figures, part_cost))
         return out
 
@@ -408,15 +412,13 @@ class Metrics:
         self,
         record: StreamRecord,
         base: tuple[str, ...],
-        figures: Figures,
+        figures: record_figures.Figures,
         cost: float | None,
         outcome: str,
     ) -> None:
         """One usage part's token and cost counters under its own model (the
         caller holds the lock)."""
-        kids = self._base_kids.get(base)
-        if kids is None:
-            kids = self._base_kids[base] = {}
+        kids = self._base_kids.setdefault(base, {})
         self._count_tokens(base, kids, figures)
         if cost is not None:
             self._costs(record, base, kids, cost, outcome)
@@ -432,7 +434,7 @@ class Metrics:
         """The record's token counters (unless its parts count them) and
         per-request token histograms (the caller holds the lock)."""
         if counted:
-            self._count_tokens(base, kids, record_tokens(record))
+            self._count_tokens(base, kids, record_figures.record_tokens(record))
         get, kid = kids.get, self._kid
         if record.input_tokens is not None:
             key = ("usage", "input")
@@ -446,7 +448,7 @@ class Metrics:
             )
 
     def _count_tokens(
-        self, base: tuple[str, ...], kids: dict[object, Any], figures: Figures
+        self, base: tuple[str, ...], kids: dict[object, Any], figures: record_figures.Figures
     ) -> None:
         """The token counters of ``figures`` under ``base`` (the caller holds the lock)."""
         get, kid = kids.get, self._kid

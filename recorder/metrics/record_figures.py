@@ -44,6 +44,19 @@ def part_tokens(record: StreamRecord, part: Mapping[str, Any]) -> Figures:
     )
 
 
+def provider_gaps(record: StreamRecord) -> list[tuple[str, float]]:
+    """What the recorder measured less what the provider says it took (Amazon
+    Bedrock's own timing), in seconds, for each measure both give."""
+    return [
+        (measure, (ours - theirs) / 1000.0)
+        for measure, ours, theirs in (
+            ("duration", record.duration_ms, record.provider_latency_ms),
+            ("first_byte", record.ttft_ms, record.provider_first_byte_ms),
+        )
+        if ours is not None and theirs is not None
+    ]
+
+
 def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 

@@ -34,7 +34,7 @@ AttributeValue = str | bool | int | float | list[str]
 # Providers and operations as the conventions name them (gen_ai.provider.name well
 # known values; every endpoint the recorder meters is a chat-style inference).
 _OPERATION = "chat"
-_PROVIDERS = {"openai": "openai", "anthropic": "anthropic"}
+_PROVIDERS = {"openai": "openai", "anthropic": "anthropic", "aws.bedrock": "aws.bedrock"}
 
 # Stall events per span: the SDK keeps 128 events per span by default; the record
 # has them all (and the stall count is an attribute).
@@ -160,6 +160,9 @@ def _attributes(rec: StreamRecord, err: str | None) -> dict[str, AttributeValue]
         "recorder.service_tier": rec.service_tier,
         "recorder.ttft_ms": rec.ttft_ms,
         "recorder.ttfb_ms": rec.ttfb_ms,
+        # the provider's own timing beside ours (Amazon Bedrock)
+        "recorder.provider_latency_ms": rec.provider_latency_ms,
+        "recorder.provider_first_byte_ms": rec.provider_first_byte_ms,
         "recorder.events": rec.events,
         "recorder.stalls": rec.stalls,
         "recorder.stall_ms": rec.stall_ms,

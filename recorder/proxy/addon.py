@@ -50,6 +50,7 @@ from recorder.proxy.making import (
     RESPONSE_HEADERS,
     RecordMaker,
     answer,
+    bedrock_metrics,
     header_text,
     pending_of,
     pick_headers,
@@ -70,6 +71,7 @@ from recorder.proxy.state import (
 from recorder.proxy.tap import (
     BATCH_BYTES,
     BATCH_PIECES,
+    STREAMS,
     BodyKind,
     RequestKeeper,
     Tap,
@@ -271,8 +273,13 @@ class Recorder:
             got = Answer(
                 self.clock(),
                 resp.status_code,
-                header_text(headers.get("x-request-id") or headers.get("request-id")),
-                declared_kind(content_type) is BodyKind.SSE,
+                header_text(
+                    headers.get("x-request-id")
+                    or headers.get("request-id")
+                    or headers.get("x-amzn-requestid")  # Amazon Bedrock
+                ),
+                declared_kind(content_type) in STREAMS,
+                bedrock_metrics(headers),
             )
             if state.pending is not None:
                 state.pending.answer = got  # put on the record when it is made

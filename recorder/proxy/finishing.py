@@ -46,7 +46,7 @@ from recorder.proxy.lifecycle import (
 from recorder.proxy.observers import Done, Observers
 from recorder.proxy.scheduling import Scheduler, Sliced
 from recorder.proxy.state import NO_UPSTREAM, Ending, FlowState, RequestNotRead, apply_facts
-from recorder.proxy.tap import BodyKind
+from recorder.proxy.tap import STREAMS, BodyKind
 from recorder.proxy.unpriced import WARNINGS as UNPRICED
 
 # At shutdown, how long ``drain`` waits for request bodies still being read, in all.
@@ -139,8 +139,14 @@ class Finishing:
             tap.end_capture(ending.at, ending.how)
             if tap.kind is not None and tap.unmetered is None:
                 rec = state.record
-                rec.streamed = tap.kind is BodyKind.SSE  # what the body was
-                rec.transport = "sse" if rec.streamed else "json"
+                rec.streamed = tap.kind in STREAMS  # what the body was
+                rec.transport = (
+                    "eventstream"
+                    if tap.kind is BodyKind.EVENTSTREAM
+                    else "sse"
+                    if rec.streamed
+                    else "json"
+                )
             elif state.record.streamed is False:
                 state.record.transport = "json"
         try:
@@ -361,7 +367,7 @@ class Finishing:
 def _capture_of(state: FlowState) -> CapturedBody | None:
     """The event stream kept of an exchange, if any (a JSON body is not kept)."""
     tap = state.tap
-    if tap is None or tap.kind is not BodyKind.SSE:
+    if tap is None or tap.kind not in STREAMS:
         return None
     return tap.capture
 

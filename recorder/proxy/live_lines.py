@@ -54,6 +54,8 @@ def summary(rec: StreamRecord) -> dict[str, Any]:
         "events": rec.events,
         "transport": rec.transport,
         "connection_id": rec.connection_id,
+        # the provider's own measure of the request (Amazon Bedrock), beside duration_ms
+        "provider_latency_ms": rec.provider_latency_ms,
     }
 
 
@@ -123,6 +125,12 @@ def stream_line(s: dict[str, Any], *, colour: bool = False, clock: str = "") -> 
         _paint(printable(str(s["outcome"])), _outcome_colour(s["outcome"]), colour),
         f"ttft {duration(s['ttft_ms'])}",
         f"dur {duration(s['duration_ms'])}",
+        # what the provider says it took (Bedrock): the rest of dur was the way there
+        (
+            f"(provider {duration(s['provider_latency_ms'])})"
+            if s.get("provider_latency_ms") is not None
+            else ""
+        ),
         f"in {_tokens(s['input_tokens'], s['input_source'])}",
         f"out {_tokens(s['output_tokens'], s['output_source'])}",
         money(cost),

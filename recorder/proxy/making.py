@@ -24,8 +24,11 @@ from recorder.core.attribution import (
     header_tags,
 )
 from recorder.core.captured import CapturedRecord
+from recorder.core.endpoints import bedrock_model
 from recorder.core.keys import KeyMask, authenticating_key, fingerprint, request_keys
 from recorder.core.meter import StreamMeter
+from recorder.core.protocols import EVENTSTREAM_ENDPOINTS
+from recorder.core.protocols.invoke_model import InvokeModelInterpreter
 from recorder.core.record import StreamRecord
 from recorder.proxy.config import RecorderConfig
 from recorder.proxy.ids import new_record_start
@@ -47,6 +50,7 @@ REQUEST_HEADERS = frozenset(
         b"api-key",
         b"x-goog-api-key",
         b"proxy-authorization",
+        b"x-amz-security-token",
         b"openai-project",
         b"anthropic-workspace",
         b"openai-organization",
@@ -57,7 +61,26 @@ REQUEST_HEADERS = frozenset(
         *(name.encode() for name in SESSION_HEADERS),
     }
 )
-RESPONSE_HEADERS = frozenset({b"x-request-id", b"request-id", b"content-type", b"content-encoding"})
+# Amazon Bedrock's metrics of a non-streamed InvokeModel answer
+BEDROCK_METRIC_HEADERS = frozenset(
+    {
+        b"x-amzn-bedrock-input-token-count",
+        b"x-amzn-bedrock-output-token-count",
+        b"x-amzn-bedrock-invocation-latency",
+        b"x-amzn-bedrock-cache-read-input-token-count",
+        b"x-amzn-bedrock-cache-write-input-token-count",
+    }
+)
+RESPONSE_HEADERS = frozenset(
+    {b"x-request-id", b"request-id", b"x-amzn-requestid", b"content-type", b"content-encoding"}
+    | BEDROCK_METRIC_HEADERS
+)
+
+
+def bedrock_metrics(headers: dict[str, str]) -> dict[str, str] | None:
+    """The ``x-amzn-bedrock-*`` metrics among the picked response headers, if any."""
+    found = {k: v for k, v in headers.items() if k.startswith("x-amzn-bedrock-")}
+    return found or None
 
 
 def pick_headers(headers: http.Headers, wanted: frozenset[bytes]) -> dict[str, str]:
@@ -107,8 +130,12 @@ def answer(state: FlowState, got: Answer) -> None:
     state.meter.headers(got.at, got.status)
     rec = state.record
     rec.request_id = got.request_id
+    if got.provider_metrics and isinstance(state.meter.interpreter, InvokeModelInterpreter):
+        state.meter.interpreter.read_headers(got.provider_metrics)
     if not got.sse:
         rec.streamed = False
+    elif state.endpoint in EVENTSTREAM_ENDPOINTS:
+        rec.transport = "eventstream"
 
 
 class RecordMaker:
@@ -169,6 +196,8 @@ class RecordMaker:
             max_event_bytes=self.config.max_event_bytes,
             record=rec,
         )
+        if state.endpoint in EVENTSTREAM_ENDPOINTS:
+            rec.model = header_text(bedrock_model(pending.path))  # Bedrock: in the path
         state.started(meter, rec, KeyMask.of(request_keys(headers, query)))
         if "traceparent" in headers:  # forwarded untouched; read for the span only
             state.trace = (headers["traceparent"], headers.get("tracestate"))

@@ -42,6 +42,9 @@ class Answer:
     status: int
     request_id: str | None
     sse: bool
+    # Amazon Bedrock's InvokeModel answers its metrics in headers when not streamed
+    # (x-amzn-bedrock-*: token counts, invocation latency), lower-case names
+    provider_metrics: dict[str, str] | None = None
 
 
 @dataclass(slots=True)
@@ -230,7 +233,8 @@ def apply_facts(state: FlowState, facts: RequestFacts, counts: InputCounts | Non
     """The request's facts on the exchange's record."""
     state.input_counts = counts
     rec = state.record
-    rec.model = facts.model
+    if facts.model is not None or rec.model is None:
+        rec.model = facts.model  # (Bedrock names it in the path, kept when the body does not)
     rec.include_usage = facts.include_usage
     rec.max_output_tokens = facts.max_output_tokens
     rec.requested_tier = facts.service_tier

@@ -63,6 +63,12 @@ _WHITESPACE = b" \t\r\n\xef\xbb\xbf"  # (a UTF-8 byte order mark too)
 class BodyKind(enum.Enum):
     SSE = "an event stream"
     JSON = "JSON"
+    # AWS's binary event stream (Amazon Bedrock): told by its declared type only,
+    # since its first bytes are a length, not a sign
+    EVENTSTREAM = "an AWS event stream"
+
+
+STREAMS = frozenset({BodyKind.SSE, BodyKind.EVENTSTREAM})  # what the meter frames
 
 
 class Unmetered(enum.Enum):
@@ -88,6 +94,8 @@ def declared_kind(content_type: str) -> BodyKind | None:
     low = content_type.lower()
     if "text/event-stream" in low:
         return BodyKind.SSE
+    if "vnd.amazon.eventstream" in low:
+        return BodyKind.EVENTSTREAM
     if "json" in low:
         return BodyKind.JSON
     return None
@@ -187,7 +195,7 @@ class Tap:
         pieces, stamps = self.pieces, self.stamps
         try:
             if not self.broken:
-                if self.decoder is None and self.kind is BodyKind.SSE and self.capture is None:
+                if self.decoder is None and self.kind in STREAMS and self.capture is None:
                     self._meter().feed_many(pieces, stamps)  # the common case, as it comes
                 else:
                     self._take(pieces, stamps, DECODE_AT_END if final else DECODE_SLICE)
@@ -231,9 +239,11 @@ class Tap:
 
     def _pass_on(self, out: list[bytes], times: list[float]) -> None:
         if self.kind is None:
-            # white space before the first sign says nothing (and is not kept)
+            # white space before the first sign says nothing (and is not kept); a
+            # binary stream's bytes are never white space
+            binary = declared_kind(self.content_type) is BodyKind.EVENTSTREAM
             self._head.extend(
-                (d, t) for d, t in zip(out, times, strict=True) if d.strip(_WHITESPACE)
+                (d, t) for d, t in zip(out, times, strict=True) if binary or d.strip(_WHITESPACE)
             )
             if not self._decide(final=False):
                 if sum(len(d) for d, _ in self._head) > HEAD_MAX_BYTES:
@@ -247,7 +257,7 @@ class Tap:
             self._head = []
             if self.broken:
                 return
-        if self.kind is BodyKind.SSE:
+        if self.kind in STREAMS:
             capture = self.capture
             if capture is not None:
                 for data, at in zip(out, times, strict=True):
@@ -267,7 +277,9 @@ class Tap:
         if not head and not final:
             return False
         declared = declared_kind(self.content_type)
-        if head.startswith((b"{", b"[")):
+        if declared is BodyKind.EVENTSTREAM and head and not head.startswith((b"{", b"[")):
+            kind = BodyKind.EVENTSTREAM
+        elif head.startswith((b"{", b"[")):
             kind = BodyKind.JSON
         elif head.startswith(_SSE_STARTS) or (not head and declared is not BodyKind.JSON):
             kind = BodyKind.SSE

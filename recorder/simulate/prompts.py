@@ -222,9 +222,62 @@ def prompt_from_messages(body: dict[str, Any]) -> Prompt:
 ENDPOINTS = ("chat.completions", "responses", "messages")
 
 
+# Amazon Bedrock's runtime actions: /model/{modelId}/<action>
+BEDROCK_ACTIONS = {
+    "converse-stream": ("converse", True),
+    "converse": ("converse", False),
+    "invoke-with-response-stream": ("invoke_model", True),
+    "invoke": ("invoke_model", False),
+}
+
+
+def bedrock_request(path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A Bedrock request body with what its path says: the model (URL-decoded) and
+    whether it streams, as the other protocols' bodies say them."""
+    from urllib.parse import unquote
+
+    head, _, action = path.split("?", 1)[0].rstrip("/").rpartition("/")
+    model = unquote(head.partition("/model/")[2])
+    return {**body, "model": model, "stream": BEDROCK_ACTIONS[action][1]}
+
+
+def prompt_from_converse(body: dict[str, Any]) -> Prompt:
+    """Read a Bedrock Converse request (its model and stream flag from the path)."""
+    p = _prompt("converse", body)
+    p.stream = body.get("stream") is True
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("messages: field required")
+    for m in messages:
+        if not isinstance(m, dict):
+            raise BadRequest("each message must be an object")
+        p.messages.append((str(m.get("role", "user")), _text_of(m.get("content"))))
+    config = body.get("toolConfig")
+    for t in (config.get("tools") if isinstance(config, dict) else None) or []:
+        spec = t.get("toolSpec") if isinstance(t, dict) else None
+        if isinstance(spec, dict) and isinstance(spec.get("name"), str):
+            schema = spec.get("inputSchema")
+            schema = schema.get("json") if isinstance(schema, dict) else None
+            p.tools.append(ToolSpec(spec["name"], schema if isinstance(schema, dict) else {}))
+    inference = body.get("inferenceConfig")
+    if isinstance(inference, dict):
+        p.max_tokens = _int_or_none(inference.get("maxTokens"))
+    return _finish_prompt(p, len(_text_of(body.get("system"))))
+
+
+def prompt_from_invoke(body: dict[str, Any]) -> Prompt:
+    """Read a Bedrock InvokeModel request for an Anthropic model (a Messages body)."""
+    p = prompt_from_messages(body)
+    p.endpoint = "invoke_model"
+    return p
+
+
 def endpoint_of(path: str) -> str | None:
     """The protocol a request path speaks, by its ending (any prefix is fine)."""
-    path = path.rstrip("/")
+    path = path.split("?", 1)[0].rstrip("/")
+    head, _, action = path.rpartition("/")
+    if action in BEDROCK_ACTIONS and "/model/" in head:
+        return BEDROCK_ACTIONS[action][0]
     if path.endswith("/chat/completions"):
         return "chat.completions"
     if path.endswith("/responses"):
@@ -238,4 +291,6 @@ READERS = {
     "chat.completions": prompt_from_chat,
     "responses": prompt_from_responses,
     "messages": prompt_from_messages,
+    "converse": prompt_from_converse,
+    "invoke_model": prompt_from_invoke,
 }

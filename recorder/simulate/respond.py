@@ -17,7 +17,8 @@ import orjson
 from recorder.simulate import wire
 from recorder.simulate.faults import Faults
 from recorder.simulate.http1 import Conn, Request, status_head
-from recorder.simulate.protocols import http_error_body
+from recorder.simulate.protocols import BEDROCK, http_error_body
+from recorder.simulate.protocols.bedrock import CONTENT_TYPE as BEDROCK_CONTENT_TYPE
 from recorder.simulate.script import Step
 from recorder.simulate.sent import SentRecord, account
 
@@ -35,9 +36,32 @@ def provider_headers(rec: SentRecord) -> list[tuple[str, str]]:
     """The provider's request id headers, and the simulator's own."""
     if rec.endpoint == "messages":
         headers = [("request-id", rec.request_id)]
+    elif rec.endpoint in BEDROCK:
+        headers = [("x-amzn-requestid", rec.request_id)]
     else:
         headers = [("x-request-id", rec.request_id), ("openai-version", "2020-10-01")]
     return [*headers, ("x-sim-request", rec.request_id)]
+
+
+def invocation_headers(rec: SentRecord) -> list[tuple[str, str]]:
+    """Bedrock's metrics of a non-streamed InvokeModel answer, as its headers carry
+    them (the input count without the cache reads and writes)."""
+    usage = rec.planned_usage
+    if not usage or usage.get("input_tokens") is None:
+        return []
+    total_in = usage["input_tokens"] or 0
+    read = usage.get("cache_read_tokens") or 0
+    write = usage.get("cache_write_tokens") or 0
+    headers = [
+        ("x-amzn-bedrock-input-token-count", str(total_in - read - write)),
+        ("x-amzn-bedrock-invocation-latency", str(INVOCATION_LATENCY_MS)),
+    ]
+    if usage.get("output_tokens") is not None:
+        headers.append(("x-amzn-bedrock-output-token-count", str(usage["output_tokens"])))
+    return headers
+
+
+INVOCATION_LATENCY_MS = 120  # what the simulated Bedrock says a non-streamed answer took
 
 
 @dataclass(slots=True)
@@ -54,10 +78,14 @@ class Body:
     def headers(self, rec: SentRecord) -> list[tuple[str, str]]:
         """The response headers for this body."""
         ctype = "text/event-stream; charset=utf-8" if self.stream else "application/json"
+        if self.stream and rec.endpoint in BEDROCK:
+            ctype = BEDROCK_CONTENT_TYPE
         headers = [("content-type", ctype)]
         if self.stream:
             headers.append(("cache-control", "no-cache"))
         headers += provider_headers(rec)
+        if not self.stream and rec.endpoint == "invoke_model":
+            headers += invocation_headers(rec)
         if self.coding != "identity":
             headers.append(("content-encoding", self.coding))
         if self.framing == "chunked":
@@ -152,7 +180,7 @@ async def write_error_status(
     given, replaces the provider's); return whether the connection stays open."""
     doc, error_fields = http_error_body(rec.endpoint, status, code, rec.request_id)
     if message is not None:
-        doc["error"]["message"] = message
+        doc.get("error", doc)["message"] = message
         error_fields = (error_fields[0], error_fields[1], message)
     indent = rec.endpoint != "messages"
     raw = orjson.dumps(doc, option=orjson.OPT_INDENT_2 if indent else 0) + b"\n"

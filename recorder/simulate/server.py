@@ -51,8 +51,8 @@ from recorder.simulate.http1 import (
     read_request,
     status_head,
 )
-from recorder.simulate.prompts import READERS, BadRequest, Prompt, endpoint_of
-from recorder.simulate.protocols import Reply, SimEvent, plan
+from recorder.simulate.prompts import READERS, BadRequest, Prompt, bedrock_request, endpoint_of
+from recorder.simulate.protocols import BEDROCK, Reply, SimEvent, plan
 from recorder.simulate.respond import Body, negotiated_coding, write_error_status, write_response
 from recorder.simulate.script import Step, script
 from recorder.simulate.sent import SentRecord, outcome_of
@@ -323,7 +323,15 @@ class Simulator:
         if path == "/_sim/health":
             doc: Any = {
                 "status": "ok",
-                "endpoints": ["/v1/chat/completions", "/v1/responses", "/v1/messages"],
+                "endpoints": [
+                    "/v1/chat/completions",
+                    "/v1/responses",
+                    "/v1/messages",
+                    "/model/{modelId}/converse-stream",
+                    "/model/{modelId}/converse",
+                    "/model/{modelId}/invoke-with-response-stream",
+                    "/model/{modelId}/invoke",
+                ],
                 "encodings": list(wire.available()),
                 "requests": self.requests,
             }
@@ -396,6 +404,8 @@ class Simulator:
         if not isinstance(doc, dict):
             code = "invalid_request_error" if endpoint == "messages" else "invalid_prompt"
             return _Refused("the request body is not a JSON object", code)
+        if endpoint in BEDROCK:
+            doc = bedrock_request(req.path, doc)  # the model and streaming are in the path
         model = doc.get("model")
         rec.requested_model = model if isinstance(model, str) else None
         try:
@@ -408,6 +418,9 @@ class Simulator:
             faults = parse_faults(self.default_faults)
             parse_faults(prompt.model_faults, sep="+", into=faults)
             parse_faults(req.headers.get("x-sim-fault", ""), into=faults)
+            if endpoint in BEDROCK:  # a binary stream: no comment lines, no BOM
+                faults.keepalive = None
+                faults.bom = False
         except FaultError as e:
             return _Refused(str(e))
         rec.faults = faults.describe()

@@ -229,6 +229,9 @@ class Stream(Base):
     attempt: Mapped[int | None] = mapped_column(Integer())
     # issue 30: the priced parts of the usage (Anthropic's iterations), each with its model
     usage_parts: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONDoc)
+    # issue 31 (Amazon Bedrock): the provider's own timing
+    provider_latency_ms: Mapped[float | None] = mapped_column(Double())
+    provider_first_byte_ms: Mapped[float | None] = mapped_column(Double())
     # Beyond the record: for the audit.
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())  # started_at + duration
     recorded_at: Mapped[datetime] = mapped_column(UTCDateTime())  # when the writer stored it

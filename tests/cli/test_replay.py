@@ -362,3 +362,34 @@ def test_a_damaged_head_is_told_from_the_events_after_it(cli: Cli, tmp_path: Pat
     doc = json.loads(ran.out)
     assert doc["endpoint"] == "chat.completions" and doc["outcome"] == "completed"
     assert "chat.completions (told from its events)" in ran.err
+
+
+BEDROCK_CAPTURE = FIXTURES / "bedrock" / "converse_stream_nova_micro.bin"
+
+
+def test_replay_a_captured_bedrock_event_stream(cli: Cli, tmp_path: Path) -> None:
+    """A Bedrock body is told from its first message (binary, CRC-checked) and
+    metered as the proxy meters it; its usage is botocore's reading of the last event."""
+    from botocore.eventstream import EventStreamBuffer
+
+    body = BEDROCK_CAPTURE.read_bytes()
+    buf = EventStreamBuffer()
+    buf.add_data(body)
+    messages = list(buf)
+    meta = json.loads(messages[-1].payload)
+    doc = replay_json(cli, str(BEDROCK_CAPTURE), "--endpoint", "converse")
+    assert (doc["endpoint"], doc["provider"], doc["transport"]) == (
+        "converse",
+        "aws.bedrock",
+        "eventstream",
+    )
+    assert doc["outcome"] == "completed" and doc["events"] == len(messages)
+    assert (doc["input_tokens"], doc["output_tokens"]) == (
+        meta["usage"]["inputTokens"],
+        meta["usage"]["outputTokens"],
+    )
+    assert doc["provider_latency_ms"] == meta["metrics"]["latencyMs"]
+    cut = tmp_path / "cut.bin"
+    cut.write_bytes(body[: len(body) // 2])
+    doc = replay_json(cli, str(cut), "--endpoint", "converse")
+    assert (doc["outcome"], doc["partial_event_at_end"]) == ("truncated", True)

@@ -322,3 +322,28 @@ def test_one_short_id_on_every_screen_tells_streams_of_one_millisecond_apart(
     assert code == 1 and err.count("\n") == 1
     assert "matches several streams" in err
     assert short_id(a.id) in err and short_id(b.id) in err
+
+
+def test_show_prints_the_providers_timing_beside_the_measured(
+    cli: Cli, db_url: str, tmp_path: Path
+) -> None:
+    """A Bedrock record keeps what Bedrock says it took; `show` prints it beside the
+    recorder's figures, with the difference, from the store (SQLite and PostgreSQL)."""
+    rec = simple_record(
+        9,
+        started_at="2026-01-13T00:00:00.000Z",
+        endpoint="converse",
+        provider="aws.bedrock",
+        transport="eventstream",
+        duration_ms=900.0,
+        provider_latency_ms=650.0,
+    )
+    sink = SqlSink(db_url, tmp_path / "spool")
+    sink.submit(rec)
+    sink.close()
+    code, out, _ = cli("show", rec.id or "", "--db", db_url, "--format", "table")
+    assert code == 0
+    line = next(x for x in out.splitlines() if x.startswith("duration "))
+    assert "provider" in line and "650 ms" in line and "900 ms" in line and "+250 ms" in line
+    code, out, _ = cli("show", rec.id or "", "--db", db_url, "--format", "json")
+    assert json.loads(out)["provider_latency_ms"] == 650.0

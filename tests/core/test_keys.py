@@ -223,3 +223,34 @@ def test_a_body_cut_inside_a_key_loses_the_keys_start(which: str) -> None:
     # a whole body is not cut: its last word is kept even if it starts a key
     assert mask.mask_bytes(b"data: sk-p") == b"data: sk-p"
     assert mask.scrub(f"cut error: {K2[:20]}") == "cut error: [api key]"
+
+
+SIGV4 = (
+    "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20261206/us-east-1/bedrock/aws4_request,"
+    " SignedHeaders=content-type;host;x-amz-date;x-amz-security-token,"
+    " Signature=fe5f80f77d5fa3beca038a248ff027d0445342fe2855ddc963176630326f1024"
+)
+
+
+def test_sigv4_is_fingerprinted_by_its_access_key_id() -> None:
+    headers = {"authorization": SIGV4, "x-amz-security-token": "FwoGZXIvYXdzEXAMPLEtoken"}
+    assert authenticating_key(headers) == "AKIAIOSFODNN7EXAMPLE"
+
+
+def test_sigv4_signature_and_session_token_are_masked_wherever_echoed() -> None:
+    token = "FwoGZXIvYXdzEXAMPLEtokenXYZ0123456789"
+    headers = {"authorization": SIGV4, "x-amz-security-token": token}
+    mask = KeyMask.of(request_keys(headers))
+    assert mask is not None
+    signature = SIGV4.rpartition("Signature=")[2]
+    echo = f"bad signature {signature} for token {token} of AKIAIOSFODNN7EXAMPLE"
+    scrubbed = mask.scrub(echo)
+    assert scrubbed is not None
+    for secret in (signature, token, "AKIAIOSFODNN7EXAMPLE"):
+        assert secret not in scrubbed
+
+
+def test_a_bedrock_api_key_is_a_bearer_key() -> None:
+    assert authenticating_key({"authorization": "Bearer ABSKQmVkcm9ja0FQSUtleS1example"}) == (
+        "ABSKQmVkcm9ja0FQSUtleS1example"
+    )

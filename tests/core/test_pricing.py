@@ -321,7 +321,7 @@ def test_shipped_table_loads_and_every_entry_is_dated_and_sourced() -> None:
     for e in t.entries.values():
         assert e.as_of and re.fullmatch(r"\d{4}-\d{2}-\d{2}", e.as_of), e.key
         assert e.source and e.source.startswith("https://"), e.key
-        assert e.provider in ("openai", "anthropic"), e.key
+        assert e.provider in ("openai", "anthropic", "aws.bedrock"), e.key
 
 
 def test_shipped_prices_are_strings_never_json_numbers() -> None:
@@ -409,3 +409,47 @@ def test_a_prices_file_overlays_the_shipped_table(tmp_path: Path) -> None:
     assert mine.usd == "0.001200000000"
     assert t.resolve("my-model") is not None
     assert t.version == f"{shipped_prices().version}+mine"
+
+
+@pytest.mark.parametrize(
+    ("model", "key"),
+    [
+        ("anthropic.claude-sonnet-4-5-20250929-v1:0", "bedrock/claude-sonnet-4-5"),
+        ("global.anthropic.claude-sonnet-4-5-20250929-v1:0", "bedrock/claude-sonnet-4-5"),
+        ("us.anthropic.claude-sonnet-4-5-20250929-v1:0", "bedrock/claude-sonnet-4-5-regional"),
+        ("eu.anthropic.claude-haiku-4-5-20251001-v1:0", "bedrock/claude-haiku-4-5-regional"),
+        (
+            "arn:aws:bedrock:us-east-1:123456789012:inference-profile/"
+            "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+            "bedrock/claude-sonnet-4-5-regional",
+        ),
+        ("amazon.nova-micro-v1:0", "bedrock/nova-micro"),
+        ("us.amazon.nova-pro-v1:0", "bedrock/nova-pro"),
+    ],
+)
+def test_bedrock_model_ids_resolve_to_bedrock_prices(model: str, key: str) -> None:
+    entry = shipped_prices().resolve(model)
+    assert entry is not None and entry.key == key
+    assert entry.as_of and entry.source == "https://aws.amazon.com/bedrock/pricing/"
+
+
+def test_a_bedrock_record_is_priced_by_its_model_id_not_the_answers_model() -> None:
+    """InvokeModel's answer names Anthropic's model (``claude-sonnet-4-5-20250929``);
+    the price is the regional profile's the request named."""
+    rec = StreamRecord(
+        provider="aws.bedrock",
+        model="us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+        response_model="claude-sonnet-4-5-20250929",
+        input_tokens=1000,
+        output_tokens=100,
+    )
+    cost = price_record(rec, shipped_prices())
+    assert cost is not None and "bedrock/claude-sonnet-4-5-regional" in cost.price_version
+    direct = price_record(
+        StreamRecord(
+            provider="anthropic", model="claude-sonnet-4-5", input_tokens=1000, output_tokens=100
+        ),
+        shipped_prices(),
+    )
+    assert direct is not None
+    assert Decimal(cost.usd) == Decimal(direct.usd) * Decimal("1.1")

@@ -76,3 +76,39 @@ def test_damage_is_shown_not_raised() -> None:
     pieces = [(0.1, b"data: {not json\n\n"), (0.2, b"data: half an event")]
     t = transcript(pieces, "messages", 30.0)
     assert t.events == 1 and any("unterminated event" in line for line in t.lines)
+
+
+def test_a_bedrock_stream_reads_as_botocore_reads_it() -> None:
+    """mitmweb's view of a captured ConverseStream: its text is the deltas botocore
+    decodes, and the meter's count; InvokeModel's chunks show the Claude text inside."""
+    import base64
+    import json
+
+    from botocore.eventstream import EventStreamBuffer
+
+    from recorder.core.eventstream import encode_message
+
+    path = Path(__file__).parents[1] / "fixtures" / "bedrock" / "converse_stream_nova_micro.bin"
+    body = path.read_bytes()
+    buf = EventStreamBuffer()
+    buf.add_data(body)
+    text = "".join(
+        json.loads(m.payload)["delta"].get("text", "")
+        for m in buf
+        if m.headers[":event-type"] == "contentBlockDelta"
+    )
+    pieces = _pieces(body, 3)
+    t = transcript(pieces, "converse", 30.0)
+    assert "".join(t.output["text"]) == text
+    assert t.events == 33
+    event = {
+        "type": "content_block_delta",
+        "index": 0,
+        "delta": {"type": "text_delta", "text": "Hi"},
+    }
+    chunk = encode_message(
+        {":event-type": "chunk", ":message-type": "event"},
+        json.dumps({"bytes": base64.b64encode(json.dumps(event).encode()).decode()}).encode(),
+    )
+    t = transcript([(0.1, chunk)], "invoke_model", 30.0)
+    assert t.output["text"] == ["Hi"]

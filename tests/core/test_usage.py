@@ -6,7 +6,14 @@ from typing import Any
 
 import pytest
 
-from recorder.core.usage import Usage, from_anthropic, from_openai_chat, from_openai_responses
+from recorder.core.usage import (
+    Usage,
+    from_anthropic,
+    from_bedrock_converse,
+    from_bedrock_metrics,
+    from_openai_chat,
+    from_openai_responses,
+)
 from tests.kit.usage import DEEPSEEK_CHAT_USAGE, RESPONSES_USAGE
 
 
@@ -340,3 +347,37 @@ def test_iterations_of_a_provisional_usage_are_not_output() -> None:
 def test_together_cached_tokens_beside_prompt_tokens() -> None:
     u = from_openai_chat({"prompt_tokens": 12, "completion_tokens": 3, "cached_tokens": 0})
     assert u.cache_read_tokens == 0
+
+
+def test_bedrock_converse_usage_adds_the_cache_to_the_input() -> None:
+    raw = {
+        "inputTokens": 4,
+        "outputTokens": 37,
+        "totalTokens": 3700,
+        "cacheReadInputTokens": 0,
+        "cacheWriteInputTokens": 3659,
+        "cacheDetails": [{"ttl": "1h", "inputTokens": 3000}, {"ttl": "5m", "inputTokens": 659}],
+    }
+    u = from_bedrock_converse(raw)
+    assert u.input_tokens == raw["totalTokens"] - raw["outputTokens"]
+    assert (u.cache_read_tokens, u.cache_write_tokens) == (0, 3659)
+    assert (u.cache_write_5m_tokens, u.cache_write_1h_tokens) == (659, 3000)
+    assert u.output_tokens == 37
+    assert from_bedrock_converse({"inputTokens": 4}).cache_write_5m_tokens is None
+
+
+def test_bedrock_invocation_metrics_are_usage() -> None:
+    u = from_bedrock_metrics(
+        {
+            "inputTokenCount": 10,
+            "outputTokenCount": 20,
+            "cacheReadInputTokenCount": 5,
+            "cacheWriteInputTokenCount": 7,
+        }
+    )
+    assert (u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens) == (
+        22,
+        20,
+        5,
+        7,
+    )

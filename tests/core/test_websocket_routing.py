@@ -16,9 +16,9 @@ from recorder.core.framing import Event
 from recorder.core.meter import StreamMeter
 from recorder.core.price_files import shipped_prices
 from recorder.core.pricing import Unpriced, unpriced_kind
-from recorder.core.record_cost import cost_or_reason
 from recorder.core.protocols import realtime as realtime_module
 from recorder.core.record import StreamRecord
+from recorder.core.record_cost import cost_or_reason
 from recorder.core.usage import from_openai_realtime
 from recorder.core.websocket import (
     RealtimeConversation,

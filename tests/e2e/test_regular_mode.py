@@ -97,3 +97,36 @@ def test_https_openai_responses_intercepted(proxied_env: RunningProxy, tls_sim: 
     sent = tls_sim.wait_sent_blocking(rec.request_id or "")
     assert final.output_text == sent.text
     assert rec.outcome == "completed" and rec.response_id == sent.response_id
+
+
+def test_boto3_bedrock_through_https_proxy_and_aws_ca_bundle(
+    proxied_env: RunningProxy, tls_sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """boto3's bedrock-runtime client in regular mode: it reads HTTPS_PROXY, and
+    trusts mitmproxy's CA through AWS_CA_BUNDLE (the SDK's own variable)."""
+    import boto3
+    from botocore.config import Config
+
+    monkeypatch.setenv("AWS_CA_BUNDLE", str(Path(proxied_env.confdir) / "mitmproxy-ca-cert.pem"))
+    client = boto3.client(
+        "bedrock-runtime",
+        region_name="us-east-1",
+        endpoint_url=f"https://localhost:{tls_sim.port}",
+        aws_access_key_id="AKIAREGULARMODE00042",
+        aws_secret_access_key="regular-mode-secret-key-example",
+        config=Config(retries={"max_attempts": 1}),
+    )
+    response = client.converse_stream(
+        modelId="us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+        messages=[{"role": "user", "content": [{"text": "Say something about harmony."}]}],
+    )
+    usage = None
+    for event in response["stream"]:
+        if "metadata" in event:
+            usage = event["metadata"]["usage"]
+    (rec,) = proxied_env.sink.wait_for(1)
+    sent = tls_sim.wait_sent_blocking(rec.request_id or "")
+    assert (rec.endpoint, rec.transport, rec.outcome) == ("converse", "eventstream", "completed")
+    assert rec.upstream == f"localhost:{tls_sim.port}"
+    assert usage is not None and rec.output_tokens == usage["outputTokens"]
+    assert rec.output_chars == sent.output_chars and rec.events == sent.events

@@ -205,6 +205,8 @@ def full_record(**overrides: Any) -> StreamRecord:
                 "unpriced_reason": "no price for model 'claude-y'",
             },
         ],
+        provider_latency_ms=97512.25,
+        provider_first_byte_ms=812.5,
         gaps=[
             Gap("stall", 1000.0, 61000.25),
             Gap("keepalive", 2000.0, 15000.5),

@@ -56,6 +56,7 @@ CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
     "llm_stream_keepalive_gap_seconds": ("histogram", STREAM),
     "llm_stream_stalls_total": ("counter", STREAM),
     "llm_stream_max_output_gap_seconds": ("histogram", STREAM),
+    "llm_provider_timing_gap_seconds": ("histogram", (*STREAM, "measure")),
     "llm_streams_stalled": ("gauge", ("endpoint", "provider")),
     "llm_stream_oldest_silence_seconds": ("gauge", ("endpoint", "provider")),
     "llm_interruption_cost_usd_total": ("counter", (*STREAM, "outcome")),
@@ -105,6 +106,7 @@ def test_names_types_and_labels_follow_the_contract() -> None:
             usage_source="reported",
             cost_usd="0.001",
             keepalives=2,
+            provider_latency_ms=2000.0,
         ),
         FakeMeter([0.01, 0.02], [5.0]),  # type: ignore[arg-type]
     )
@@ -693,3 +695,20 @@ def test_a_record_that_cannot_be_counted_costs_only_itself(
     assert _totals(registry)["llm_streams_total"] == 2
     assert errors == ([1] if wired else [])
     assert ("cannot count record r1" in caplog.text) is not wired
+
+
+def test_the_provider_timing_gap_is_measured_minus_reported() -> None:
+    """Bedrock's own timing against ours: one observation per measure a record has
+    both sides of, of their difference; a record without the provider's has none."""
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    rec = record(endpoint="converse", provider="aws.bedrock", model="m")
+    rec.duration_ms, rec.provider_latency_ms = 900.0, 650.0
+    rec.ttft_ms, rec.provider_first_byte_ms = 300.0, None
+    metrics.observe(rec)
+    metrics.observe(record(endpoint="converse", provider="aws.bedrock", model="m"))
+    labels = {"endpoint": "converse", "provider": "aws.bedrock", "model": "m"}
+    get = registry.get_sample_value
+    assert get("llm_provider_timing_gap_seconds_count", {**labels, "measure": "duration"}) == 1
+    assert get("llm_provider_timing_gap_seconds_sum", {**labels, "measure": "duration"}) == 0.25
+    assert get("llm_provider_timing_gap_seconds_count", {**labels, "measure": "first_byte"}) is None

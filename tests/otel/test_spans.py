@@ -323,6 +323,8 @@ def test_every_tag_and_the_chain_are_span_attributes_the_user_only_as_stored() -
     bare = dict(export_one(record()).attributes or {})
     assert not any(k.startswith(("recorder.tag.", "enduser.", "session.")) for k in bare)
     assert "recorder.retry_of" not in bare
+
+
 def test_each_usage_part_is_an_event_under_its_own_model() -> None:
     """Issue 30: a backend summing tokens or cost by model finds an advisor's part
     under the advisor's model; a part that names none is the record's."""
@@ -372,3 +374,19 @@ def test_each_usage_part_is_an_event_under_its_own_model() -> None:
     assert all(e.timestamp == span.end_time for e in events)
     assert dict(span.attributes or {})["gen_ai.usage.input_tokens"] == 400
     assert not [e for e in export_one(record()).events if e.name == "recorder.usage_part"]
+
+
+def test_a_bedrock_record_names_aws_bedrock_and_its_own_timing() -> None:
+    rec = record(
+        endpoint="converse",
+        provider="aws.bedrock",
+        model="us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+        upstream="bedrock-runtime.us-east-1.amazonaws.com:443",
+        transport="eventstream",
+        provider_latency_ms=2210.0,
+    )
+    attrs = dict(export_one(rec).attributes or {})
+    assert attrs["gen_ai.provider.name"] == "aws.bedrock"
+    assert attrs["recorder.transport"] == "eventstream"
+    assert attrs["recorder.provider_latency_ms"] == 2210.0
+    assert "recorder.provider_first_byte_ms" not in attrs  # unknown: left out

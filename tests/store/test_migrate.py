@@ -374,3 +374,49 @@ def test_rows_of_every_earlier_version_upgrade_to_usage_parts(
         engine.dispose()
     assert tuple(row) == (7, 42, None)
     assert stored == parts
+
+
+@pytest.mark.parametrize(
+    "version",
+    [
+        "0001",
+        "0002",
+        "0003_prices",
+        "0004_content_mismatch",
+        "0007_websocket",
+        "0008_attribution",
+        "0009_usage_parts",
+    ],
+)
+def test_rows_of_every_earlier_version_upgrade_to_the_bedrock_timing(
+    empty_db_url: str, version: str
+) -> None:
+    """A row written at each earlier revision upgrades through 0010_bedrock with its
+    values kept and the provider's timing null: no earlier row had one."""
+    upgrade(empty_db_url, version)
+    engine = make_engine(empty_db_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO streams (id, started_at, streamed, outcome, interrupted,"
+                    " output_chars, tool_calls, input_source, output_source, usage_source,"
+                    " parse_issues, oversized_events, partial_event_at_end, recorded_at,"
+                    " input_tokens, duration_ms)"
+                    " VALUES ('old', '2026-12-01 00:00:00', :t, 'completed', :f, 7, 0,"
+                    " 'reported', 'reported', 'reported', 0, 0, :f, '2026-12-01 00:00:00', 42,"
+                    " 812.5)"
+                ),
+                {"t": True, "f": False},
+            )
+        upgrade(empty_db_url)
+        with engine.connect() as conn:
+            row = conn.execute(
+                text(
+                    "SELECT output_chars, input_tokens, duration_ms, provider_latency_ms,"
+                    " provider_first_byte_ms FROM streams"
+                )
+            ).one()
+    finally:
+        engine.dispose()
+    assert tuple(row) == (7, 42, 812.5, None, None)

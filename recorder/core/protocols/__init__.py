@@ -7,6 +7,8 @@ reason, usage, errors, the terminal event) accumulated on an
 
 from recorder.core.protocols.base import Interpreter
 from recorder.core.protocols.chat import ChatCompletionsInterpreter
+from recorder.core.protocols.converse import ConverseInterpreter
+from recorder.core.protocols.invoke_model import InvokeModelInterpreter
 from recorder.core.protocols.messages import AnthropicMessagesInterpreter
 from recorder.core.protocols.observations import Observations
 from recorder.core.protocols.realtime import RealtimeInterpreter
@@ -17,7 +19,11 @@ INTERPRETERS: dict[str, type[Interpreter]] = {
     "responses": ResponsesInterpreter,
     "messages": AnthropicMessagesInterpreter,
     "realtime": RealtimeInterpreter,  # over a WebSocket only (recorder.core.websocket)
+    "converse": ConverseInterpreter,  # Amazon Bedrock
+    "invoke_model": InvokeModelInterpreter,  # Amazon Bedrock
 }
+# the endpoints whose streams are AWS's binary event stream (recorder.core.eventstream)
+EVENTSTREAM_ENDPOINTS = frozenset({"converse", "invoke_model"})
 ENDPOINTS = tuple(INTERPRETERS)
 PROVIDERS = {name: cls.provider for name, cls in INTERPRETERS.items()}
 
@@ -29,6 +35,7 @@ def interpreter_for(endpoint: str) -> Interpreter:
 
 __all__ = [
     "ENDPOINTS",
+    "EVENTSTREAM_ENDPOINTS",
     "INTERPRETERS",
     "PROVIDERS",
     "Interpreter",

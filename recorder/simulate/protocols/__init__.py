@@ -26,12 +26,14 @@ from recorder.simulate.protocols.base import (
     SimUsage,
     http_error_body,
 )
+from recorder.simulate.protocols.bedrock import ConverseBuilder, InvokeModelBuilder
 from recorder.simulate.protocols.chat import ChatBuilder
 from recorder.simulate.protocols.messages import MessagesBuilder
 from recorder.simulate.protocols.realtime import RealtimeBuilder
 from recorder.simulate.protocols.responses import ResponsesBuilder
 
 __all__ = [
+    "BEDROCK",
     "BUILDERS",
     "INTERRUPTED_MESSAGE",
     "Builder",
@@ -48,7 +50,10 @@ BUILDERS: dict[str, type[Builder]] = {
     "responses": ResponsesBuilder,
     "messages": MessagesBuilder,
     "realtime": RealtimeBuilder,  # over a WebSocket only (recorder.simulate.ws_session)
+    "converse": ConverseBuilder,  # Amazon Bedrock, an AWS event stream
+    "invoke_model": InvokeModelBuilder,  # Amazon Bedrock, an AWS event stream
 }
+BEDROCK = frozenset({"converse", "invoke_model"})
 
 
 def plan(p: Prompt, c: Content, ids: Ids, faults: Faults) -> tuple[Reply, list[SimEvent]]:

@@ -68,6 +68,16 @@ ANTHROPIC_STATUS_TYPES: dict[int, str] = {
 }
 
 
+BEDROCK_STATUS_TYPES: dict[int, str] = {
+    400: "ValidationException",
+    403: "AccessDeniedException",
+    404: "ResourceNotFoundException",
+    429: "ThrottlingException",
+    500: "InternalServerException",
+    503: "ServiceUnavailableException",
+}
+
+
 @dataclass(slots=True)
 class SimUsage:
     """Usage as the simulator reports it, normalised like the recorder's record.
@@ -137,7 +147,7 @@ class Reply:
 
 
 def _usage(p: Prompt, c: Content, faults: Faults) -> SimUsage:
-    anthropic = p.endpoint == "messages"
+    anthropic = p.endpoint in ("messages", "invoke_model")
     return SimUsage(
         input_tokens=c.input_tokens,
         output_tokens=c.output_tokens,
@@ -164,6 +174,10 @@ def http_error_body(
     endpoint: str, status: int, code: str | None, request_id: str
 ) -> tuple[dict[str, Any], tuple[str | None, str | None, str | None]]:
     """The provider's JSON error body for an HTTP error status, and its error fields."""
+    if endpoint in ("converse", "invoke_model"):  # Amazon Bedrock: {"message": ...}
+        etype = BEDROCK_STATUS_TYPES.get(status, "InternalServerException")
+        message = code or f"Simulated {etype}"
+        return {"message": message}, (None, None, message)
     if endpoint == "messages":
         err = anthropic_error(code, ANTHROPIC_STATUS_TYPES.get(status, "api_error"))
         body = {"type": "error", "error": err, "request_id": request_id}
