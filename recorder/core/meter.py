@@ -30,6 +30,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from recorder.core.framing import Comment, Event, FramingIssue, IssueKind
+from recorder.core.json_array import JSONArrayFramer
 from recorder.core.protocols import PROVIDERS, interpreter_for
 from recorder.core.record import INTERRUPTED_OUTCOMES, StreamRecord, combine_sources, ending_outcome
 from recorder.core.rhythm import (
@@ -42,7 +43,7 @@ from recorder.core.rhythm import (
 from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES, SSEFramer
 
 if TYPE_CHECKING:
-    from recorder.core.framing import EventReader, EventRun, Item
+    from recorder.core.framing import EventReader, EventRun, Framer, Item
     from recorder.core.protocols.observations import Observations
 
 __all__ = [
@@ -104,7 +105,9 @@ class StreamMeter(Rhythm):
         super().__init__(start, stall_after)
         self.endpoint = endpoint
         self.interpreter = interpreter_for(endpoint)
-        self.framer = SSEFramer(max_event_bytes)
+        self.framer: Framer = SSEFramer(
+            max_event_bytes, bare_json=self.interpreter.bare_json
+        )
         self.record = record if record is not None else StreamRecord()
         self.record.endpoint = endpoint
         self.record.provider = PROVIDERS[endpoint]
@@ -119,6 +122,16 @@ class StreamMeter(Rhythm):
         self._fused_for: object = None
 
     # -- intake ---------------------------------------------------------------
+
+    def frames_json_array(self) -> bool:
+        """The body is a streamed JSON array (its first byte is ``[``): frame it so,
+        if this endpoint streams one (Google's ``:streamGenerateContent`` without
+        ``alt=sse``); whether it does. Call it before the first piece."""
+        if not self.interpreter.json_array:
+            return False
+        self.framer = JSONArrayFramer(self.framer.max_event_bytes)
+        self.record.transport = "json-array"
+        return True
 
     def headers(self, now: float | None, status: int | None) -> None:
         """Response headers arrived, with this HTTP status."""
@@ -370,9 +383,13 @@ class StreamMeter(Rhythm):
         """
         if ending not in ENDINGS:
             ending = "upstream_disconnect"
-        for item in self.framer.feed(b""):
+        ended = self.framer.feed(b"")
+        for item in ended:
             if type(item) is not Event and type(item) is not Comment:
                 self.partial_event_at_end = True
+        last = [item for item in ended if type(item) is Event]
+        if last:  # bare JSON that only the end completes (a framer with bare_json)
+            self._interpret(last, self._last_byte if self._t0 is not None else None)
         obs = self.interpreter.obs
         rec = self.record
         status = rec.http_status

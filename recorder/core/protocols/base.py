@@ -35,6 +35,10 @@ class Interpreter:
 
     endpoint: ClassVar[str]
     provider: ClassVar[str]
+    # Google's wire: a stream may also come as a JSON array (``json_array``), and an
+    # error after status 200 as bare JSON among the SSE lines (``bare_json``)
+    json_array: ClassVar[bool] = False
+    bare_json: ClassVar[bool] = False
 
     __slots__ = ("_kind", "_learnable", "_name", "_read", "_template", "obs")
 
