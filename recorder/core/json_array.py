@@ -83,8 +83,8 @@ class JSONArrayFramer:
 
     @property
     def pending_bytes(self) -> int:
-        """Bytes held for an element not yet complete."""
-        return self._size
+        """Bytes held for an element not yet complete (none of one being skipped)."""
+        return 0 if self._skipping else self._size
 
     @property
     def idle(self) -> bool:

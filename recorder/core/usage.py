@@ -186,3 +186,22 @@ def from_gemini(raw: dict[str, Any], *, final: bool) -> Usage:
         cache_read_tokens=cached if cached is not None or not counted else 0,
         reasoning_tokens=reasoning,
     )
+
+
+def from_gemini_interactions(raw: dict[str, Any]) -> Usage:
+    """The Interactions API's ``usage`` (on ``interaction.completed``): the same
+    counting as :func:`from_gemini`, under its own names (``total_input_tokens``
+    and ``total_tool_use_tokens`` in, ``total_output_tokens`` and
+    ``total_thought_tokens`` out, ``total_cached_tokens`` read from the cache).
+    Only the completed interaction carries it, so it is final; a count left out
+    is 0 once the input is counted."""
+    return from_gemini(
+        {
+            "promptTokenCount": raw.get("total_input_tokens"),
+            "toolUsePromptTokenCount": raw.get("total_tool_use_tokens"),
+            "candidatesTokenCount": raw.get("total_output_tokens"),
+            "thoughtsTokenCount": raw.get("total_thought_tokens"),
+            "cachedContentTokenCount": raw.get("total_cached_tokens"),
+        },
+        final=True,
+    )

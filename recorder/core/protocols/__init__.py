@@ -8,6 +8,7 @@ reason, usage, errors, the terminal event) accumulated on an
 from recorder.core.protocols.base import Interpreter
 from recorder.core.protocols.chat import ChatCompletionsInterpreter
 from recorder.core.protocols.gemini import GeminiInterpreter
+from recorder.core.protocols.interactions import InteractionsInterpreter
 from recorder.core.protocols.messages import AnthropicMessagesInterpreter
 from recorder.core.protocols.observations import Observations
 from recorder.core.protocols.realtime import RealtimeInterpreter
@@ -19,6 +20,7 @@ INTERPRETERS: dict[str, type[Interpreter]] = {
     "messages": AnthropicMessagesInterpreter,
     "realtime": RealtimeInterpreter,  # over a WebSocket only (recorder.core.websocket)
     "generate_content": GeminiInterpreter,  # Gemini's and Vertex AI's generateContent
+    "interactions": InteractionsInterpreter,  # Google's Interactions API
 }
 ENDPOINTS = tuple(INTERPRETERS)
 PROVIDERS = {name: cls.provider for name, cls in INTERPRETERS.items()}

@@ -19,7 +19,8 @@ Usage: the last ``usageMetadata`` is authoritative (``recorder.core.usage.
 from_gemini``); its output counts are final once the answer finished. A stream
 cut before that has its input as reported and its output estimated from what
 was streamed. Vertex AI's ``trafficType`` (``ON_DEMAND``,
-``PROVISIONED_THROUGHPUT``, ...) is the service tier, lower-cased.
+``PROVISIONED_THROUGHPUT``, ...) or the Gemini API's ``serviceTier``
+(``standard``, ``flex``, ``priority``) is the service tier, lower-cased.
 
 There is no byte-template fast path: every chunk repeats a usage that changes.
 """
@@ -110,7 +111,8 @@ class GeminiInterpreter(Interpreter):
         usage = obj.get("usageMetadata")
         if isinstance(usage, dict):
             obs.raw_usage = usage
-            tier = usage.get("trafficType")
+            # Vertex AI's trafficType, Gemini's serviceTier
+            tier = usage.get("trafficType") or usage.get("serviceTier")
             if isinstance(tier, str) and tier:
                 obs.service_tier = tier.lower()
         if self._finished:
