@@ -387,7 +387,7 @@ class StreamMeter(Rhythm):
         for item in ended:
             if type(item) is not Event and type(item) is not Comment:
                 self.partial_event_at_end = True
-        last = [item for item in ended if type(item) is Event]
+        last: list[Item] = [item for item in ended if type(item) is Event]
         if last:  # bare JSON that only the end completes (a framer with bare_json)
             self._interpret(last, self._last_byte if self._t0 is not None else None)
         obs = self.interpreter.obs

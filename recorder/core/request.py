@@ -36,7 +36,9 @@ class RequestFacts:
 
 _MAX_KEYS = ("max_completion_tokens", "max_output_tokens", "max_tokens")
 # the members the facts are read from
-_WANTED = frozenset({"model", "stream", "stream_options", "service_tier", "speed", *_MAX_KEYS})
+_WANTED = frozenset(
+    {"model", "stream", "stream_options", "service_tier", "speed", "generationConfig", *_MAX_KEYS}
+)
 
 
 def read_request(body: bytes) -> RequestFacts:
@@ -65,8 +67,11 @@ def read_request(body: bytes) -> RequestFacts:
     speed = obj.get("speed")
     if isinstance(speed, str) and speed.strip().lower() == "fast":
         facts.service_tier = "fast"
-    for key in _MAX_KEYS:
-        value = obj.get(key)
+    config = obj.get("generationConfig")  # Google's generateContent
+    limits = [obj.get(key) for key in _MAX_KEYS]
+    if isinstance(config, dict):
+        limits.append(config.get("maxOutputTokens"))
+    for value in limits:
         # a client may send anything here; only what a BIGINT column holds is kept
         if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63:
             facts.max_output_tokens = value

@@ -26,7 +26,7 @@ from recorder.core.billing import complete_usage
 from recorder.core.captured import CapturedBody, CapturedRecord
 from recorder.core.estimate import Estimator
 from recorder.core.keys import scrub_key
-from recorder.core.record import StreamRecord, ending_outcome
+from recorder.core.record import StreamRecord, Transport, ending_outcome
 from recorder.core.request import read_error_body
 from recorder.core.sink import Sink
 from recorder.metrics.health import Health
@@ -44,7 +44,7 @@ from recorder.proxy.lifecycle import (
 from recorder.proxy.observers import Done, Observers
 from recorder.proxy.scheduling import Scheduler, Sliced
 from recorder.proxy.state import NO_UPSTREAM, Ending, FlowState, RequestNotRead, apply_facts
-from recorder.proxy.tap import BodyKind
+from recorder.proxy.tap import STREAMED, BodyKind
 from recorder.proxy.unpriced import WARNINGS as UNPRICED
 
 # At shutdown, how long ``drain`` waits for request bodies still being read, in all.
@@ -135,8 +135,8 @@ class Finishing:
             tap.end_capture(ending.at, ending.how)
             if tap.kind is not None and tap.unmetered is None:
                 rec = state.record
-                rec.streamed = tap.kind is BodyKind.SSE  # what the body was
-                rec.transport = "sse" if rec.streamed else "json"
+                rec.streamed = tap.kind in STREAMED  # what the body was
+                rec.transport = _TRANSPORTS[tap.kind]
             elif state.record.streamed is False:
                 state.record.transport = "json"
         try:
@@ -333,6 +333,13 @@ class Finishing:
             self.sink.close()
         except Exception:
             self._errors("sink close")
+
+
+_TRANSPORTS: dict[BodyKind, Transport] = {
+    BodyKind.SSE: "sse",
+    BodyKind.ARRAY: "json-array",
+    BodyKind.JSON: "json",
+}
 
 
 def _capture_of(state: FlowState) -> CapturedBody | None:

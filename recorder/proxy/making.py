@@ -17,6 +17,7 @@ from collections.abc import Callable
 from mitmproxy import http
 
 from recorder.core.captured import CapturedRecord
+from recorder.core.endpoints import model_in_path, provider_for
 from recorder.core.keys import KeyMask, authenticating_key, fingerprint, request_keys
 from recorder.core.meter import StreamMeter
 from recorder.core.record import StreamRecord
@@ -152,6 +153,11 @@ class RecordMaker:
             max_event_bytes=self.config.max_event_bytes,
             record=rec,
         )
+        # Google names the model in the path, and Vertex AI's paths say the provider
+        provider = provider_for(state.endpoint, pending.path)
+        if provider is not None:
+            rec.provider = provider
+        rec.model = model_in_path(pending.path)
         state.started(meter, rec, KeyMask.of(request_keys(headers, query)))
         if "traceparent" in headers:  # forwarded untouched; read for the span only
             state.trace = (headers["traceparent"], headers.get("tracestate"))

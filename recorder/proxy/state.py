@@ -226,7 +226,8 @@ def apply_facts(state: FlowState, facts: RequestFacts, counts: InputCounts | Non
     """The request's facts on the exchange's record."""
     state.input_counts = counts
     rec = state.record
-    rec.model = facts.model
+    if facts.model is not None or rec.model is None:  # (Google's is in the path)
+        rec.model = facts.model
     rec.include_usage = facts.include_usage
     rec.max_output_tokens = facts.max_output_tokens
     rec.requested_tier = facts.service_tier
