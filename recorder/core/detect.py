@@ -48,10 +48,8 @@ def detect_endpoint(head: bytes) -> str | None:
     frame no event or comment."""
     if not head.strip():
         return None
-    if body_is_json(head):
-        if any(mark in head for mark in _GOOGLE_MARKS):
-            return "generate_content"
-        raise NotSSE("a JSON body, not Server-Sent Events, and not one of Google's")
+    if body_is_json(head) and any(mark in head for mark in _GOOGLE_MARKS):
+        return "generate_content"
     framer = SSEFramer()
     items = framer.feed(head) + framer.feed(b"")
     events = [i for i in items if isinstance(i, Event)]

@@ -301,3 +301,16 @@ def test_the_standard_variables_name_the_collector_unless_the_sdk_is_disabled(
     assert env_endpoint() == "http://t:4318/v1/traces"
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
     assert env_endpoint() is None
+
+
+@pytest.mark.parametrize(
+    ("provider", "operation"),
+    [("gcp.gemini", "generate_content"), ("gcp.vertex_ai", "generate_content")],
+)
+def test_gemini_is_generate_content_under_its_provider(provider: str, operation: str) -> None:
+    rec = record()
+    rec.endpoint, rec.provider, rec.model = "generate_content", provider, "gemini-2.5-flash"
+    span = export_one(rec)
+    attrs = dict(span.attributes or {})
+    assert span.name == "generate_content gemini-2.5-flash"
+    assert (attrs["gen_ai.operation.name"], attrs["gen_ai.provider.name"]) == (operation, provider)
