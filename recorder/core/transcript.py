@@ -10,6 +10,8 @@ only: the figures of record come from the meter, never from here.
 
 from __future__ import annotations
 
+import json
+
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -58,7 +60,7 @@ def transcript(
     stream; a gap of ``stall_after`` seconds or more between two outputs is
     flagged as a stall on the output that ends it (as the meter counts them; a
     silence running into a cut is the record's to tell, not the body's)."""
-    framer = SSEFramer()
+    framer = SSEFramer(bare_json=endpoint == "generate_content")
     t = Transcript()
     last: float | None = None
     last_output: float | None = None
@@ -152,7 +154,28 @@ def _output(event: Event, endpoint: str) -> list[tuple[str, str]]:
             _add(found, _REASONING, delta.get("thinking"))
             if delta.get("type") == "compaction_delta":  # a summary the model wrote
                 _add(found, _TEXT, delta.get("content"))
+    elif endpoint == "generate_content":
+        _google_output(doc, found)
+    elif endpoint == "interactions" and doc.get("event_type") == "step.delta":
+        delta = doc.get("delta")
+        if isinstance(delta, dict):
+            _add(found, _TEXT, delta.get("text"))
+            _add(found, _TOOL, delta.get("arguments"))
     return found
+
+
+def _google_output(doc: dict[str, object], found: list[tuple[str, str]]) -> None:
+    """A GenerateContentResponse's parts: text, thought text, a call's arguments."""
+    for cand in doc.get("candidates") or ():  # type: ignore[attr-defined]
+        content = cand.get("content") if isinstance(cand, dict) else None
+        parts = content.get("parts") if isinstance(content, dict) else None
+        for part in parts or ():
+            if not isinstance(part, dict):
+                continue
+            _add(found, _REASONING if part.get("thought") is True else _TEXT, part.get("text"))
+            call = part.get("functionCall")
+            if isinstance(call, dict) and call.get("args"):
+                _add(found, _TOOL, json.dumps(call["args"], separators=(",", ":")))
 
 
 def _add(found: list[tuple[str, str]], kind: str, value: object) -> None:
