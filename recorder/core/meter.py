@@ -105,9 +105,7 @@ class StreamMeter(Rhythm):
         super().__init__(start, stall_after)
         self.endpoint = endpoint
         self.interpreter = interpreter_for(endpoint)
-        self.framer: Framer = SSEFramer(
-            max_event_bytes, bare_json=self.interpreter.bare_json
-        )
+        self.framer: Framer = SSEFramer(max_event_bytes, bare_json=self.interpreter.bare_json)
         self.record = record if record is not None else StreamRecord()
         self.record.endpoint = endpoint
         self.record.provider = PROVIDERS[endpoint]

@@ -11,7 +11,6 @@ only: the figures of record come from the meter, never from here.
 from __future__ import annotations
 
 import json
-
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 

@@ -37,6 +37,7 @@ def operation_of(rec: StreamRecord) -> str:
     """``gen_ai.operation.name`` of a record's endpoint."""
     return _OPERATIONS.get(rec.endpoint or "", _OPERATION)
 
+
 # Stall events per span: the SDK keeps 128 events per span by default; the record
 # has them all (and the stall count is an attribute).
 MAX_STALL_EVENTS = 100

@@ -52,7 +52,7 @@ from recorder.simulate.http1 import (
     read_request,
     status_head,
 )
-from recorder.simulate.prompts import READERS, BadRequest, Prompt, endpoint_of
+from recorder.simulate.prompts import READERS, BadRequest, Prompt, endpoint_of, gemini_request
 from recorder.simulate.protocols import Reply, SimEvent, plan
 from recorder.simulate.respond import Body, negotiated_coding, write_error_status, write_response
 from recorder.simulate.script import Step, script
@@ -397,6 +397,8 @@ class Simulator:
         if not isinstance(doc, dict):
             code = "invalid_request_error" if endpoint == "messages" else "invalid_prompt"
             return _Refused("the request body is not a JSON object", code)
+        if endpoint == "generate_content":
+            doc = gemini_request(req.target, doc)  # the model and the stream are in the path
         model = doc.get("model")
         rec.requested_model = model if isinstance(model, str) else None
         try:
@@ -460,7 +462,10 @@ class Simulator:
         if faults.bom:
             steps[0].raw = b"\xef\xbb\xbf" + steps[0].raw
         keep = req.keep_alive() and not faults.close and framing != "eof" and cut_index is None
-        return Body(steps, cut_index, coding, framing, prompt.stream, keep)
+        array = (
+            prompt.stream and rec.endpoint == "generate_content" and prompt.body.get("alt") != "sse"
+        )
+        return Body(steps, cut_index, coding, framing, prompt.stream, keep, array)
 
     async def _error_status(
         self,

@@ -314,7 +314,9 @@ def test_console_script_entry_point(tmp_path: Path) -> None:
     assert len(proc.stderr.decode().splitlines()) == 1
 
 
-GEMINI_CAPTURE = Path(__file__).resolve().parents[1] / "fixtures" / "gemini" / "vercel-ai-google-tool-call.jsonl"
+GEMINI_CAPTURE = (
+    Path(__file__).resolve().parents[1] / "fixtures" / "gemini" / "vercel-ai-google-tool-call.jsonl"
+)
 
 
 @pytest.mark.parametrize("transport", ["sse", "json-array", "json"])
@@ -333,7 +335,11 @@ def test_gemini_is_told_from_its_body(cli: Cli, tmp_path: Path, transport: str) 
     ran = cli("replay", str(path), "--format", "json")
     assert ran.code == 0, ran
     rec = json.loads(ran[1])
-    assert (rec["endpoint"], rec["provider"], rec["transport"]) == ("generate_content", "gcp.gemini", transport)
+    assert (rec["endpoint"], rec["provider"], rec["transport"]) == (
+        "generate_content",
+        "gcp.gemini",
+        transport,
+    )
     assert rec["input_tokens"] == usage["promptTokenCount"]
     assert rec["output_tokens"] == usage["candidatesTokenCount"] + usage["thoughtsTokenCount"]
     assert rec["outcome"] == "completed"

@@ -44,9 +44,19 @@ VERTEX = "/v1/projects/p-1/locations/us-central1/publishers/google/models/gemini
     [
         (GOOGLE + "?alt=sse", "generate_content", None, "gemini-2.5-flash"),
         (GOOGLE, "generate_content", None, "gemini-2.5-flash"),
-        ("/v1/models/gemini-2.0-flash:generateContent", "generate_content", None, "gemini-2.0-flash"),
+        (
+            "/v1/models/gemini-2.0-flash:generateContent",
+            "generate_content",
+            None,
+            "gemini-2.0-flash",
+        ),
         ("/v1beta/tunedModels/my-tune:generateContent", "generate_content", None, "my-tune"),
-        (VERTEX + ":streamGenerateContent?alt=sse", "generate_content", "gcp.vertex_ai", "gemini-2.5-pro"),
+        (
+            VERTEX + ":streamGenerateContent?alt=sse",
+            "generate_content",
+            "gcp.vertex_ai",
+            "gemini-2.5-pro",
+        ),
         (VERTEX + ":generateContent", "generate_content", "gcp.vertex_ai", "gemini-2.5-pro"),
         (
             "/v1/projects/p/locations/global/publishers/anthropic/models/claude-sonnet-4-5:streamRawPredict",
@@ -61,7 +71,9 @@ VERTEX = "/v1/projects/p-1/locations/us-central1/publishers/google/models/gemini
         ("/v1/projects/p/locations/l/publishers/google/models/m:predict", None, None, "m"),
     ],
 )
-def test_google_paths(path: str, endpoint: str | None, provider: str | None, model: str | None) -> None:
+def test_google_paths(
+    path: str, endpoint: str | None, provider: str | None, model: str | None
+) -> None:
     """Google names the model and the method in the path: both endpoints and the
     provider (Gemini's API, Vertex AI) are told from it; other methods are not metered."""
     assert endpoint_for("POST", path) == endpoint

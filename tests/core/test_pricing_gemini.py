@@ -20,7 +20,9 @@ TABLE = json.loads((Path(recorder.__file__).parent / "data" / "prices.json").rea
 PRO = TABLE["models"]["gemini-2.5-pro"]
 
 
-def _record(inp: int, out: int, cached: int = 0, tier: str | None = None, **kw: object) -> StreamRecord:
+def _record(
+    inp: int, out: int, cached: int = 0, tier: str | None = None, **kw: object
+) -> StreamRecord:
     rec = StreamRecord(
         endpoint="generate_content",
         provider="gcp.gemini",
@@ -38,7 +40,11 @@ def _record(inp: int, out: int, cached: int = 0, tier: str | None = None, **kw: 
 
 def _want(rates: dict[str, str], inp: int, out: int, cached: int, times: str = "1") -> Decimal:
     d = Decimal
-    cost = (inp - cached) * d(rates["input"]) + cached * d(rates["cache_read"]) + out * d(rates["output"])
+    cost = (
+        (inp - cached) * d(rates["input"])
+        + cached * d(rates["cache_read"])
+        + out * d(rates["output"])
+    )
     return (cost * d(times)).quantize(Decimal("0.000000000001"))
 
 
@@ -52,9 +58,17 @@ def test_long_prompts_are_priced_whole_at_the_higher_rate(inp: int, rates: dict[
     assert Decimal(cost.usd) == _want(rates, inp, 1_000, 50_000)
 
 
-@pytest.mark.parametrize(("tier", "times"), [("flex", "0.5"), ("batch", "0.5"), ("priority", "1.8"),
-                                             ("on_demand", "1"), ("standard", "1"),
-                                             ("on_demand_priority", "1.8")])
+@pytest.mark.parametrize(
+    ("tier", "times"),
+    [
+        ("flex", "0.5"),
+        ("batch", "0.5"),
+        ("priority", "1.8"),
+        ("on_demand", "1"),
+        ("standard", "1"),
+        ("on_demand_priority", "1.8"),
+    ],
+)
 def test_tiers(tier: str, times: str) -> None:
     cost = cost_or_reason(_record(10_000, 2_000, 1_000, tier), shipped_prices())
     assert cost is not None
@@ -70,6 +84,11 @@ def test_what_the_table_cannot_price_says_why() -> None:
 
 def test_every_gemini_entry_is_dated_with_its_source() -> None:
     gemini = {k: v for k, v in TABLE["models"].items() if k.startswith("gemini")}
-    assert {"gemini-2.5-pro", "gemini-2.5-flash", "gemini-2.5-flash-lite", "gemini-3-pro-preview"} <= set(gemini)
+    assert {
+        "gemini-2.5-pro",
+        "gemini-2.5-flash",
+        "gemini-2.5-flash-lite",
+        "gemini-3-pro-preview",
+    } <= set(gemini)
     for entry in gemini.values():
         assert entry["as_of"] and entry["source"].startswith("https://") and entry["via"]

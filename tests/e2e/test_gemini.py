@@ -21,7 +21,9 @@ from tests.kit.processes import start_mitmdump, start_proxy, stop, wait_listenin
 
 pytestmark = pytest.mark.slow
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "gemini" / "vercel-ai-google-tool-call.jsonl"
+FIXTURE = (
+    Path(__file__).resolve().parents[1] / "fixtures" / "gemini" / "vercel-ai-google-tool-call.jsonl"
+)
 PAYLOADS = [line for line in FIXTURE.read_bytes().splitlines() if line.strip()]
 LAST_USAGE = json.loads(PAYLOADS[-1])["usageMetadata"]  # the independent reading
 INPUT = LAST_USAGE["promptTokenCount"]
@@ -57,7 +59,10 @@ def route(
     else:
         port = free_port()
         proc = start_mitmdump(
-            tmp, upstream.url, port, f"recorder_db=sqlite:///{tmp / 'mitm.db'}",
+            tmp,
+            upstream.url,
+            port,
+            f"recorder_db=sqlite:///{tmp / 'mitm.db'}",
             "recorder_metrics_port=0",
         )
         wait_listening(port, proc)
@@ -81,14 +86,33 @@ def _rows(db: Path, want: int) -> list[sqlite3.Row]:
 
 CASES = {
     # path, pieces, content type, headers, provider, transport, streamed
-    "gemini sse": (GEMINI + ":streamGenerateContent?alt=sse", SSE, "text/event-stream",
-                   {"x-goog-api-key": KEY}, "gcp.gemini", "sse", True),
-    "gemini array, key in the query": (GEMINI + f":streamGenerateContent?key={KEY}", ARRAY,
-                                       "application/json; charset=UTF-8", {}, "gcp.gemini",
-                                       "json-array", True),
-    "vertex answer": (VERTEX + ":generateContent", [PAYLOADS[0][:-1] + b',"x":1}'],
-                      "application/json; charset=UTF-8", {"authorization": f"Bearer {BEARER}"},
-                      "gcp.vertex_ai", "json", False),
+    "gemini sse": (
+        GEMINI + ":streamGenerateContent?alt=sse",
+        SSE,
+        "text/event-stream",
+        {"x-goog-api-key": KEY},
+        "gcp.gemini",
+        "sse",
+        True,
+    ),
+    "gemini array, key in the query": (
+        GEMINI + f":streamGenerateContent?key={KEY}",
+        ARRAY,
+        "application/json; charset=UTF-8",
+        {},
+        "gcp.gemini",
+        "json-array",
+        True,
+    ),
+    "vertex answer": (
+        VERTEX + ":generateContent",
+        [PAYLOADS[0][:-1] + b',"x":1}'],
+        "application/json; charset=UTF-8",
+        {"authorization": f"Bearer {BEARER}"},
+        "gcp.vertex_ai",
+        "json",
+        False,
+    ),
 }
 
 
@@ -97,16 +121,30 @@ def test_generate_content_is_metered(route: Route, upstream: Lockstep, case: str
     path, pieces, ctype, headers, provider, transport, streamed = CASES[case]
     before = len(_rows(route.db, 0))
     reply = upstream.respond(pieces, ctype)
-    got = fetch(route.port, path, reply, b'{"contents":[],"generationConfig":{"maxOutputTokens":300}}', headers)
+    got = fetch(
+        route.port,
+        path,
+        reply,
+        b'{"contents":[],"generationConfig":{"maxOutputTokens":300}}',
+        headers,
+    )
     assert got == b"".join(pieces)
     rec = _rows(route.db, before + 1)[-1]
-    assert (rec["endpoint"], rec["provider"], rec["transport"]) == ("generate_content", provider, transport)
+    assert (rec["endpoint"], rec["provider"], rec["transport"]) == (
+        "generate_content",
+        provider,
+        transport,
+    )
     assert rec["model"] == path.rsplit("/", 1)[1].split(":")[0]
     assert bool(rec["streamed"]) is streamed
     assert rec["max_output_tokens"] == 300
     assert rec["input_tokens"] == INPUT
     if streamed:
-        assert (rec["outcome"], rec["output_tokens"], rec["finish_reason"]) == ("completed", OUTPUT, "STOP")
+        assert (rec["outcome"], rec["output_tokens"], rec["finish_reason"]) == (
+            "completed",
+            OUTPUT,
+            "STOP",
+        )
         assert rec["tool_calls"] == 1
     assert rec["api_key_id"]  # fingerprinted
     stored = " ".join(str(v) for v in dict(rec).values())

@@ -39,7 +39,11 @@ GEMINI = [
     b'data: {"candidates":[{"content":{"parts":[{"text":" you"}]}}]}\r\n\r\n',
     b'data: {"candidates":[{"content":{"parts":[{"text":"."}]},"finishReason":"STOP"}]}\r\n\r\n',
 ]
-GEMINI_ARRAY = [b"[" + GEMINI[0][6:-4], b",\r\n" + GEMINI[1][6:-4], b",\r\n" + GEMINI[2][6:-4] + b"]"]
+GEMINI_ARRAY = [
+    b"[" + GEMINI[0][6:-4],
+    b",\r\n" + GEMINI[1][6:-4],
+    b",\r\n" + GEMINI[2][6:-4] + b"]",
+]
 NDJSON = [
     b'{"response":"a","done":false}\n',
     b'{"response":"b","done":false}\n',

@@ -27,6 +27,7 @@ from recorder.simulate.protocols.base import (
     http_error_body,
 )
 from recorder.simulate.protocols.chat import ChatBuilder
+from recorder.simulate.protocols.gemini import GeminiBuilder
 from recorder.simulate.protocols.messages import MessagesBuilder
 from recorder.simulate.protocols.realtime import RealtimeBuilder
 from recorder.simulate.protocols.responses import ResponsesBuilder
@@ -48,6 +49,7 @@ BUILDERS: dict[str, type[Builder]] = {
     "responses": ResponsesBuilder,
     "messages": MessagesBuilder,
     "realtime": RealtimeBuilder,  # over a WebSocket only (recorder.simulate.ws_session)
+    "generate_content": GeminiBuilder,  # Gemini's API and Vertex AI's
 }
 
 

@@ -67,9 +67,9 @@ def _wire_body(path: Path) -> bytes:
 def _expected(payloads: list[bytes]) -> dict[str, Any]:
     docs = [json.loads(p) for p in payloads]
     usage = [d["usageMetadata"] for d in docs if "usageMetadata" in d][-1]
-    finished = any(
-        c.get("finishReason") for d in docs for c in d.get("candidates", [])
-    ) or any(d.get("promptFeedback", {}).get("blockReason") for d in docs)
+    finished = any(c.get("finishReason") for d in docs for c in d.get("candidates", [])) or any(
+        d.get("promptFeedback", {}).get("blockReason") for d in docs
+    )
     text = thought = tools = 0
     calls = 0
     for d in docs:
@@ -84,7 +84,9 @@ def _expected(payloads: list[bytes]) -> dict[str, Any]:
                     calls += 1
                     args = part["functionCall"].get("args")
                     tools += len(json.dumps(args, separators=(",", ":"))) if args else 0
-    reasons = [c["finishReason"] for d in docs for c in d.get("candidates", []) if "finishReason" in c]
+    reasons = [
+        c["finishReason"] for d in docs for c in d.get("candidates", []) if "finishReason" in c
+    ]
     block = [d["promptFeedback"]["blockReason"] for d in docs if "promptFeedback" in d]
     return {
         "input_tokens": usage["promptTokenCount"] + usage.get("toolUsePromptTokenCount", 0),
@@ -98,7 +100,9 @@ def _expected(payloads: list[bytes]) -> dict[str, Any]:
         "output_chars": text + thought + tools,
         "tool_calls": calls,
         "finish_reason": (reasons or block or [None])[0],
-        "response_model": next((d["modelVersion"] for d in reversed(docs) if "modelVersion" in d), None),
+        "response_model": next(
+            (d["modelVersion"] for d in reversed(docs) if "modelVersion" in d), None
+        ),
         "response_id": next((d["responseId"] for d in docs if "responseId" in d), None),
         "outcome": "completed" if finished else "truncated",
         "events": len(docs),
@@ -176,7 +180,11 @@ CHUNK = {
     "modelVersion": "gemini-2.5-flash",
     "responseId": "r-1",
 }
-ERROR = b'{\n  "error": {\n    "code": 503,\n    "message": "The model is overloaded. Please try again later.",\n    "status": "UNAVAILABLE"\n  }\n}\n'
+ERROR = (
+    b'{\n  "error": {\n    "code": 503,\n'
+    b'    "message": "The model is overloaded. Please try again later.",\n'
+    b'    "status": "UNAVAILABLE"\n  }\n}\n'
+)
 
 
 @pytest.mark.parametrize("how", ["whole", "bytes", "random"])
@@ -225,7 +233,10 @@ def test_cut_stream_bills_the_streamed_output_as_estimated(ending: str) -> None:
 
 def test_ttft_is_the_first_chunk_with_output() -> None:
     empty = {"usageMetadata": {"promptTokenCount": 3}, "modelVersion": "m"}
-    body = [b"data: " + json.dumps(empty).encode() + b"\r\n\r\n", _sse([json.dumps(CHUNK).encode()])]
+    body = [
+        b"data: " + json.dumps(empty).encode() + b"\r\n\r\n",
+        _sse([json.dumps(CHUNK).encode()]),
+    ]
     m = StreamMeter(ENDPOINT, start=0.0)
     m.headers(0.1, 200)
     m.feed(body[0], 0.5)

@@ -26,19 +26,54 @@ USAGE = {
 
 
 def _event(obj: dict[str, Any]) -> bytes:
-    return b"event: " + obj["event_type"].encode() + b"\ndata: " + json.dumps(obj).encode() + b"\n\n"
+    return (
+        b"event: " + obj["event_type"].encode() + b"\ndata: " + json.dumps(obj).encode() + b"\n\n"
+    )
 
 
 def _stream(status: str = "completed") -> list[bytes]:
     return [
-        _event({"event_type": "interaction.created", "interaction": {"id": "v1_abc", "status": "in_progress", "model": "gemini-3-flash-preview"}}),
+        _event(
+            {
+                "event_type": "interaction.created",
+                "interaction": {
+                    "id": "v1_abc",
+                    "status": "in_progress",
+                    "model": "gemini-3-flash-preview",
+                },
+            }
+        ),
         _event({"event_type": "step.start", "index": 0, "step": {"type": "thought"}}),
-        _event({"event_type": "step.delta", "index": 0, "delta": {"type": "thought_summary", "content": {"type": "text", "text": "Counting."}}}),
+        _event(
+            {
+                "event_type": "step.delta",
+                "index": 0,
+                "delta": {
+                    "type": "thought_summary",
+                    "content": {"type": "text", "text": "Counting."},
+                },
+            }
+        ),
         _event({"event_type": "step.start", "index": 1, "step": {"type": "model_output"}}),
-        _event({"event_type": "step.delta", "index": 1, "delta": {"type": "text", "text": "1, 2, 3"}}),
-        _event({"event_type": "step.start", "index": 2, "step": {"type": "function_call", "name": "f"}}),
-        _event({"event_type": "step.delta", "index": 2, "delta": {"type": "arguments_delta", "arguments": '{"n": 3}'}}),
-        _event({"event_type": "interaction.completed", "interaction": {"id": "v1_abc", "status": status, "usage": USAGE}}),
+        _event(
+            {"event_type": "step.delta", "index": 1, "delta": {"type": "text", "text": "1, 2, 3"}}
+        ),
+        _event(
+            {"event_type": "step.start", "index": 2, "step": {"type": "function_call", "name": "f"}}
+        ),
+        _event(
+            {
+                "event_type": "step.delta",
+                "index": 2,
+                "delta": {"type": "arguments_delta", "arguments": '{"n": 3}'},
+            }
+        ),
+        _event(
+            {
+                "event_type": "interaction.completed",
+                "interaction": {"id": "v1_abc", "status": status, "usage": USAGE},
+            }
+        ),
         b"data: [DONE]\n\n",
     ]
 
@@ -63,21 +98,34 @@ def test_completed_interaction_is_billed_as_reported(split: str) -> None:
     assert rec.output_tokens == USAGE["total_output_tokens"] + USAGE["total_thought_tokens"]
     assert rec.reasoning_tokens == USAGE["total_thought_tokens"]
     assert rec.cache_read_tokens == USAGE["total_cached_tokens"]
-    assert (rec.response_id, rec.response_model, rec.tool_calls) == ("v1_abc", "gemini-3-flash-preview", 1)
+    assert (rec.response_id, rec.response_model, rec.tool_calls) == (
+        "v1_abc",
+        "gemini-3-flash-preview",
+        1,
+    )
     assert rec.output_chars == len("1, 2, 3") + len('{"n": 3}') + len("Counting.")
     assert rec.parse_issues == 0
 
 
-@pytest.mark.parametrize(("status", "outcome"), [("incomplete", "incomplete"), ("failed", "error"), ("requires_action", "completed")])
+@pytest.mark.parametrize(
+    ("status", "outcome"),
+    [("incomplete", "incomplete"), ("failed", "error"), ("requires_action", "completed")],
+)
 def test_final_status_decides(status: str, outcome: str) -> None:
     rec, _ = _meter(_stream(status))
     assert rec.outcome == outcome
 
 
 def test_error_event_and_cut_stream() -> None:
-    err = _event({"event_type": "error", "error": {"code": "resource_exhausted", "message": "quota"}})
+    err = _event(
+        {"event_type": "error", "error": {"code": "resource_exhausted", "message": "quota"}}
+    )
     rec, _ = _meter([*_stream()[:5], err])
-    assert (rec.outcome, rec.error_code, rec.error_message) == ("error", "resource_exhausted", "quota")
+    assert (rec.outcome, rec.error_code, rec.error_message) == (
+        "error",
+        "resource_exhausted",
+        "quota",
+    )
     rec, m = _meter(_stream()[:5], ending="client_disconnect")
     assert rec.outcome == "client_disconnect" and rec.output_tokens is None
     complete_usage(rec, m.interpreter.obs, None, None, None, learn=False)
