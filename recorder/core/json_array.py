@@ -9,10 +9,11 @@ interpreter as an :class:`~recorder.core.framing.Event` named ``message`` (its
 ``data`` the element's bytes, undecoded) as soon as its closing brace arrives:
 the stream's rhythm is then timed as an SSE stream's is.
 
-The framer tracks nesting on bytes: it looks only at brackets, braces and
-quotes (a regular expression finds them, so an element's text is skipped in C),
-and inside a string only for its closing quote, a backslash escaping the next
-byte even across two pieces. An object that opens at the top (a bare
+The framer tracks nesting on bytes: a regular expression skips, in C, every
+byte that is no bracket, brace nor quote and every whole string, so that Python
+looks only at brackets and braces; a string a piece ends inside is read to its
+closing quote in the next, a backslash escaping the next byte even across two
+pieces. An object that opens at the top (a bare
 ``{"error": ...}`` after the array, or instead of it) is an element too; what
 lies between elements (commas, white space, the array's brackets) is framing.
 
@@ -39,8 +40,8 @@ if TYPE_CHECKING:
 
 __all__ = ["JSONArrayFramer"]
 
-# what changes the nesting, or opens a string
-_STRUCTURE = re.compile(rb'[\[\]{}"]')
+# what changes nothing: bytes that are no bracket, brace nor quote, and whole strings
+_SKIP = re.compile(rb'[^"\[\]{}]*(?:"[^"\\]*(?:\\.[^"\\]*)*"[^"\[\]{}]*)*', re.DOTALL)
 # inside a string: its closing quote, or a backslash (which escapes the next byte)
 _IN_STRING = re.compile(rb'["\\]')
 _OPEN = frozenset(b"[{")
@@ -144,17 +145,19 @@ class JSONArrayFramer:
         pos = 0
         start = 0 if self._in_element else -1  # where the element's bytes in data begin
         size = len(data)
+        skip = _SKIP.match
         while pos < size:
             if self._in_string:
                 pos = self._string(data, pos)
                 continue
-            found = _STRUCTURE.search(data, pos)
-            if found is None:
+            # past every byte that changes nothing, whole strings included (in C)
+            pos = skip(data, pos).end()  # type: ignore[union-attr]
+            if pos >= size:
                 break
-            at = found.start()
-            char = data[at]
-            pos = at + 1
-            if char == 0x22:  # '"' (a string outside an element is skipped alike)
+            char = data[pos]
+            at = pos
+            pos += 1
+            if char == 0x22:  # '"': a string the piece ends inside
                 self._in_string = True
                 continue
             if char in _OPEN:
