@@ -581,9 +581,9 @@ def gemini_section(n_deltas: int, repeats: int, note: Callable[[str, float, str]
                 f"  {name:<44}{events / secs[name]:>12,.0f}"
                 f"{secs[name] / events * 1e6:>10.2f}{secs[GENAI] / secs[name]:>8.2f}x"
             )
-        note(
-            "gemini meter vs google-genai", secs[GENAI] / secs[METER], f"generate_content, {label}"
-        )
+        where = f"generate_content, {label}"
+        note("gemini meter vs google-genai", secs[GENAI] / secs[METER], where)
+        note("gemini meter vs google-genai typed", secs[TYPED] / secs[METER], where)
     print()
 
 
