@@ -93,7 +93,7 @@ class Interpreter:
         obj: dict[str, Any],
         text: Path,
         kind: OutputKind,
-        ignored: tuple[tuple[str, HoleKind], ...] = (),
+        ignored: tuple[tuple[str | Path, HoleKind], ...] = (),
     ) -> None:
         """Read later events like ``event`` (parsed: ``obj``; its text at the path
         ``text``, of this kind) with a template, if one can be made of it. Call

@@ -22,7 +22,14 @@ was streamed. Vertex AI's ``trafficType`` (``ON_DEMAND``,
 ``PROVISIONED_THROUGHPUT``, ...) or the Gemini API's ``serviceTier``
 (``standard``, ``flex``, ``priority``) is the service tier, lower-cased.
 
-There is no byte-template fast path: every chunk repeats a usage that changes.
+Fast path: the chunks of a stream differ mostly in their text and in the
+running counts of their ``usageMetadata`` (``candidatesTokenCount``,
+``totalTokenCount``, ``thoughtsTokenCount``), which only the last chunk's usage
+settles. The first chunk whose whole effect is one text (or thought) part is
+parsed in full and kept as a byte template (recorder.core.protocols.template) with
+holes for those counts; a later chunk that matches it is read without a parse.
+So that both paths say the same, the usage as sent (``raw_usage``) is kept only
+when it is final; a cut stream's input is the prompt count every chunk repeats.
 """
 
 from __future__ import annotations
@@ -33,7 +40,20 @@ import orjson
 
 from recorder.core.framing import Event
 from recorder.core.protocols.base import Interpreter
+from recorder.core.protocols.observations import OutputKind
+from recorder.core.protocols.template import HoleKind
 from recorder.core.usage import from_gemini
+
+_TEXT = ("candidates", 0, "content", "parts", 0, "text")
+# the running counts, another on every chunk: holes of the template
+_IGNORED = tuple(
+    (("usageMetadata", name), HoleKind.INT)
+    for name in ("candidatesTokenCount", "totalTokenCount", "thoughtsTokenCount")
+)
+_CHUNK_KEYS = frozenset({"candidates", "usageMetadata", "modelVersion", "responseId", "createTime"})
+_CANDIDATE_KEYS = frozenset({"content", "index"})
+_CONTENT_KEYS = frozenset({"parts", "role"})
+FAST_PATH = True  # tests turn it off to check that both paths agree
 
 
 class GeminiInterpreter(Interpreter):
@@ -44,19 +64,25 @@ class GeminiInterpreter(Interpreter):
     json_array = True
     bare_json = True
 
-    __slots__ = ("_finish", "_finished", "_tools")
+    __slots__ = ("_finish", "_finished", "_last_usage", "_tools")
 
     def __init__(self) -> None:
-        super().__init__(fast=False)
+        super().__init__(fast=FAST_PATH)
         self._finish: dict[int, str] = {}  # candidate index -> finish reason
         self._finished = False  # a finish reason or a block reason came
         self._tools: set[tuple[int, str]] = set()
+        self._last_usage: dict[str, Any] | None = None  # the last usageMetadata read
 
     def interpret(self, event: Event) -> int:
         obj = self.parse(event.data)
         if obj is None:
             return 0
-        return self._chunk(obj)
+        chars = self._chunk(obj)
+        if chars and self._learnable and not self._finished:
+            kind = _learnable(obj)
+            if kind is not None:
+                self.learn_from(event, obj, _TEXT, kind, _IGNORED)
+        return chars
 
     def read_body(self, body: bytes) -> int:
         try:
@@ -110,7 +136,7 @@ class GeminiInterpreter(Interpreter):
                 self._finished = True
         usage = obj.get("usageMetadata")
         if isinstance(usage, dict):
-            obs.raw_usage = usage
+            self._last_usage = usage
             # Vertex AI's trafficType, Gemini's serviceTier
             tier = usage.get("trafficType") or usage.get("serviceTier")
             if isinstance(tier, str) and tier:
@@ -124,7 +150,7 @@ class GeminiInterpreter(Interpreter):
         return chars
 
     def _final_usage(self) -> None:
-        raw = self.obs.raw_usage
+        raw = self._last_usage
         if raw is not None:
             self.obs.report_usage(from_gemini(raw, final=True), raw)
 
@@ -165,6 +191,31 @@ class GeminiInterpreter(Interpreter):
         if isinstance(code, dict):
             return obs.add_tool(code.get("code"))
         return 0
+
+
+def _learnable(obj: dict[str, Any]) -> OutputKind | None:
+    """The kind of output of a chunk whose whole effect is one text part (and its
+    running usage), else None: only such a chunk may teach a template."""
+    if not obj.keys() <= _CHUNK_KEYS:
+        return None
+    candidates = obj.get("candidates")
+    if type(candidates) is not list or len(candidates) != 1 or type(candidates[0]) is not dict:
+        return None
+    cand = candidates[0]
+    content = cand.get("content")
+    if not cand.keys() <= _CANDIDATE_KEYS or type(content) is not dict:
+        return None
+    parts = content.get("parts")
+    if not content.keys() <= _CONTENT_KEYS or type(parts) is not list or len(parts) != 1:
+        return None
+    part = parts[0]
+    if type(part) is not dict or type(part.get("text")) is not str:
+        return None
+    if part.keys() == {"text"}:
+        return OutputKind.TEXT
+    if part.keys() == {"text", "thought"} and part["thought"] is True:
+        return OutputKind.REASONING
+    return None
 
 
 def _compact_json(value: Any) -> str:

@@ -303,3 +303,61 @@ def test_array_cut_inside_an_element_is_unterminated() -> None:
 
 def test_other_endpoints_do_not_frame_arrays() -> None:
     assert StreamMeter("chat.completions").frames_json_array() is False
+
+
+# -- the byte-template fast path says what a full parse says -----------------------
+
+
+def _long_stream(n: int) -> list[bytes]:
+    """A stream in the shape of the real captures: a thought, then text chunks with
+    running counts, then the finish chunk."""
+    chunks = []
+    for i in range(n):
+        part: dict[str, Any] = {"text": f'piece {i} ü 東京 "q" \\ '}
+        if i < 3:
+            part["thought"] = True
+        usage = {"promptTokenCount": 18, "totalTokenCount": 40 + i, "thoughtsTokenCount": 3}
+        if i >= 3:
+            usage["candidatesTokenCount"] = i
+        cand: dict[str, Any] = {"content": {"parts": [part], "role": "model"}, "index": 0}
+        if i == n - 1:
+            cand["finishReason"] = "STOP"
+        doc = {"candidates": [cand], "usageMetadata": usage, "modelVersion": "gemini-2.5-flash"}
+        chunks.append(json.dumps(doc, ensure_ascii=False).encode())
+    return chunks
+
+
+@pytest.mark.parametrize("array", [False, True])
+@pytest.mark.parametrize("cut", [False, True])
+def test_fast_and_full_paths_agree(monkeypatch: pytest.MonkeyPatch, array: bool, cut: bool) -> None:
+    from recorder.core.protocols import gemini
+
+    chunks = _long_stream(60)
+    body = _array(chunks) if array else _sse(chunks)
+    if cut:
+        body = body[: len(body) * 2 // 3]
+    records = []
+    for fast in (True, False):
+        monkeypatch.setattr(gemini, "FAST_PATH", fast)
+        for how in ("whole", "random"):
+            m = StreamMeter(ENDPOINT, start=0.0)
+            if array:
+                m.frames_json_array()
+            m.headers(0.1, 200)
+            pieces = [
+                body[a:b]
+                for a, b in zip(
+                    [0, *_splits(body, how)], [*_splits(body, how), len(body)], strict=True
+                )
+            ]
+            m.feed_many(pieces, [0.2 + i / 100 for i in range(len(pieces))])
+            rec = m.finish(9.0)
+            if fast and how == "whole":
+                assert m.interpreter.template is not None  # the fast path did run
+            records.append(rec.to_dict())
+    # the same chunking, fast and full: the same record, field for field
+    assert records[0] == records[2] and records[1] == records[3]
+    if not cut:
+        want = _expected(chunks)
+        assert records[0]["output_tokens"] == want["output_tokens"]
+        assert records[0]["output_chars"] == want["output_chars"]
