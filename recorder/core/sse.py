@@ -218,6 +218,15 @@ class SSEFramer(SSELines):
                 and data.find(b"\r") < 0
             ):
                 return _new(Event, ("message", data[6:last], self._last_id, None))
+            # the same with CRLF line ends (Google's streams): "data: V\r\n\r\n"
+            cr = last - 2
+            if (
+                data.endswith(b"\r\n\r\n")
+                and data.find(b"\r", 6) == cr
+                and data.find(b"\n", 6) == cr + 1
+                and cr <= self._max
+            ):
+                return _new(Event, ("message", data[6:cr], self._last_id, None))
             return None
         prefix = self._prefix
         if data.startswith(prefix):  # the same event line as the last one: its name
