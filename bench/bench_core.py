@@ -552,6 +552,12 @@ def gemini_section(n_deltas: int, repeats: int, note: Callable[[str, float, str]
         ),
         ("sse, one event per piece", sse_events, sse_events, False),
         ("json-array, random pieces", random_pieces(array, seed=2), random_pieces(sse, 2), True),
+        (
+            "json-array, one element per piece",
+            [b"[" + chunks[0], *(b",\r\n" + c for c in chunks[1:]), b"]"],
+            sse_events,
+            True,
+        ),
     ]
     print(f"generate_content (google-genai {genai.__version__}): {len(chunks):,} chunks")
     header = f"  {'contender':<44}{'events/s':>12}{'µs/event':>10}{'vs SDK':>9}"

@@ -361,3 +361,26 @@ def test_fast_and_full_paths_agree(monkeypatch: pytest.MonkeyPatch, array: bool,
         want = _expected(chunks)
         assert records[0]["output_tokens"] == want["output_tokens"]
         assert records[0]["output_chars"] == want["output_chars"]
+
+
+def test_an_array_one_element_a_piece_is_read_whole_and_alike(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each element after the first, as Google writes it (``,`` CRLF and the
+    element), is read whole by the template; the record is the full parse's."""
+    from recorder.core.protocols import gemini
+
+    chunks = _long_stream(40)
+    pieces = [b"[" + chunks[0], *(b",\r\n" + c for c in chunks[1:]), b"]"]
+    records = []
+    for fast in (True, False):
+        monkeypatch.setattr(gemini, "FAST_PATH", fast)
+        m = StreamMeter(ENDPOINT, start=0.0)
+        assert m.frames_json_array()
+        m.headers(0.1, 200)
+        m.feed_many(pieces, [0.2 + i / 100 for i in range(len(pieces))])
+        records.append(m.finish(9.0).to_dict())
+    assert records[0] == records[1]
+    want = _expected(chunks)
+    assert (records[0]["events"], records[0]["output_chars"]) == (40, want["output_chars"])
+    assert records[0]["outcome"] == "completed"
