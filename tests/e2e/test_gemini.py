@@ -151,3 +151,35 @@ def test_generate_content_is_metered(route: Route, upstream: Lockstep, case: str
     assert KEY not in stored and BEARER not in stored
     raw = route.db.read_bytes()
     assert KEY.encode() not in raw and BEARER.encode() not in raw
+
+
+CLAUDE = [
+    b'event: message_start\ndata: {"type":"message_start",'
+    b'"message":{"id":"msg_vrtx_01","type":"message",'
+    b'"role":"assistant","model":"claude-sonnet-4-5-20250929","content":[],"stop_reason":null,'
+    b'"usage":{"input_tokens":21,"output_tokens":1}}}\n\n',
+    b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+    b'"delta":{"type":"text_delta","text":"Hello"}}\n\n',
+    b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},'
+    b'"usage":{"output_tokens":5}}\n\n',
+    b'event: message_stop\ndata: {"type":"message_stop"}\n\n',
+]
+
+
+def test_anthropic_on_vertex_is_messages(route: Route, upstream: Lockstep) -> None:
+    """Claude on Vertex AI (``:streamRawPredict``) speaks Messages: ``messages``, with
+    Vertex AI as the provider and the model from the path."""
+    before = len(_rows(route.db, 0))
+    path = (
+        "/v1/projects/my-proj/locations/us-east5/publishers/anthropic/models/"
+        "claude-sonnet-4-5@20250929:streamRawPredict"
+    )
+    reply = upstream.respond(CLAUDE, "text/event-stream")
+    body = b'{"anthropic_version":"vertex-2023-10-16","messages":[],"stream":true}'
+    fetch(route.port, path, reply, body, {"authorization": f"Bearer {BEARER}"})
+    rec = _rows(route.db, before + 1)[-1]
+    assert (rec["endpoint"], rec["provider"]) == ("messages", "gcp.vertex_ai")
+    assert rec["model"] == "claude-sonnet-4-5@20250929"
+    assert (rec["outcome"], rec["input_tokens"], rec["output_tokens"]) == ("completed", 21, 5)
+    assert rec["cost_usd"] is not None  # priced by the model that answered
+    assert rec["api_key_id"] and BEARER.encode() not in route.db.read_bytes()
