@@ -7,8 +7,8 @@ found by counting brackets, iteratively, and only the members the facts need
 are parsed, so a deep ``messages`` value costs a linear scan, never a recursion.
 
 Also the error body of a non-2xx response (OpenAI ``{"error": {...}}``,
-Anthropic ``{"type": "error", "error": {...}}``), read into the record's
-error fields.
+Anthropic ``{"type": "error", "error": {...}}``, Google ``{"error": {"code",
+"message", "status"}}``), read into the record's error fields.
 """
 
 from __future__ import annotations
@@ -182,7 +182,9 @@ def read_error_body(body: bytes) -> tuple[str | None, str | None, str | None]:
         return None, None, None
     err = obj.get("error")
     if isinstance(err, dict):
-        etype, code, message = err.get("type"), err.get("code"), err.get("message")
+        # Google names the kind of error its "status" (RESOURCE_EXHAUSTED, ...)
+        etype = err.get("type") or err.get("status")
+        code, message = err.get("code"), err.get("message")
     elif isinstance(err, str):
         etype, code, message = None, None, err
     else:
