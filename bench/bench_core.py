@@ -38,6 +38,14 @@ CRCs, headers, payload, what boto3's ``EventStream`` runs before its JSON parser
 with the recorder's event-stream framer and its meter (framing, the JSON, the
 base64, the interpreter, timing); a context row adds botocore's ``json.loads``
 (and the base64 for InvokeModel). ``--eventstream-only`` / ``--sse-only`` run one part.
+Gemini (``generate_content``) has its own table: its anchor is the official
+``google-genai`` SDK's own stream parsing, the SDK's ``HttpResponse.segments()`` over
+an ``httpx.Response`` streaming the same pieces (its SSE line reading and one
+``json.loads`` per chunk), and, as a context row, that plus the
+``GenerateContentResponse`` the SDK builds of each chunk (what a caller of
+``generate_content_stream`` gets). The recorder's meter reads the same chunks as SSE
+(``alt=sse``) and as the JSON array Google streams without ``alt=sse`` (which the SDK
+never asks for; the ratio is against the SDK on the SSE form of the same chunks).
 
 Every repetition runs all contenders in a rotating order, so machine noise hits
 them alike; the figure kept is the median of the repetitions. Each is timed in
@@ -60,8 +68,9 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -461,6 +470,146 @@ CONTENDERS: list[tuple[str, Callable[[Scenario], int]]] = [
 ]
 
 
+# -- Gemini ------------------------------------------------------------------------
+
+
+def build_gemini(n_deltas: int, seed: int) -> list[bytes]:
+    """generateContent chunks (their JSON), in the shape of the real capture
+    ``pydantic-ai-test_google_stream_usage_is_live_mid_stream.yaml``: each chunk a
+    text part, a cumulative usageMetadata, modelVersion and responseId; the last one
+    with its finishReason."""
+    rng = random.Random(seed)
+    texts = ["The", " capital", " of", " France", " is", " **Paris**", ".", "\n\n", " It"]
+    texts += JAPANESE
+    chunks = []
+    for n in range(n_deltas):
+        part = rng.choice(texts)
+        cand: dict[str, object] = {"content": {"parts": [{"text": part}], "role": "model"}}
+        cand["index"] = 0
+        if n == n_deltas - 1:
+            cand["finishReason"] = "STOP"
+        usage = {
+            "promptTokenCount": 18,
+            "candidatesTokenCount": n + 1,
+            "totalTokenCount": 53 + n + 1,
+            "promptTokensDetails": [{"modality": "TEXT", "tokenCount": 18}],
+            "thoughtsTokenCount": 35,
+            "serviceTier": "standard",
+        }
+        doc = {
+            "candidates": [cand],
+            "usageMetadata": usage,
+            "modelVersion": "gemini-2.5-flash",
+            "responseId": "ru1garvBEoOiqtsP2fznmQw",
+        }
+        chunks.append(json.dumps(doc, ensure_ascii=False).encode())
+    return chunks
+
+
+def _genai_segments(pieces: list[bytes]) -> Iterator[Any]:
+    import httpx as hx
+    from google.genai._api_client import HttpResponse
+
+    response = hx.Response(200, content=iter(pieces))
+    return HttpResponse({}, response_stream=response).segments()
+
+
+def run_genai(pieces: list[bytes]) -> int:
+    n = 0
+    for _ in _genai_segments(pieces):
+        n += 1
+    return n
+
+
+def run_genai_typed(pieces: list[bytes]) -> int:
+    from google.genai import types
+
+    n = 0
+    for doc in _genai_segments(pieces):
+        types.GenerateContentResponse._from_response(response=doc, kwargs={})
+        n += 1
+    return n
+
+
+def run_gemini_meter(pieces: list[bytes], array: bool) -> int:
+    meter = StreamMeter("generate_content", start=0.0)
+    if array:
+        meter.frames_json_array()
+    meter.headers(0.0005, 200)
+    times = [0.001 + i * 0.002 for i in range(len(pieces))]
+    for start in range(0, len(pieces), BATCH_PIECES):
+        meter.feed_many(pieces[start : start + BATCH_PIECES], times[start : start + BATCH_PIECES])
+    record = meter.finish(times[-1] + 0.001)
+    if record.outcome != "completed" or record.parse_issues:
+        raise AssertionError(f"meter misread the Gemini body: {record.outcome}")
+    return record.events or 0
+
+
+GENAI = "google-genai SDK: segments (lines + json)"
+TYPED = "  context: + GenerateContentResponse"
+
+
+def gemini_section(n_deltas: int, repeats: int, note: Callable[[str, float, str], None]) -> None:
+    """The Gemini table: the meter on both transports against the SDK's parsing."""
+    try:
+        import google.genai as genai
+    except ImportError:
+        print("generate_content: google-genai is not installed (the dev extra): skipped\n")
+        return
+    chunks = build_gemini(n_deltas, seed=1)
+    sse_events = [b"data: " + c + b"\r\n\r\n" for c in chunks]
+    sse = b"".join(sse_events)
+    array = b"[" + b",\r\n".join(chunks) + b"]"
+    cases = [
+        (
+            "sse, random pieces 256 B-16 KiB",
+            random_pieces(sse, seed=2),
+            random_pieces(sse, 2),
+            False,
+        ),
+        ("sse, one event per piece", sse_events, sse_events, False),
+        ("json-array, random pieces", random_pieces(array, seed=2), random_pieces(sse, 2), True),
+        (
+            "json-array, one element per piece",
+            [b"[" + chunks[0], *(b",\r\n" + c for c in chunks[1:]), b"]"],
+            sse_events,
+            True,
+        ),
+    ]
+    print(f"generate_content (google-genai {genai.__version__}): {len(chunks):,} chunks")
+    header = f"  {'contender':<44}{'events/s':>12}{'µs/event':>10}{'vs SDK':>9}"
+    for label, mine, theirs, is_array in cases:
+        contenders: list[tuple[str, Callable[[], int]]] = [
+            (GENAI, lambda t=theirs: run_genai(t)),
+            (TYPED, lambda t=theirs: run_genai_typed(t)),
+            (METER, lambda m=mine, a=is_array: run_gemini_meter(m, a)),
+        ]
+        counts = {name: fn() for name, fn in contenders}
+        if len(set(counts.values())) != 1:
+            raise AssertionError(f"contenders disagree on the chunk count: {counts}")
+        samples: dict[str, list[float]] = {name: [] for name, _ in contenders}
+        for r in range(repeats):
+            k = r % len(contenders)
+            for name, fn in contenders[k:] + contenders[:k]:
+                gc.collect()
+                t0 = CLOCK()
+                fn()
+                samples[name].append(CLOCK() - t0)
+        secs = {name: statistics.median(v) for name, v in samples.items()}
+        events = counts[GENAI]
+        print(f"  {label}")
+        print(header)
+        for name, _ in contenders:
+            print(
+                f"  {name:<44}{events / secs[name]:>12,.0f}"
+                f"{secs[name] / events * 1e6:>10.2f}{secs[GENAI] / secs[name]:>8.2f}x"
+            )
+        where = f"generate_content, {label}"
+        note("gemini meter vs google-genai", secs[GENAI] / secs[METER], where)
+        note("gemini meter vs google-genai typed", secs[TYPED] / secs[METER], where)
+    print()
+
+
 # -- measuring -------------------------------------------------------------------
 
 
@@ -724,7 +873,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.sse_only:
         print(f"botocore {botocore_version}")
         worst.update(bench_eventstream(n_deltas, repeats))
+    if not args.eventstream_only:
+        gemini_section(n_deltas, repeats, note)
+
     targets = {
+        "gemini meter vs google-genai": TARGET_METER_VS_SDK,
+        "gemini meter vs google-genai typed": TARGET_METER_VS_SDK,
         "framer vs SDK decoder": TARGET_FRAMER_VS_SDK,
         "framer vs httpx-sse": TARGET_FRAMER_VS_HTTPX_SSE,
         "meter vs SDK decoder": TARGET_METER_VS_SDK,

@@ -18,7 +18,8 @@ to let the scheduler choose), so a proxy's CPU time is its own and its latency i
 the client's. Two kinds of traffic:
 
 - **paced** (the headline): ``--streams`` streams, mixed endpoints (Chat
-  Completions, Responses, Messages in turn), each sending an event every
+  Completions, Responses, Messages in turn; ``--gemini``: Google's
+  ``streamGenerateContent?alt=sse`` only), each sending an event every
   ``--interval`` seconds as a model does; as in real traffic they neither start nor
   end together (lengths from half to 1.5 times ``--deltas``, starts spread over
   half a mean stream's duration: ``paced_plan``, or over ``--spread`` seconds).
@@ -76,6 +77,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from proxybench import (
     ENDPOINTS,
+    GEMINI,
     MODELS,
     Proxy,
     SimChild,
@@ -89,6 +91,8 @@ from proxybench import (
 )
 
 PROXY_CPU, CLIENT_CPU = 0, 1
+# the endpoints the traffic goes to, in turn (--gemini: Google's generateContent only)
+TRAFFIC: tuple[str, ...] = ENDPOINTS
 TARGET_CPU_RATIO = 1.10
 TARGET_ADDED_P99_MS = 0.2
 # The short-stream case (--short): tool calls and small answers are a few events
@@ -145,7 +149,7 @@ async def paced(
     async def one(i: int) -> Stream:
         start, length = paced_plan(i, streams, deltas, interval, spread)
         await asyncio.sleep(start)
-        endpoint = ENDPOINTS[i % len(ENDPOINTS)]
+        endpoint = TRAFFIC[i % len(TRAFFIC)]
         model = f"{MODELS[endpoint]}+deltas={length}+delay={interval}"
         return await fetch(port, endpoint, model, f"{prefix}-{i}")
 
@@ -157,8 +161,8 @@ async def flood(port: int, prefix: str, streams: int, deltas: int) -> list[Strea
         *(
             fetch(
                 port,
-                ENDPOINTS[i % 3],
-                f"{MODELS[ENDPOINTS[i % 3]]}+deltas={deltas}",
+                TRAFFIC[i % len(TRAFFIC)],
+                f"{MODELS[TRAFFIC[i % len(TRAFFIC)]]}+deltas={deltas}",
                 f"{prefix}-{i}",
             )
             for i in range(streams)
@@ -202,6 +206,11 @@ def main() -> int:
     )
     parser.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
     parser.add_argument(
+        "--gemini",
+        action="store_true",
+        help="Gemini traffic only (generateContent with alt=sse) instead of the mix",
+    )
+    parser.add_argument(
         "--recorder-arg",
         action="append",
         default=[],
@@ -215,6 +224,9 @@ def main() -> int:
         "--otlp-endpoint", metavar="URL", help="with --otlp: export there (default: a local sink)"
     )
     args = parser.parse_args()
+    if args.gemini:
+        global TRAFFIC
+        TRAFFIC = (GEMINI,)
     if args.child_sim:
         child_sim()
         return 0

@@ -324,10 +324,13 @@ class Proxy:
 # -- the client -----------------------------------------------------------------------
 
 ENDPOINTS = ("/v1/chat/completions", "/v1/responses", "/v1/messages")
+# Google's generateContent (bench_overhead.py --gemini): the model is in the path
+GEMINI = "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
 MODELS = {
     "/v1/chat/completions": "gpt-4o",
     "/v1/responses": "gpt-4.1",
     "/v1/messages": "claude-sonnet-4-5",
+    GEMINI: "gemini-2.5-flash",
 }
 
 
@@ -341,6 +344,8 @@ def request_body(endpoint: str, model: str) -> bytes:
         }
     elif endpoint == "/v1/responses":
         body = {"model": model, "input": "Hi", "stream": True}
+    elif endpoint == GEMINI:
+        body = {"contents": [{"role": "user", "parts": [{"text": "Hi"}]}]}
     else:
         body = {
             "model": model,
@@ -415,7 +420,9 @@ async def fetch(
     key = (
         "x-api-key: sk-ant-bench\r\nanthropic-version: 2023-06-01"
         if "messages" in endpoint
-        else ("Authorization: Bearer sk-bench")
+        else "x-goog-api-key: AIza-bench"
+        if endpoint == GEMINI
+        else "Authorization: Bearer sk-bench"
     )
     head = (
         f"POST {endpoint} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"

@@ -102,13 +102,24 @@ def replay_stream(
     """
     meter = StreamMeter(endpoint, record=StreamRecord(http_status=None))
     read = stream.read  # type: ignore[attr-defined]
+    start = head.lstrip(b" \t\r\n\xef\xbb\xbf")[:1]
+    if start == b"{" and meter.interpreter.json_array:
+        # one whole answer (Google's generateContent), as the proxy reads one
+        meter.read_body(head + read())
+        return _completed(meter, meter.finish(), prices)
+    if start == b"[":
+        meter.frames_json_array()  # (Google's stream without alt=sse)
     if head:
         meter.feed(head)
     while chunk := read(READ_SIZE):
         meter.feed(chunk)
-    record = meter.finish()
-    record.events = meter.events
-    record.keepalives = meter.keepalives
+    return _completed(meter, meter.finish(), prices)
+
+
+def _completed(meter: StreamMeter, record: StreamRecord, prices: PriceTable | None) -> StreamRecord:
+    if record.streamed:
+        record.events = meter.events
+        record.keepalives = meter.keepalives
     if prices is not None:
         complete_usage(record, meter.interpreter.obs, None, prices, None, learn=False)
     return record
@@ -231,7 +242,8 @@ def _replay_file(
         if found is None:
             raise CliError(
                 f"cannot tell the protocol of {name} from its first events: "
-                "give --endpoint (chat.completions, responses or messages)",
+                "give --endpoint (chat.completions, responses, messages, generate_content"
+                " or interactions)",
                 2,
             )
         endpoint = found

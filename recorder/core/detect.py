@@ -8,7 +8,11 @@ are named ``messageStart``, ``contentBlockDelta``, ….
 it: Anthropic Messages names its events ``message_start``/``content_block_*``
 (``event:`` lines and ``type`` fields alike), OpenAI Responses names them
 ``response.*``, Chat Completions sends unnamed ``chat.completion.chunk``
-objects. A body with no SSE field line at all is not an SSE body.
+objects. Google's ``generateContent`` sends whole ``GenerateContentResponse``
+objects (``candidates``, ``usageMetadata``, ``promptFeedback``), as SSE with
+``alt=sse`` or as a JSON array (the body starts with ``[``); its Interactions
+API names its events ``interaction.*`` and ``step.*``. A body with no SSE field
+line at all, and no JSON array or object of Google's, is not an SSE body.
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ _CONVERSE = frozenset(
         "metadata",
     }
 )
+# members only a GenerateContentResponse has
+_GOOGLE_KEYS = ("candidates", "usageMetadata", "promptFeedback", "modelVersion")
+_GOOGLE_MARKS = tuple(b'"' + key.encode() + b'"' for key in _GOOGLE_KEYS)
 
 
 class NotSSE(UsageError, ValueError):
@@ -52,7 +59,8 @@ class NotSSE(UsageError, ValueError):
 
 def detect_endpoint(head: bytes) -> str | None:
     """The endpoint whose protocol the body starting with ``head`` speaks
-    (``chat.completions``, ``responses`` or ``messages``), or None when its first
+    (``chat.completions``, ``responses``, ``messages``, ``generate_content`` or
+    ``interactions``), or None when its first
     events do not tell (an empty body tells nothing, but is no error: a stream
     can end before its first byte). Raises NotSSE when ``head`` holds bytes that
     frame no event or comment."""
@@ -60,6 +68,8 @@ def detect_endpoint(head: bytes) -> str | None:
         return None
     if _is_eventstream(head):
         return _bedrock_endpoint(head)
+    if body_is_json(head) and any(mark in head for mark in _GOOGLE_MARKS):
+        return "generate_content"
     framer = SSEFramer()
     items = framer.feed(head) + framer.feed(b"")
     events = [i for i in items if isinstance(i, Event)]
@@ -91,11 +101,18 @@ def _bedrock_endpoint(head: bytes) -> str | None:
     return None
 
 
+def body_is_json(head: bytes) -> bool:
+    """Whether a body starting with ``head`` is JSON (an array or an object), not SSE."""
+    return head.lstrip(b" \t\r\n\xef\xbb\xbf")[:1] in (b"[", b"{")
+
+
 def _from_name(name: str) -> str | None:
     if name in _MESSAGES:
         return "messages"
     if name.startswith("response."):
         return "responses"
+    if name.startswith(("interaction.", "step.")):
+        return "interactions"
     return None
 
 
@@ -103,9 +120,11 @@ def _from_data(data: bytes) -> str | None:
     doc = json_object(data)
     if doc is None:
         return None
-    kind = doc.get("type")
+    kind = doc.get("type") or doc.get("event_type")
     if isinstance(kind, str) and (found := _from_name(kind)):
         return found
+    if any(key in doc for key in _GOOGLE_KEYS):
+        return "generate_content"
     if doc.get("object") == "chat.completion.chunk" or "choices" in doc:
         return "chat.completions"
     return None

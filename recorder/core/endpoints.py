@@ -5,10 +5,19 @@ prefixes (``/openai/v1/...``, gateways' ``/api/v1/...``) and Azure names its
 deployments in the path (``/openai/deployments/<name>/chat/completions``).
 Anthropic's suffix keeps its ``/v1``: a bare ``/messages`` would also catch
 OpenAI's Assistants ``/threads/<id>/messages``.
+
+Google names the model and the method in the path's last segment
+(``/v1beta/models/gemini-2.5-flash:streamGenerateContent``): Gemini's API and
+Vertex AI's (``/v1/projects/P/locations/L/publishers/google/models/M:...``) are
+the endpoint ``generate_content``, told apart as providers by that path; the
+Interactions API (``/v1beta/interactions``) is ``interactions``; Anthropic's
+models on Vertex (``.../publishers/anthropic/models/M:streamRawPredict``) speak
+Messages and are ``messages`` with Vertex as the provider.
 """
 
 from __future__ import annotations
 
+import re
 from urllib.parse import unquote
 
 _SUFFIXES: tuple[tuple[str, str], ...] = (
@@ -43,18 +52,69 @@ def bedrock_model(path: str) -> str | None:
     return unquote(model) or None
 
 
+# Google's methods, the last segment's part after the colon
+_GOOGLE_METHODS: dict[str, str] = {
+    "streamGenerateContent": "generate_content",
+    "generateContent": "generate_content",
+}
+_ANTHROPIC_ON_VERTEX = frozenset({"streamRawPredict", "rawPredict"})
+_INTERACTIONS = ("/v1beta/interactions", "/v1/interactions")
+# the model of a Google path: the segment after models/ (or tunedModels/), before the colon
+_MODEL = re.compile(r"/(?:tuned)?[mM]odels/([^/:]+):[A-Za-z]+$")
+_VERTEX = re.compile(r"/projects/[^/]+/locations/[^/]+/publishers/")
+
+GEMINI = "gcp.gemini"
+VERTEX_AI = "gcp.vertex_ai"
+
+
+def _bare(path: str) -> str:
+    return path.split("?", 1)[0].split("#", 1)[0].rstrip("/")
+
+
 def endpoint_for(method: str, path: str) -> str | None:
     """The endpoint a request targets, or None when it is not one we meter."""
     if method.upper() != "POST":
         return None
-    path = path.split("?", 1)[0].split("#", 1)[0].rstrip("/")
+    path = _bare(path)
     action = path.rpartition("/")[2]
     if action in _BEDROCK_ACTIONS and "/model/" in path:
         return _BEDROCK_ACTIONS[action]
     for suffix, endpoint in _SUFFIXES:
         if path.endswith(suffix):
             return endpoint
+    head, colon, verb = path.rpartition(":")
+    if colon and "/" not in verb:
+        found = _GOOGLE_METHODS.get(verb)
+        if found is not None and _MODEL.search(path):
+            return found
+        if verb in _ANTHROPIC_ON_VERTEX and "/publishers/anthropic/models/" in head:
+            return "messages"
+        return None
+    if path.endswith(_INTERACTIONS):
+        return "interactions"
     return None
+
+
+def provider_for(endpoint: str, path: str) -> str | None:
+    """The provider a request to ``endpoint`` at ``path`` goes to, where the path
+    tells it (Vertex AI's project paths); None: the endpoint's own."""
+    if endpoint in ("generate_content", "messages") and _VERTEX.search(_bare(path)):
+        return VERTEX_AI
+    return None
+
+
+def model_in_path(path: str) -> str | None:
+    """The model a Google path names (``/v1beta/models/M:streamGenerateContent``),
+    or None; percent-escapes decoded."""
+    found = _MODEL.search(_bare(path))
+    if found is None:
+        return None
+    return unquote(found.group(1)) or None
+
+
+def streams_by_path(path: str) -> bool:
+    """Whether a Google path asks for a stream (``:streamGenerateContent``)."""
+    return _bare(path).endswith(":streamGenerateContent")
 
 
 # The endpoints served over a WebSocket (a GET that upgrades): the Responses API's

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from recorder.core.eventstream import EventStreamFramer
 from recorder.core.framing import Comment, Event, Framer, FramingIssue, IssueKind
+from recorder.core.json_array import JSONArrayFramer
 from recorder.core.protocols import EVENTSTREAM_ENDPOINTS, PROVIDERS, interpreter_for
 from recorder.core.record import INTERRUPTED_OUTCOMES, StreamRecord, combine_sources, ending_outcome
 from recorder.core.rhythm import (
@@ -44,7 +45,7 @@ from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES, SSEFramer
 from recorder.core.usage import usage_parts
 
 if TYPE_CHECKING:
-    from recorder.core.framing import EventReader, EventRun, Item
+    from recorder.core.framing import EventReader, EventRun, Framer, Item
     from recorder.core.protocols.observations import Observations
 
 __all__ = [
@@ -112,7 +113,7 @@ class StreamMeter(Rhythm):
         self.framer: Framer = (
             EventStreamFramer(max_event_bytes)
             if endpoint in EVENTSTREAM_ENDPOINTS
-            else SSEFramer(max_event_bytes)
+            else SSEFramer(max_event_bytes, bare_json=self.interpreter.bare_json)
         )
         self.record = record if record is not None else StreamRecord()
         self.record.endpoint = endpoint
@@ -130,6 +131,16 @@ class StreamMeter(Rhythm):
         self._fused_for: object = None
 
     # -- intake ---------------------------------------------------------------
+
+    def frames_json_array(self) -> bool:
+        """The body is a streamed JSON array (its first byte is ``[``): frame it so,
+        if this endpoint streams one (Google's ``:streamGenerateContent`` without
+        ``alt=sse``); whether it does. Call it before the first piece."""
+        if not self.interpreter.json_array:
+            return False
+        self.framer = JSONArrayFramer(self.framer.max_event_bytes)
+        self.record.transport = "json-array"
+        return True
 
     def headers(self, now: float | None, status: int | None) -> None:
         """Response headers arrived, with this HTTP status."""
@@ -391,9 +402,13 @@ class StreamMeter(Rhythm):
         """
         if ending not in ENDINGS:
             ending = "upstream_disconnect"
-        for item in self.framer.feed(b""):
+        ended = self.framer.feed(b"")
+        for item in ended:
             if type(item) is not Event and type(item) is not Comment:
                 self.partial_event_at_end = True
+        last: list[Item] = [item for item in ended if type(item) is Event]
+        if last:  # bare JSON that only the end completes (a framer with bare_json)
+            self._interpret(last, self._last_byte if self._t0 is not None else None)
         obs = self.interpreter.obs
         rec = self.record
         status = rec.http_status

@@ -65,8 +65,9 @@ MODALITY_REASONS = ("no audio-token rate", "no image-token rate", "no modality s
 
 
 # the tiers that are the standard rates ("auto": the provider's default, which a
-# cut Responses stream still echoes from response.created)
-STANDARD_TIERS = frozenset({"default", "standard", "auto", "standard_only"})
+# cut Responses stream still echoes from response.created; "on_demand": Vertex AI's
+# trafficType for pay-as-you-go)
+STANDARD_TIERS = frozenset({"default", "standard", "auto", "standard_only", "on_demand"})
 
 
 class PriceTableError(UsageError, ValueError):

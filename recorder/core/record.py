@@ -27,7 +27,7 @@ Source = Literal["reported", "estimated", "none"]
 # Where a record's usage as a whole comes from: ``mixed`` when its figures differ.
 UsageSource = Literal["reported", "estimated", "none", "mixed"]
 GapKind = Literal["stall", "keepalive", "silence"]
-Transport = Literal["sse", "json", "eventstream", "websocket"]
+Transport = Literal["sse", "json", "json-array", "eventstream", "websocket"]
 
 OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 INTERRUPTED_OUTCOMES: frozenset[Outcome] = frozenset(
@@ -132,7 +132,9 @@ class StreamRecord:
     # metered as what it is ("declared text/plain, body is an event stream")
     content_mismatch: str | None = None
     # how the response came: "sse" (an event stream), "json" (one answer, not
-    # streamed), "eventstream" (AWS's binary event stream), "websocket" (one response
+    # streamed), "json-array" (a JSON array streamed an element at a time: Google's
+    # streamGenerateContent without alt=sse), "eventstream" (AWS's binary event
+    # stream), "websocket" (one response
     # of many on a WebSocket connection)
     transport: Transport = "sse"
     # issue 31, OpenAI over WebSocket: the connection a response came on (the

@@ -13,8 +13,8 @@ found by counting brackets, iteratively, and only the members the facts need
 are parsed, so a deep ``messages`` value costs a linear scan, never a recursion.
 
 Also the error body of a non-2xx response (OpenAI ``{"error": {...}}``,
-Anthropic ``{"type": "error", "error": {...}}``), read into the record's
-error fields.
+Anthropic ``{"type": "error", "error": {...}}``, Google ``{"error": {"code",
+"message", "status"}}``), read into the record's error fields.
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ _WANTED = frozenset(
         "stream_options",
         "service_tier",
         "speed",
+        "generationConfig",
         *_MAX_KEYS,
         *_ATTRIBUTION,
         *FINGERPRINTED,
@@ -106,8 +107,11 @@ def read_request(body: bytes, reading: Reading | None = None, endpoint: str = ""
     speed = obj.get("speed")
     if isinstance(speed, str) and speed.strip().lower() == "fast":
         facts.service_tier = "fast"
-    for key in _MAX_KEYS:
-        value = obj.get(key)
+    config = obj.get("generationConfig")  # Google's generateContent
+    limits = [obj.get(key) for key in _MAX_KEYS]
+    if isinstance(config, dict):
+        limits.append(config.get("maxOutputTokens"))
+    for value in limits:
         # a client may send anything here; only what a BIGINT column holds is kept
         if _count(value):
             facts.max_output_tokens = value
@@ -259,7 +263,9 @@ def read_error_body(body: bytes) -> tuple[str | None, str | None, str | None]:
         return None, None, None
     err = obj.get("error")
     if isinstance(err, dict):
-        etype, code, message = err.get("type"), err.get("code"), err.get("message")
+        # Google names the kind of error its "status" (RESOURCE_EXHAUSTED, ...)
+        etype = err.get("type") or err.get("status")
+        code, message = err.get("code"), err.get("message")
     elif isinstance(err, str):
         etype, code, message = None, None, err
     else:

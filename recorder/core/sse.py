@@ -52,8 +52,10 @@ class SSEFramer(SSELines):
 
     __slots__ = ("_at_start", "_ended", "_idle", "_names", "_prefix", "_prefix_name", "_skip_lf")
 
-    def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
-        super().__init__(max_event_bytes)
+    def __init__(
+        self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES, *, bare_json: bool = False
+    ) -> None:
+        super().__init__(max_event_bytes, bare_json=bare_json)
         self._skip_lf = False  # the previous read ended in CR
         self._at_start = True  # a BOM may still come
         self._ended = False
@@ -89,6 +91,7 @@ class SSEFramer(SSELines):
                 or self._retry is not None
                 or self._skipping
                 or self._data_size
+                or self._stray
                 or self._skip_lf
                 or self._at_start
                 or self._ended
@@ -215,6 +218,15 @@ class SSEFramer(SSELines):
                 and data.find(b"\r") < 0
             ):
                 return _new(Event, ("message", data[6:last], self._last_id, None))
+            # the same with CRLF line ends (Google's streams): "data: V\r\n\r\n"
+            cr = last - 2
+            if (
+                data.endswith(b"\r\n\r\n")
+                and data.find(b"\r", 6) == cr
+                and data.find(b"\n", 6) == cr + 1
+                and cr <= self._max
+            ):
+                return _new(Event, ("message", data[6:cr], self._last_id, None))
             return None
         prefix = self._prefix
         if data.startswith(prefix):  # the same event line as the last one: its name
@@ -331,6 +343,7 @@ class SSEFramer(SSELines):
             or self._retry is not None
             or self._skipping
             or self._data_size
+            or self._stray
         )
         cap = self._max
         last_id = self._last_id  # (only _lines changes it)
@@ -381,6 +394,16 @@ class SSEFramer(SSELines):
         if self._at_start:
             pending = 0 if _BOM.startswith(bytes(self._buf)) else pending
         out: list[Item] = []
+        if self._stray is not None and pending and not self._skipping and not self._at_start:
+            line = bytes(self._buf)  # the last line, with no line end
+            self._buf.clear()
+            pending = 0
+            self._lines([line], out)
+            if self._has_data or self._event:
+                out.append(FramingIssue(IssueKind.UNTERMINATED, self._data_size))
+                self._reset_event()
+        if self._stray:
+            self._flush_stray(out)
         if self._skipping:
             out.append(FramingIssue(IssueKind.UNTERMINATED, self._skipped + pending))
         elif self._has_data or self._event or pending:

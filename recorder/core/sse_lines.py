@@ -9,6 +9,12 @@ space of a value is removed, a blank line dispatches an event that has data,
 a line starting with ``:`` is a comment, unknown fields are ignored. The cap
 on an event's pending bytes is applied here, so that whatever the chunking an
 event past it is skipped up to its blank line and reported once.
+
+With ``bare_json`` (Google's streams: after status 200 an error comes as a bare,
+often pretty-printed ``{"error": ...}``, with no ``data:`` in front), the lines
+of unknown fields are not ignored but kept, up to the cap, and dispatched as
+one event of their own (named ``message``) at the next blank line, field line
+or the stream's end: the interpreter reads them as the JSON they are.
 """
 
 from __future__ import annotations
@@ -37,9 +43,11 @@ class SSELines:
         "_retry",
         "_skipped",
         "_skipping",
+        "_stray",
+        "_stray_size",
     )
 
-    def __init__(self, max_event_bytes: int) -> None:
+    def __init__(self, max_event_bytes: int, *, bare_json: bool = False) -> None:
         self._max = max(1, max_event_bytes)
         self._buf = bytearray()  # an incomplete line
         self._data: list[bytes] = []
@@ -51,6 +59,9 @@ class SSELines:
         self._skipping = False  # inside an oversized event, discarding
         self._skipped = 0
         self._midline = False  # skipping began inside a line whose tail is still to come
+        # bare_json: the lines of unknown fields kept (None: ignored, as the spec says)
+        self._stray: list[bytes] | None = [] if bare_json else None
+        self._stray_size = 0
 
     @property
     def last_event_id(self) -> str | None:
@@ -97,6 +108,8 @@ class SSELines:
                 self._skipped = 0
                 continue
             if not line:
+                if self._stray:
+                    self._flush_stray(out)
                 if self._has_data:
                     out.append(
                         Event(
@@ -115,6 +128,8 @@ class SSELines:
                 # does not depend on how the line was chunked
                 out.extend(self._start_skipping(len(line)))
                 continue
+            if self._stray and _is_field(line):
+                self._flush_stray(out)
             if line.startswith(b"data:"):
                 value = line[6:] if line[5:6] == b" " else line[5:]
                 self._data_size += len(value) + 1
@@ -144,7 +159,35 @@ class SSELines:
                 # more digits than int() converts (sys.set_int_max_str_digits): ignored
                 with suppress(ValueError):
                     self._retry = int(value)
+            elif self._stray is not None:
+                self._keep_stray(line, out)
             # other field names are ignored, as the spec says
+
+    def _keep_stray(self, line: bytes, out: list[Item]) -> None:
+        """A line of an unknown field, kept as part of a bare JSON body (bounded)."""
+        stray = self._stray
+        if stray is None:
+            return
+        self._stray_size += len(line) + 1
+        if self._stray_size > self._max:
+            if stray:
+                stray.clear()
+                out.append(FramingIssue(IssueKind.OVERSIZED, self._stray_size))
+            return
+        stray.append(line)
+
+    def _flush_stray(self, out: list[Item]) -> None:
+        """The kept lines of unknown fields, dispatched as one event."""
+        stray = self._stray
+        if stray:
+            out.append(Event("message", b"\n".join(stray), self._last_id, None))
+            stray.clear()
+        self._stray_size = 0
+
+    @property
+    def stray_pending(self) -> bool:
+        """Lines of unknown fields are kept, not yet dispatched (``bare_json``)."""
+        return bool(self._stray)
 
     def _reset_event(self) -> None:
         self._data.clear()
@@ -152,3 +195,14 @@ class SSELines:
         self._has_data = False
         self._event = ""
         self._retry = None
+
+
+_FIELDS = (b"data", b"event", b"id", b"retry", b":")
+
+
+def _is_field(line: bytes) -> bool:
+    """Whether a line is a field the framer reads (or a comment), not a stray one."""
+    if line[:1] == b":":
+        return True
+    name = line.partition(b":")[0]
+    return name in _FIELDS

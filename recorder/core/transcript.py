@@ -11,6 +11,7 @@ only: the figures of record come from the meter, never from here.
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,7 +63,11 @@ def transcript(
     stream; a gap of ``stall_after`` seconds or more between two outputs is
     flagged as a stall on the output that ends it (as the meter counts them; a
     silence running into a cut is the record's to tell, not the body's)."""
-    framer: Framer = EventStreamFramer() if endpoint in EVENTSTREAM_ENDPOINTS else SSEFramer()
+    framer: Framer = (
+        EventStreamFramer()
+        if endpoint in EVENTSTREAM_ENDPOINTS
+        else SSEFramer(bare_json=endpoint == "generate_content")
+    )
     t = Transcript()
     last: float | None = None
     last_output: float | None = None
@@ -170,6 +175,13 @@ def _output(event: Event, endpoint: str) -> list[tuple[str, str]]:
             _add(found, _REASONING, delta.get("thinking"))
             if delta.get("type") == "compaction_delta":  # a summary the model wrote
                 _add(found, _TEXT, delta.get("content"))
+    elif endpoint == "generate_content":
+        _google_output(doc, found)
+    elif endpoint == "interactions" and doc.get("event_type") == "step.delta":
+        delta = doc.get("delta")
+        if isinstance(delta, dict):
+            _add(found, _TEXT, delta.get("text"))
+            _add(found, _TOOL, delta.get("arguments"))
     return found
 
 
@@ -197,6 +209,20 @@ def _chunk_json(envelope: dict[str, Any]) -> dict[str, Any] | None:
         return json_object(base64.b64decode(raw, validate=True))
     except ValueError:
         return None
+
+
+def _google_output(doc: dict[str, object], found: list[tuple[str, str]]) -> None:
+    """A GenerateContentResponse's parts: text, thought text, a call's arguments."""
+    for cand in doc.get("candidates") or ():  # type: ignore[attr-defined]
+        content = cand.get("content") if isinstance(cand, dict) else None
+        parts = content.get("parts") if isinstance(content, dict) else None
+        for part in parts or ():
+            if not isinstance(part, dict):
+                continue
+            _add(found, _REASONING if part.get("thought") is True else _TEXT, part.get("text"))
+            call = part.get("functionCall")
+            if isinstance(call, dict) and call.get("args"):
+                _add(found, _TOOL, json.dumps(call["args"], separators=(",", ":")))
 
 
 def _add(found: list[tuple[str, str]], kind: str, value: object) -> None:

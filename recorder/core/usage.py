@@ -323,3 +323,54 @@ def from_bedrock_metrics(raw: dict[str, Any]) -> Usage:
         cache_read_tokens=cache_read,
         cache_write_tokens=cache_write,
     )
+
+
+def from_gemini(raw: dict[str, Any], *, final: bool) -> Usage:
+    """Gemini's and Vertex AI's ``usageMetadata`` (cumulative on every chunk: the
+    last one is authoritative).
+
+    ``input_tokens`` is ``promptTokenCount`` (cached content included) plus
+    ``toolUsePromptTokenCount``; ``output_tokens`` is ``candidatesTokenCount`` plus
+    ``thoughtsTokenCount`` (thinking is billed as output); ``reasoning_tokens`` is
+    ``thoughtsTokenCount``; ``cache_read_tokens`` ``cachedContentTokenCount``.
+    Google writes its messages as proto3 JSON, which leaves a zero count out: once
+    the prompt is counted a missing cache or tool count is 0, and in the ``final``
+    usage (the chunk that finished the answer, or a whole response) a missing
+    output count is 0 too. Before that, the output is not known (a cut stream's
+    chunks count only what was streamed so far, or nothing)."""
+    prompt = _int(raw.get("promptTokenCount"))
+    tool = _int(raw.get("toolUsePromptTokenCount"))
+    candidates = _int(raw.get("candidatesTokenCount"))
+    thoughts = _int(raw.get("thoughtsTokenCount"))
+    cached = _int(raw.get("cachedContentTokenCount"))
+    counted = prompt is not None
+    total_in = None if prompt is None else prompt + (tool or 0)
+    output = reasoning = None
+    if final:
+        output = (candidates or 0) + (thoughts or 0)
+        reasoning = thoughts or 0
+    return Usage(
+        input_tokens=total_in,
+        output_tokens=output,
+        cache_read_tokens=cached if cached is not None or not counted else 0,
+        reasoning_tokens=reasoning,
+    )
+
+
+def from_gemini_interactions(raw: dict[str, Any]) -> Usage:
+    """The Interactions API's ``usage`` (on ``interaction.completed``): the same
+    counting as :func:`from_gemini`, under its own names (``total_input_tokens``
+    and ``total_tool_use_tokens`` in, ``total_output_tokens`` and
+    ``total_thought_tokens`` out, ``total_cached_tokens`` read from the cache).
+    Only the completed interaction carries it, so it is final; a count left out
+    is 0 once the input is counted."""
+    return from_gemini(
+        {
+            "promptTokenCount": raw.get("total_input_tokens"),
+            "toolUsePromptTokenCount": raw.get("total_tool_use_tokens"),
+            "candidatesTokenCount": raw.get("total_output_tokens"),
+            "thoughtsTokenCount": raw.get("total_thought_tokens"),
+            "cachedContentTokenCount": raw.get("total_cached_tokens"),
+        },
+        final=True,
+    )

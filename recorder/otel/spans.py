@@ -32,9 +32,18 @@ SEMCONV = "semantic-conventions-genai v0.1.0"
 AttributeValue = str | bool | int | float | list[str]
 
 # Providers and operations as the conventions name them (gen_ai.provider.name well
-# known values; every endpoint the recorder meters is a chat-style inference).
+# known values: openai, anthropic, gcp.gemini, gcp.vertex_ai, the record's own
+# spelling; every endpoint the recorder meters is a chat-style inference, which
+# the conventions call generate_content for Google's generateContent).
 _OPERATION = "chat"
+_OPERATIONS = {"generate_content": "generate_content"}
 _PROVIDERS = {"openai": "openai", "anthropic": "anthropic", "aws.bedrock": "aws.bedrock"}
+
+
+def operation_of(rec: StreamRecord) -> str:
+    """``gen_ai.operation.name`` of a record's endpoint."""
+    return _OPERATIONS.get(rec.endpoint or "", _OPERATION)
+
 
 # Stall events per span: the SDK keeps 128 events per span by default; the record
 # has them all (and the stall count is an attribute).
@@ -115,7 +124,8 @@ def plan_span(rec: StreamRecord, now_ns: int) -> SpanPlan:
     end = _at(start, rec.duration_ms) or start
     err = error_type(rec)
     events = _events(rec, start, end, err)
-    name = f"{_OPERATION} {rec.model}" if rec.model else _OPERATION
+    operation = operation_of(rec)
+    name = f"{operation} {rec.model}" if rec.model else operation
     return SpanPlan(name, start, max(end, start), _attributes(rec, err), events, err)
 
 
@@ -124,7 +134,7 @@ def _attributes(rec: StreamRecord, err: str | None) -> dict[str, AttributeValue]
     a figure the record does not have is left out."""
     host, port = server_address(rec.upstream)
     attrs: dict[str, AttributeValue] = {
-        "gen_ai.operation.name": _OPERATION,
+        "gen_ai.operation.name": operation_of(rec),
         "gen_ai.provider.name": _PROVIDERS.get(rec.provider or "", rec.provider or "unknown"),
         "gen_ai.request.stream": rec.streamed,
         "recorder.outcome": rec.outcome,

@@ -71,7 +71,7 @@ from recorder.proxy.state import (
 from recorder.proxy.tap import (
     BATCH_BYTES,
     BATCH_PIECES,
-    STREAMS,
+    STREAMED,
     BodyKind,
     RequestKeeper,
     Tap,
@@ -278,7 +278,7 @@ class Recorder:
                     or headers.get("request-id")
                     or headers.get("x-amzn-requestid")  # Amazon Bedrock
                 ),
-                declared_kind(content_type) in STREAMS,
+                declared_kind(content_type) in STREAMED,
                 bedrock_metrics(headers),
             )
             if state.pending is not None:

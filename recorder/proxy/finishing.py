@@ -27,7 +27,7 @@ from recorder.core.billing import complete_usage
 from recorder.core.captured import CapturedBody, CapturedRecord
 from recorder.core.estimate import Estimator
 from recorder.core.keys import scrub_key
-from recorder.core.record import StreamRecord, ending_outcome
+from recorder.core.record import StreamRecord, Transport, ending_outcome
 from recorder.core.request import read_error_body
 from recorder.core.retries import RetryChains, did_not_complete
 from recorder.core.sink import Sink
@@ -46,7 +46,7 @@ from recorder.proxy.lifecycle import (
 from recorder.proxy.observers import Done, Observers
 from recorder.proxy.scheduling import Scheduler, Sliced
 from recorder.proxy.state import NO_UPSTREAM, Ending, FlowState, RequestNotRead, apply_facts
-from recorder.proxy.tap import STREAMS, BodyKind
+from recorder.proxy.tap import STREAMED, BodyKind
 from recorder.proxy.unpriced import WARNINGS as UNPRICED
 
 # At shutdown, how long ``drain`` waits for request bodies still being read, in all.
@@ -139,14 +139,8 @@ class Finishing:
             tap.end_capture(ending.at, ending.how)
             if tap.kind is not None and tap.unmetered is None:
                 rec = state.record
-                rec.streamed = tap.kind in STREAMS  # what the body was
-                rec.transport = (
-                    "eventstream"
-                    if tap.kind is BodyKind.EVENTSTREAM
-                    else "sse"
-                    if rec.streamed
-                    else "json"
-                )
+                rec.streamed = tap.kind in STREAMED  # what the body was
+                rec.transport = _TRANSPORTS[tap.kind]
             elif state.record.streamed is False:
                 state.record.transport = "json"
         try:
@@ -364,10 +358,20 @@ class Finishing:
             self._errors("sink close")
 
 
+_TRANSPORTS: dict[BodyKind, Transport] = {
+    BodyKind.SSE: "sse",
+    BodyKind.ARRAY: "json-array",
+    BodyKind.JSON: "json",
+    BodyKind.EVENTSTREAM: "eventstream",
+}
+# the bodies --capture-bodies keeps (a JSON body or array is not kept)
+_CAPTURED = frozenset({BodyKind.SSE, BodyKind.EVENTSTREAM})
+
+
 def _capture_of(state: FlowState) -> CapturedBody | None:
     """The event stream kept of an exchange, if any (a JSON body is not kept)."""
     tap = state.tap
-    if tap is None or tap.kind not in STREAMS:
+    if tap is None or tap.kind not in _CAPTURED:
         return None
     return tap.capture
 

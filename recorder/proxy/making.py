@@ -24,7 +24,7 @@ from recorder.core.attribution import (
     header_tags,
 )
 from recorder.core.captured import CapturedRecord
-from recorder.core.endpoints import bedrock_model
+from recorder.core.endpoints import bedrock_model, model_in_path, provider_for
 from recorder.core.keys import KeyMask, authenticating_key, fingerprint, request_keys
 from recorder.core.meter import StreamMeter
 from recorder.core.protocols import EVENTSTREAM_ENDPOINTS
@@ -198,6 +198,12 @@ class RecordMaker:
         )
         if state.endpoint in EVENTSTREAM_ENDPOINTS:
             rec.model = header_text(bedrock_model(pending.path))  # Bedrock: in the path
+        else:
+            # Google names the model in the path, and Vertex AI's paths say the provider
+            provider = provider_for(state.endpoint, pending.path)
+            if provider is not None:
+                rec.provider = provider
+            rec.model = model_in_path(pending.path)
         state.started(meter, rec, KeyMask.of(request_keys(headers, query)))
         if "traceparent" in headers:  # forwarded untouched; read for the span only
             state.trace = (headers["traceparent"], headers.get("tracestate"))

@@ -234,7 +234,7 @@ def apply_facts(state: FlowState, facts: RequestFacts, counts: InputCounts | Non
     state.input_counts = counts
     rec = state.record
     if facts.model is not None or rec.model is None:
-        rec.model = facts.model  # (Bedrock names it in the path, kept when the body does not)
+        rec.model = facts.model  # (Bedrock and Google name it in the path, kept then)
     rec.include_usage = facts.include_usage
     rec.max_output_tokens = facts.max_output_tokens
     rec.requested_tier = facts.service_tier

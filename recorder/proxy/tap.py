@@ -10,9 +10,11 @@ mitmproxy's own steps (docs/performance.md). Times are kept per piece, so no
 figure changes.
 
 What the body is, is told from the body (as ``recorder replay`` does), not from its
-declared Content-Type: an event stream is fed to the meter; a JSON answer (not
-streamed, or an error) is kept, up to ``JSON_MAX_BYTES``, and read whole at the
-end. A body whose declared type says otherwise is metered all the same, and the
+declared Content-Type: an event stream is fed to the meter; so is a JSON array
+when the endpoint streams one (Google's ``:streamGenerateContent`` without
+``alt=sse``, declared ``application/json``: each element is metered as it comes);
+a JSON answer (not streamed, or an error) is kept, up to ``JSON_MAX_BYTES``, and
+read whole at the end. A body whose declared type says otherwise is metered all the same, and the
 record says so (``content_mismatch``).
 
 A compressed body is decoded on the side, bounded (``recorder.proxy.decoding``),
@@ -62,13 +64,15 @@ _WHITESPACE = b" \t\r\n\xef\xbb\xbf"  # (a UTF-8 byte order mark too)
 
 class BodyKind(enum.Enum):
     SSE = "an event stream"
+    ARRAY = "a streamed JSON array"
     JSON = "JSON"
     # AWS's binary event stream (Amazon Bedrock): told by its declared type only,
     # since its first bytes are a length, not a sign
     EVENTSTREAM = "an AWS event stream"
 
 
-STREAMS = frozenset({BodyKind.SSE, BodyKind.EVENTSTREAM})  # what the meter frames
+# the kinds of body fed to the meter as they come
+STREAMED = frozenset({BodyKind.SSE, BodyKind.ARRAY, BodyKind.EVENTSTREAM})
 
 
 class Unmetered(enum.Enum):
@@ -195,7 +199,7 @@ class Tap:
         pieces, stamps = self.pieces, self.stamps
         try:
             if not self.broken:
-                if self.decoder is None and self.kind in STREAMS and self.capture is None:
+                if self.decoder is None and self.kind in STREAMED and self.capture is None:
                     self._meter().feed_many(pieces, stamps)  # the common case, as it comes
                 else:
                     self._take(pieces, stamps, DECODE_AT_END if final else DECODE_SLICE)
@@ -257,9 +261,9 @@ class Tap:
             self._head = []
             if self.broken:
                 return
-        if self.kind in STREAMS:
+        if self.kind in STREAMED:
             capture = self.capture
-            if capture is not None:
+            if capture is not None and self.kind is BodyKind.SSE:
                 for data, at in zip(out, times, strict=True):
                     capture.add(data, at)
             self._meter().feed_many(out, times)
@@ -279,6 +283,9 @@ class Tap:
         declared = declared_kind(self.content_type)
         if declared is BodyKind.EVENTSTREAM and head and not head.startswith((b"{", b"[")):
             kind = BodyKind.EVENTSTREAM
+        elif head.startswith(b"[") and self._meter().frames_json_array():
+            kind = BodyKind.ARRAY
+            declared = kind if declared is BodyKind.JSON else declared  # as it says
         elif head.startswith((b"{", b"[")):
             kind = BodyKind.JSON
         elif head.startswith(_SSE_STARTS) or (not head and declared is not BodyKind.JSON):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 import orjson
 
@@ -219,7 +220,74 @@ def prompt_from_messages(body: dict[str, Any]) -> Prompt:
     return _finish_prompt(p, len(system))
 
 
-ENDPOINTS = ("chat.completions", "responses", "messages")
+def prompt_from_gemini(body: dict[str, Any]) -> Prompt:
+    """Read a generateContent request (its model, stream and ``alt`` put in the
+    body from the path by :func:`gemini_request`)."""
+    p = _prompt("generate_content", body)
+    contents = body.get("contents")
+    if not isinstance(contents, list) or not contents:
+        raise BadRequest("* GenerateContentRequest.contents: contents is not specified")
+    for m in contents:
+        if not isinstance(m, dict):
+            raise BadRequest("contents: each content must be an object")
+        parts = m.get("parts")
+        text = _text_of(parts) if isinstance(parts, list) else ""
+        if isinstance(parts, list):
+            for part in parts:
+                if isinstance(part, dict) and isinstance(part.get("functionCall"), dict):
+                    text += orjson.dumps(part["functionCall"]).decode()
+        p.messages.append((str(m.get("role", "user")), text))
+    last = contents[-1]
+    last_parts = last.get("parts") if isinstance(last, dict) else None
+    p.after_tool_result = isinstance(last_parts, list) and any(
+        isinstance(part, dict) and "functionResponse" in part for part in last_parts
+    )
+    for tool in body.get("tools") or []:
+        for fn in (tool.get("functionDeclarations") or []) if isinstance(tool, dict) else []:
+            if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+                schema = fn.get("parameters") or fn.get("parametersJsonSchema")
+                p.tools.append(ToolSpec(fn["name"], schema if isinstance(schema, dict) else {}))
+    config = body.get("generationConfig")
+    config = config if isinstance(config, dict) else {}
+    thinking = config.get("thinkingConfig")
+    p.reasoning = isinstance(thinking, dict) and bool(
+        thinking.get("includeThoughts") or thinking.get("include_thoughts")
+    )
+    p.max_tokens = _int_or_none(config.get("maxOutputTokens"))
+    system = body.get("systemInstruction")
+    parts = system.get("parts") if isinstance(system, dict) else None
+    return _finish_prompt(p, len(_text_of(parts)) if isinstance(parts, list) else 0)
+
+
+def request_document(endpoint: str, body: bytes, path: str, target: str) -> dict[str, Any] | None:
+    """The request's JSON object as the endpoint's reader takes it (Bedrock and Google
+    name the model and the stream in the path: ``path`` without its query, ``target``
+    with it); None when the body is not a JSON object."""
+    try:
+        doc = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    if endpoint in ("converse", "invoke_model"):
+        return bedrock_request(path, doc)
+    if endpoint == "generate_content":
+        return gemini_request(target, doc)
+    return doc
+
+
+def gemini_request(path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A generateContent body with what its path says: the model, whether it
+    streams, and ``alt`` (``sse``, or none: a JSON array)."""
+    bare, _, query = path.partition("?")
+    name, _, verb = bare.rstrip("/").rpartition(":")
+    model = unquote(name.rsplit("/", 1)[-1])
+    alt = next((v for k, _, v in (q.partition("=") for q in query.split("&")) if k == "alt"), None)
+    return {**body, "model": model, "stream": verb == "streamGenerateContent", "alt": alt}
+
+
+ENDPOINTS = ("chat.completions", "responses", "messages", "generate_content")
+_GOOGLE_VERBS = (":streamGenerateContent", ":generateContent")
 
 
 # Amazon Bedrock's runtime actions: /model/{modelId}/<action>
@@ -278,6 +346,8 @@ def endpoint_of(path: str) -> str | None:
     head, _, action = path.rpartition("/")
     if action in BEDROCK_ACTIONS and "/model/" in head:
         return BEDROCK_ACTIONS[action][0]
+    if path.endswith(_GOOGLE_VERBS) and "/models/" in path:
+        return "generate_content"
     if path.endswith("/chat/completions"):
         return "chat.completions"
     if path.endswith("/responses"):
@@ -293,4 +363,5 @@ READERS = {
     "messages": prompt_from_messages,
     "converse": prompt_from_converse,
     "invoke_model": prompt_from_invoke,
+    "generate_content": prompt_from_gemini,
 }

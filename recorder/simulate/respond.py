@@ -74,12 +74,15 @@ class Body:
     framing: str  # chunked | length | eof
     stream: bool
     keep: bool  # the connection stays open after it
+    array: bool = False  # a stream written as one JSON array (Google's, without alt=sse)
 
     def headers(self, rec: SentRecord) -> list[tuple[str, str]]:
         """The response headers for this body."""
         ctype = "text/event-stream; charset=utf-8" if self.stream else "application/json"
         if self.stream and rec.endpoint in BEDROCK:
             ctype = BEDROCK_CONTENT_TYPE
+        elif self.array:
+            ctype = "application/json; charset=UTF-8"
         headers = [("content-type", ctype)]
         if self.stream:
             headers.append(("cache-control", "no-cache"))

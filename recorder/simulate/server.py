@@ -51,7 +51,7 @@ from recorder.simulate.http1 import (
     read_request,
     status_head,
 )
-from recorder.simulate.prompts import READERS, BadRequest, Prompt, bedrock_request, endpoint_of
+from recorder.simulate.prompts import READERS, BadRequest, Prompt, endpoint_of, request_document
 from recorder.simulate.protocols import BEDROCK, Reply, SimEvent, plan
 from recorder.simulate.respond import Body, negotiated_coding, write_error_status, write_response
 from recorder.simulate.script import Step, script
@@ -397,15 +397,10 @@ class Simulator:
     ) -> tuple[Prompt, Faults, Reply, list[SimEvent]] | _Refused:
         """Read the request, parse its faults, choose the answer and its events."""
         endpoint = rec.endpoint
-        try:
-            doc = orjson.loads(req.body) if req.body else None
-        except orjson.JSONDecodeError:
-            doc = None
-        if not isinstance(doc, dict):
+        doc = request_document(endpoint, req.body, req.path, req.target)
+        if doc is None:
             code = "invalid_request_error" if endpoint == "messages" else "invalid_prompt"
             return _Refused("the request body is not a JSON object", code)
-        if endpoint in BEDROCK:
-            doc = bedrock_request(req.path, doc)  # the model and streaming are in the path
         model = doc.get("model")
         rec.requested_model = model if isinstance(model, str) else None
         try:
@@ -472,7 +467,10 @@ class Simulator:
         if faults.bom:
             steps[0].raw = b"\xef\xbb\xbf" + steps[0].raw
         keep = req.keep_alive() and not faults.close and framing != "eof" and cut_index is None
-        return Body(steps, cut_index, coding, framing, prompt.stream, keep)
+        array = (
+            prompt.stream and rec.endpoint == "generate_content" and prompt.body.get("alt") != "sse"
+        )
+        return Body(steps, cut_index, coding, framing, prompt.stream, keep, array)
 
     async def _error_status(
         self,

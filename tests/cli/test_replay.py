@@ -393,3 +393,34 @@ def test_replay_a_captured_bedrock_event_stream(cli: Cli, tmp_path: Path) -> Non
     cut.write_bytes(body[: len(body) // 2])
     doc = replay_json(cli, str(cut), "--endpoint", "converse")
     assert (doc["outcome"], doc["partial_event_at_end"]) == ("truncated", True)
+
+
+GEMINI_CAPTURE = (
+    Path(__file__).resolve().parents[1] / "fixtures" / "gemini" / "vercel-ai-google-tool-call.jsonl"
+)
+
+
+@pytest.mark.parametrize("transport", ["sse", "json-array", "json"])
+def test_gemini_is_told_from_its_body(cli: Cli, tmp_path: Path, transport: str) -> None:
+    """A Gemini body, in each of its three forms, is told from the body and metered
+    with the usage its last usageMetadata reports."""
+    lines = [line for line in GEMINI_CAPTURE.read_bytes().splitlines() if line.strip()]
+    usage = json.loads(lines[-1])["usageMetadata"]
+    body = {
+        "sse": b"".join(b"data: " + line + b"\r\n\r\n" for line in lines),
+        "json-array": b"[" + b",\r\n".join(lines) + b"]",
+        "json": lines[-1],
+    }[transport]
+    path = tmp_path / "gemini.body"
+    path.write_bytes(body)
+    ran = cli("replay", str(path), "--format", "json")
+    assert ran.code == 0, ran
+    rec = json.loads(ran[1])
+    assert (rec["endpoint"], rec["provider"], rec["transport"]) == (
+        "generate_content",
+        "gcp.gemini",
+        transport,
+    )
+    assert rec["input_tokens"] == usage["promptTokenCount"]
+    assert rec["output_tokens"] == usage["candidatesTokenCount"] + usage["thoughtsTokenCount"]
+    assert rec["outcome"] == "completed"

@@ -321,7 +321,7 @@ def test_shipped_table_loads_and_every_entry_is_dated_and_sourced() -> None:
     for e in t.entries.values():
         assert e.as_of and re.fullmatch(r"\d{4}-\d{2}-\d{2}", e.as_of), e.key
         assert e.source and e.source.startswith("https://"), e.key
-        assert e.provider in ("openai", "anthropic", "aws.bedrock"), e.key
+        assert e.provider in ("openai", "anthropic", "aws.bedrock", "gcp.gemini"), e.key
 
 
 def test_shipped_prices_are_strings_never_json_numbers() -> None:

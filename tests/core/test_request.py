@@ -122,3 +122,14 @@ def test_a_deep_member_changes_no_fact(body: bytes) -> None:
         b"{" + inner + (b", " if inner else b"") + b'"input": ' + deep + b"}",
     ):
         assert read_request(changed) == shallow, changed[:80]
+
+
+def test_google_error_body_names_its_status() -> None:
+    from recorder.core.request import read_error_body
+
+    body = (
+        b'{\n  "error": {\n    "code": 429,\n'
+        b'    "message": "Resource has been exhausted.",\n'
+        b'    "status": "RESOURCE_EXHAUSTED"\n  }\n}\n'
+    )
+    assert read_error_body(body) == ("RESOURCE_EXHAUSTED", "429", "Resource has been exhausted.")

@@ -39,6 +39,11 @@ GEMINI = [
     b'data: {"candidates":[{"content":{"parts":[{"text":" you"}]}}]}\r\n\r\n',
     b'data: {"candidates":[{"content":{"parts":[{"text":"."}]},"finishReason":"STOP"}]}\r\n\r\n',
 ]
+GEMINI_ARRAY = [
+    b"[" + GEMINI[0][6:-4],
+    b",\r\n" + GEMINI[1][6:-4],
+    b",\r\n" + GEMINI[2][6:-4] + b"]",
+]
 NDJSON = [
     b'{"response":"a","done":false}\n',
     b'{"response":"b","done":false}\n',
@@ -61,6 +66,12 @@ CASES = {
         "/v1beta/models/gemini-2.0-flash:streamGenerateContent?alt=sse",
         "text/event-stream",
         GEMINI,
+        False,
+    ),
+    "gemini json array": (
+        "/v1beta/models/gemini-2.0-flash:streamGenerateContent",
+        "application/json; charset=UTF-8",
+        GEMINI_ARRAY,
         False,
     ),
     "unknown sse": ("/mcp/events", "text/event-stream", MCP, False),

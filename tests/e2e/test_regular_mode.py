@@ -130,3 +130,35 @@ def test_boto3_bedrock_through_https_proxy_and_aws_ca_bundle(
     assert rec.upstream == f"localhost:{tls_sim.port}"
     assert usage is not None and rec.output_tokens == usage["outputTokens"]
     assert rec.output_chars == sent.output_chars and rec.events == sent.events
+
+
+def test_google_genai_intercepted_with_the_mitmproxy_ca(
+    proxied_env: RunningProxy, tls_sim: Simulator
+) -> None:
+    """The google-genai SDK in regular mode (HTTPS_PROXY and the CA through
+    SSL_CERT_FILE), streamed and not: each call one generate_content record."""
+    from google import genai
+    from google.genai import types
+
+    base = f"https://localhost:{tls_sim.port}"
+    client = genai.Client(
+        api_key="AIza-regular-0001", http_options=types.HttpOptions(base_url=base)
+    )
+    stream = client.models.generate_content_stream(model="gemini-2.5-flash", contents="Hi")
+    text = "".join(chunk.text or "" for chunk in stream)
+    answer = client.models.generate_content(model="gemini-2.5-flash", contents="Hi")
+    records = proxied_env.sink.wait_for(2)
+    for rec, streamed in zip(records, (True, False), strict=True):
+        sent = tls_sim.wait_sent_blocking(rec.request_id or "")
+        assert (rec.endpoint, rec.provider, rec.streamed) == (
+            "generate_content",
+            "gcp.gemini",
+            streamed,
+        )
+        assert rec.outcome == "completed" == sent.outcome
+        assert sent.usage is not None
+        assert (rec.input_tokens, rec.output_tokens) == (
+            sent.usage["input_tokens"],
+            sent.usage["output_tokens"],
+        )
+        assert (text if streamed else answer.text) == sent.text

@@ -124,12 +124,15 @@ def lockstep() -> Iterator[Lockstep]:
         server.close()
 
 
-def fetch(port: int, path: str, reply: Reply, body: bytes = b"{}") -> bytes:
-    """POST ``body`` to ``path`` through the proxy on 127.0.0.1:``port``; tell the
-    upstream each piece of ``reply`` as soon as it has arrived; the body received."""
+def fetch(
+    port: int, path: str, reply: Reply, body: bytes = b"{}", headers: dict[str, str] | None = None
+) -> bytes:
+    """POST ``body`` to ``path`` through the proxy on 127.0.0.1:``port`` (with
+    ``headers`` too); tell the upstream each piece of ``reply`` as soon as it has
+    arrived; the body received."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=4 * HOLD_S)
     try:
-        conn.request("POST", path, body, {"content-type": "application/json"})
+        conn.request("POST", path, body, {"content-type": "application/json", **(headers or {})})
         resp = conn.getresponse()
         got = b""
         bounds = []

@@ -390,3 +390,16 @@ def test_a_bedrock_record_names_aws_bedrock_and_its_own_timing() -> None:
     assert attrs["recorder.transport"] == "eventstream"
     assert attrs["recorder.provider_latency_ms"] == 2210.0
     assert "recorder.provider_first_byte_ms" not in attrs  # unknown: left out
+
+
+@pytest.mark.parametrize(
+    ("provider", "operation"),
+    [("gcp.gemini", "generate_content"), ("gcp.vertex_ai", "generate_content")],
+)
+def test_gemini_is_generate_content_under_its_provider(provider: str, operation: str) -> None:
+    rec = record()
+    rec.endpoint, rec.provider, rec.model = "generate_content", provider, "gemini-2.5-flash"
+    span = export_one(rec)
+    attrs = dict(span.attributes or {})
+    assert span.name == "generate_content gemini-2.5-flash"
+    assert (attrs["gen_ai.operation.name"], attrs["gen_ai.provider.name"]) == (operation, provider)

@@ -8,6 +8,8 @@ reason, usage, errors, the terminal event) accumulated on an
 from recorder.core.protocols.base import Interpreter
 from recorder.core.protocols.chat import ChatCompletionsInterpreter
 from recorder.core.protocols.converse import ConverseInterpreter
+from recorder.core.protocols.gemini import GeminiInterpreter
+from recorder.core.protocols.interactions import InteractionsInterpreter
 from recorder.core.protocols.invoke_model import InvokeModelInterpreter
 from recorder.core.protocols.messages import AnthropicMessagesInterpreter
 from recorder.core.protocols.observations import Observations
@@ -21,6 +23,8 @@ INTERPRETERS: dict[str, type[Interpreter]] = {
     "realtime": RealtimeInterpreter,  # over a WebSocket only (recorder.core.websocket)
     "converse": ConverseInterpreter,  # Amazon Bedrock
     "invoke_model": InvokeModelInterpreter,  # Amazon Bedrock
+    "generate_content": GeminiInterpreter,  # Gemini's and Vertex AI's generateContent
+    "interactions": InteractionsInterpreter,  # Google's Interactions API
 }
 # the endpoints whose streams are AWS's binary event stream (recorder.core.eventstream)
 EVENTSTREAM_ENDPOINTS = frozenset({"converse", "invoke_model"})

@@ -35,6 +35,10 @@ class Interpreter:
 
     endpoint: ClassVar[str]
     provider: ClassVar[str]
+    # Google's wire: a stream may also come as a JSON array (``json_array``), and an
+    # error after status 200 as bare JSON among the SSE lines (``bare_json``)
+    json_array: ClassVar[bool] = False
+    bare_json: ClassVar[bool] = False
 
     __slots__ = ("_kind", "_learnable", "_name", "_read", "_template", "obs")
 
@@ -89,7 +93,7 @@ class Interpreter:
         obj: dict[str, Any],
         text: Path,
         kind: OutputKind,
-        ignored: tuple[tuple[str, HoleKind], ...] = (),
+        ignored: tuple[tuple[str | Path, HoleKind], ...] = (),
     ) -> None:
         """Read later events like ``event`` (parsed: ``obj``; its text at the path
         ``text``, of this kind) with a template, if one can be made of it. Call

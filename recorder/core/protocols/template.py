@@ -197,13 +197,14 @@ def learn(
     data: bytes,
     obj: dict[str, Any],
     text: Path,
-    ignored: tuple[tuple[str, HoleKind], ...] = (),
+    ignored: tuple[tuple[str | Path, HoleKind], ...] = (),
 ) -> Template | None:
     """A template of the event ``data`` (parsed: ``obj``), its text at the path
-    ``text`` (whose last key names it in the bytes), with a hole for each
-    top-level key of ``ignored`` that the event has, of the given kind. None if
-    the event cannot be one (a key written twice or with escapes, spaced JSON
-    this does not read, a probe that does not parse as it should, ...)."""
+    ``text`` (whose last key names it in the bytes), with a hole for each key of
+    ``ignored`` that the event has (a top-level name, or a path whose last key is
+    written once in the event), of the given kind. None if the event cannot be
+    one (a key written twice or with escapes, spaced JSON this does not read, a
+    probe that does not parse as it should, ...)."""
     holes: list[tuple[int, int, HoleKind, Path]] = []
     key = text[-1]
     span = _locate(data, key, HoleKind.TEXT) if type(key) is str else None
@@ -211,11 +212,13 @@ def learn(
         return None
     holes.append((span[0], span[1], HoleKind.TEXT, text))
     for name, kind in ignored:
-        if name in obj:
-            span = _locate(data, name, kind)
+        path: Path = name if isinstance(name, tuple) else (name,)
+        if _has(obj, path):
+            last = path[-1]
+            span = _locate(data, last, kind) if type(last) is str else None
             if span is None:
                 return None
-            holes.append((span[0], span[1], kind, (name,)))
+            holes.append((span[0], span[1], kind, path))
     holes.sort()
     # the probe: other values in the holes, each unlike the learned one and the others
     probe = bytearray()
@@ -303,6 +306,15 @@ def _string_end(data: bytes, start: int) -> int:
         if (j - k) % 2 == 0:
             return j
         i = j + 1
+
+
+def _has(obj: Any, path: Path) -> bool:
+    """Whether ``obj`` has a value at ``path`` (through dicts and lists)."""
+    try:
+        _get(obj, path)
+    except (LookupError, TypeError):
+        return False
+    return True
 
 
 def _get(obj: Any, path: Path) -> Any:

@@ -28,6 +28,7 @@ from recorder.simulate.protocols.base import (
 )
 from recorder.simulate.protocols.bedrock import ConverseBuilder, InvokeModelBuilder
 from recorder.simulate.protocols.chat import ChatBuilder
+from recorder.simulate.protocols.gemini import GeminiBuilder
 from recorder.simulate.protocols.messages import MessagesBuilder
 from recorder.simulate.protocols.realtime import RealtimeBuilder
 from recorder.simulate.protocols.responses import ResponsesBuilder
@@ -52,6 +53,7 @@ BUILDERS: dict[str, type[Builder]] = {
     "realtime": RealtimeBuilder,  # over a WebSocket only (recorder.simulate.ws_session)
     "converse": ConverseBuilder,  # Amazon Bedrock, an AWS event stream
     "invoke_model": InvokeModelBuilder,  # Amazon Bedrock, an AWS event stream
+    "generate_content": GeminiBuilder,  # Gemini's API and Vertex AI's
 }
 BEDROCK = frozenset({"converse", "invoke_model"})
 

@@ -119,6 +119,11 @@ class SimEvent:
     usage: SimUsage | None = None
     terminal: str | None = None  # completed | incomplete | error
     error: tuple[str | None, str | None, str | None] | None = None
+    # Google's wire: written as it is (bare JSON, or an element of a JSON array
+    # between its prefix and suffix), not as an SSE event
+    bare: bool = False
+    prefix: bytes = b""
+    suffix: bytes = b""
 
     def data(self) -> bytes:
         """The ``data:`` payload (or the JSON body)."""
@@ -127,7 +132,9 @@ class SimEvent:
         return orjson.dumps(self.obj)
 
     def encode(self, line_end: bytes) -> bytes:
-        """The event as SSE text, ending with a blank line."""
+        """The event as SSE text, ending with a blank line (bare: as it is)."""
+        if self.bare:
+            return self.prefix + self.data() + self.suffix + (b"" if self.prefix else line_end)
         out = b""
         if self.name is not None:
             out = b"event: " + self.name.encode() + line_end
@@ -170,6 +177,34 @@ def anthropic_error(etype: str | None, default: str) -> dict[str, Any]:
     return {"type": etype, "message": ANTHROPIC_ERRORS.get(etype, f"Simulated error: {etype}")}
 
 
+# code, status, message of Google's errors (google.rpc.Status in JSON)
+GOOGLE_ERRORS: dict[str, tuple[int, str, str]] = {
+    "UNAVAILABLE": (503, "UNAVAILABLE", "The model is overloaded. Please try again later."),
+    "INTERNAL": (500, "INTERNAL", "An internal error has occurred."),
+    "RESOURCE_EXHAUSTED": (429, "RESOURCE_EXHAUSTED", "Resource has been exhausted."),
+    "INVALID_ARGUMENT": (400, "INVALID_ARGUMENT", "Request contains an invalid argument."),
+    "PERMISSION_DENIED": (403, "PERMISSION_DENIED", "Permission denied."),
+    "NOT_FOUND": (404, "NOT_FOUND", "Requested entity was not found."),
+    "UNAUTHENTICATED": (401, "UNAUTHENTICATED", "API key not valid. Please pass a valid API key."),
+}
+GOOGLE_STATUS: dict[int, str] = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+}
+
+
+def google_error(status: str | None, default: str) -> dict[str, Any]:
+    """A Google ``error`` object for ``status`` (an unknown one keeps its name)."""
+    status = status or default
+    code, name, message = GOOGLE_ERRORS.get(status, (500, status, f"Simulated error: {status}"))
+    return {"code": code, "message": message, "status": name}
+
+
 def http_error_body(
     endpoint: str, status: int, code: str | None, request_id: str
 ) -> tuple[dict[str, Any], tuple[str | None, str | None, str | None]]:
@@ -182,6 +217,10 @@ def http_error_body(
         err = anthropic_error(code, ANTHROPIC_STATUS_TYPES.get(status, "api_error"))
         body = {"type": "error", "error": err, "request_id": request_id}
         return body, (err["type"], None, err["message"])
+    if endpoint == "generate_content":
+        gerr = google_error(code, GOOGLE_STATUS.get(status, "INTERNAL"))
+        gerr["code"] = status
+        return {"error": gerr}, (gerr["status"], str(status), gerr["message"])
     default = OPENAI_STATUS_CODES.get(status, "server_error" if status >= 500 else "invalid_prompt")
     err = openai_error(code, default)
     if status >= 500 and code is None:
