@@ -337,6 +337,14 @@ _CARRIED = (
     "include_usage",
     "max_output_tokens",
     "requested_tier",
+    # attribution and the retry chain: read from the request, or resolved by the proxy
+    "user_id",
+    "session_id",
+    "prompt_cache_key",
+    "tags",
+    "request_fingerprint",
+    "retry_of",
+    "attempt",
 )
 
 

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from recorder.core.errors import RecorderError
 from recorder.core.framing import Event, FramingIssue, IssueKind
 from recorder.core.sse_lines import DEFAULT_MAX_EVENT_BYTES
 
@@ -65,8 +66,8 @@ _u32 = struct.Struct(">I").unpack_from
 _new = tuple.__new__  # builds an Event without NamedTuple's Python-level __new__
 
 
-class HeaderError(ValueError):
-    """A header block that cannot be read."""
+class HeaderError(RecorderError, ValueError):
+    """A header block that cannot be read (the framer counts it; never raised past it)."""
 
 
 _FIXED = {

@@ -128,14 +128,23 @@ def row_sums(records: Sequence[StreamRecord]) -> dict[str, Any]:
     return {name: sum((f(r) for r in records), 0) for name, f in PER_STREAM.items()}
 
 
+def groupings(most: int = 3) -> list[tuple[str, ...]]:
+    """Every ``--by`` of at most ``most`` keys, and the one of all keys: every key,
+    pair and triple of keys meets there, and the audit's sums over a grouping do not
+    depend on how many keys it has (all 2**11 groupings took 40 s a seed)."""
+    every = list(audit.key_combinations())
+    return [by for by in every if len(by) <= most or len(by) == len(audit.GROUP_KEYS)]
+
+
 def check_every_grouping(
     groups_for: Callable[[tuple[str, ...]], list[dict[str, Any]]], records: Sequence[StreamRecord]
 ) -> int:
-    """For every --by: the sums over groups equal the sums over streams, and the
-    groups are those of the brute-force computation. Returns how many were checked."""
+    """For every --by of :func:`groupings`: the sums over groups equal the sums over
+    streams, and the groups are those of the brute-force computation. Returns how
+    many were checked."""
     expected_sums = row_sums(records)
     checked = 0
-    for by in audit.key_combinations():
+    for by in groupings():
         groups = groups_for(by)
         for name in audit.METRICS:
             total = sum((g[name] for g in groups), 0)
