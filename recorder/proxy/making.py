@@ -203,7 +203,7 @@ class RecordMaker:
             provider = provider_for(state.endpoint, pending.path)
             if provider is not None:
                 rec.provider = provider
-            rec.model = model_in_path(pending.path)
+            rec.model = header_text(model_in_path(pending.path))
         state.started(meter, rec, KeyMask.of(request_keys(headers, query)))
         if "traceparent" in headers:  # forwarded untouched; read for the span only
             state.trace = (headers["traceparent"], headers.get("tracestate"))
