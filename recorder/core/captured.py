@@ -378,6 +378,7 @@ def remeter(
         max_event_bytes=tl.max_event_bytes,
         record=rec,
     )
+    rec.provider = stored.provider or rec.provider  # (Vertex AI's path said it)
     if tl.headers_us is not None:
         meter.headers(tl.headers_us / 1e6, stored.http_status)
     else:

@@ -140,6 +140,7 @@ class StreamMeter(Rhythm):
             return False
         self.framer = JSONArrayFramer(self.framer.max_event_bytes)
         self.record.transport = "json-array"
+        self.record.streamed = True  # (its headers said JSON: the live view watches it now)
         return True
 
     def headers(self, now: float | None, status: int | None) -> None:

@@ -42,20 +42,24 @@ DEFAULT_RETRY_WINDOW_S = 600.0
 MAX_OPEN = 65_536
 
 # what a request asks, by protocol: Chat (messages, tools), Responses (input,
-# instructions, tools, the response or conversation it continues), Messages
-# (messages, system, tools)
+# instructions, tools, the response or conversation it continues), Messages and
+# Bedrock's Converse (messages, system, tools; Converse's toolConfig), Google's
+# generateContent (contents, systemInstruction, tools, toolConfig)
 FINGERPRINTED = (
     "model",
     "messages",
     "input",
+    "contents",
     "system",
     "instructions",
+    "systemInstruction",
     "tools",
+    "toolConfig",
     "previous_response_id",
     "conversation",
 )
 # a request that names none of these asks nothing a retry could repeat
-_ASKED = ("messages", "input")
+_ASKED = ("messages", "input", "contents")
 
 # the refusals a client sends again (the SDKs' own retry does): rate limits and
 # server errors; other 4xx are the request's fault

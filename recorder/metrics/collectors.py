@@ -325,3 +325,10 @@ class HealthCollector(Collector):
             family = self._family(name)
             family.add_metric([], value)
             yield family
+
+
+def label_names() -> frozenset[str]:
+    """Every label name a metric of this module has (a tag exported as a label
+    must not take one of them: ``--metrics-tag``), Prometheus's ``le`` and ``type``."""
+    specs = [v for v in globals().values() if isinstance(v, Spec)]
+    return frozenset({"le", "type"}).union(*(spec.labels for spec in specs))

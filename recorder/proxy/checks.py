@@ -181,20 +181,18 @@ def parse_tag_headers(value: Any, what: str) -> dict[str, str]:
 
 
 # the labels every stream metric has already: a --metrics-tag may not take their names
-_RESERVED_LABELS = frozenset(
-    {"endpoint", "provider", "model", "outcome", "source", "token_type", "type", "le"}
-)
 
 
 def parse_metrics_tag(value: Any, what: str) -> str | None:
     """The tag exported as a label of the stream metrics (none when empty): a
     Prometheus label name that none of their labels has."""
     from recorder.metrics.budget_rules import label_name_ok
+    from recorder.metrics.collectors import label_names
 
     name = str(value or "").strip()
     if not name:
         return None
-    if not label_name_ok(name) or name in _RESERVED_LABELS:
+    if not label_name_ok(name) or name in label_names():
         raise OptionError(
             f"{what} {name!r}: a tag exported as a label needs a Prometheus label name"
             " (letters, digits and _) that the metrics do not use already"

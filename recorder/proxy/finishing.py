@@ -46,7 +46,7 @@ from recorder.proxy.lifecycle import (
 from recorder.proxy.observers import Done, Observers
 from recorder.proxy.scheduling import Scheduler, Sliced
 from recorder.proxy.state import NO_UPSTREAM, Ending, FlowState, RequestNotRead, apply_facts
-from recorder.proxy.tap import STREAMED, BodyKind
+from recorder.proxy.tap import CAPTURED, STREAMED, BodyKind
 from recorder.proxy.unpriced import WARNINGS as UNPRICED
 
 # At shutdown, how long ``drain`` waits for request bodies still being read, in all.
@@ -141,7 +141,7 @@ class Finishing:
                 rec = state.record
                 rec.streamed = tap.kind in STREAMED  # what the body was
                 rec.transport = _TRANSPORTS[tap.kind]
-            elif state.record.streamed is False:
+            elif state.record.streamed is False and tap.kind is not BodyKind.ARRAY:
                 state.record.transport = "json"
         try:
             how = "upstream_disconnect" if ending.how == NO_UPSTREAM else ending.how
@@ -289,8 +289,10 @@ class Finishing:
             rec = state.record
             try:
                 ended = state.t0 + (rec.duration_ms or 0.0) / 1000.0
+                # by key and model: Bedrock and Google name the model in the path,
+                # which the fingerprint (of the body) does not see
                 rec.retry_of, rec.attempt = link(
-                    rec.api_key_id,
+                    f"{rec.api_key_id}\0{rec.model}",
                     rec.request_fingerprint,
                     rec.id or "",
                     started=state.t0,
@@ -364,14 +366,12 @@ _TRANSPORTS: dict[BodyKind, Transport] = {
     BodyKind.JSON: "json",
     BodyKind.EVENTSTREAM: "eventstream",
 }
-# the bodies --capture-bodies keeps (a JSON body or array is not kept)
-_CAPTURED = frozenset({BodyKind.SSE, BodyKind.EVENTSTREAM})
 
 
 def _capture_of(state: FlowState) -> CapturedBody | None:
     """The event stream kept of an exchange, if any (a JSON body is not kept)."""
     tap = state.tap
-    if tap is None or tap.kind not in _CAPTURED:
+    if tap is None or tap.kind not in CAPTURED:
         return None
     return tap.capture
 

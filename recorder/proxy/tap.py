@@ -73,6 +73,8 @@ class BodyKind(enum.Enum):
 
 # the kinds of body fed to the meter as they come
 STREAMED = frozenset({BodyKind.SSE, BodyKind.ARRAY, BodyKind.EVENTSTREAM})
+# the kinds of body --capture-bodies keeps (a JSON body or array is not kept)
+CAPTURED = frozenset({BodyKind.SSE, BodyKind.EVENTSTREAM})
 
 
 class Unmetered(enum.Enum):
@@ -263,7 +265,7 @@ class Tap:
                 return
         if self.kind in STREAMED:
             capture = self.capture
-            if capture is not None and self.kind is BodyKind.SSE:
+            if capture is not None and self.kind in CAPTURED:
                 for data, at in zip(out, times, strict=True):
                     capture.add(data, at)
             self._meter().feed_many(out, times)
@@ -281,7 +283,7 @@ class Tap:
         if not head and not final:
             return False
         declared = declared_kind(self.content_type)
-        if declared is BodyKind.EVENTSTREAM and head and not head.startswith((b"{", b"[")):
+        if declared is BodyKind.EVENTSTREAM and not head.startswith((b"{", b"[")):
             kind = BodyKind.EVENTSTREAM
         elif head.startswith(b"[") and self._meter().frames_json_array():
             kind = BodyKind.ARRAY

@@ -419,7 +419,7 @@ class Simulator:
         except FaultError as e:
             return _Refused(str(e))
         rec.faults = faults.describe()
-        rec.attempt = self._attempt(endpoint, req.body)
+        rec.attempt = self._attempt(endpoint, req.path, req.body)
         if faults.fail_first is not None and rec.attempt > faults.fail_first:
             faults.clear_failures()
         ids = Ids(prompt.seed() + endpoint.encode() + req.headers.get("x-sim-id", "").encode())
@@ -431,9 +431,10 @@ class Simulator:
         rec.hidden = content.hidden
         return prompt, faults, reply, events
 
-    def _attempt(self, endpoint: str, body: bytes) -> int:
-        """This request's number among the requests of the same endpoint and body."""
-        key = hashlib.sha256(endpoint.encode() + b"\0" + body).digest()
+    def _attempt(self, endpoint: str, path: str, body: bytes) -> int:
+        """This request's number among the requests of the same endpoint, path (Bedrock
+        and Google name the model there) and body."""
+        key = hashlib.sha256(b"\0".join((endpoint.encode(), path.encode(), body))).digest()
         n = self._bodies.pop(key, 0) + 1
         self._bodies[key] = n
         while len(self._bodies) > self.max_sent:

@@ -56,6 +56,19 @@ def test_the_fingerprint_is_what_is_asked_not_how() -> None:
     assert "cut cost" not in repr(read_request(orjson.dumps(ASK), READING, "chat.completions"))
 
 
+def test_google_and_bedrock_bodies_are_fingerprinted_by_what_they_ask() -> None:
+    gemini = {"contents": [{"role": "user", "parts": [{"text": "What does a cut cost?"}]}]}
+    base = fp(gemini, "generate_content")
+    assert base is not None
+    assert fp({**gemini, "generationConfig": {"maxOutputTokens": 9}}, "generate_content") == base
+    assert (
+        fp({**gemini, "systemInstruction": {"parts": [{"text": "brief"}]}}, "generate_content")
+        != base
+    )
+    converse = {"messages": [{"role": "user", "content": [{"text": "hi"}]}]}
+    assert fp({**converse, "toolConfig": {"tools": []}}, "converse") != fp(converse, "converse")
+
+
 def test_a_body_too_deep_for_the_parser_is_fingerprinted_by_its_bytes() -> None:
     deep = b"[" * 1500 + b"]" * 1500
     body = b'{"model": "gpt-4o", "stream": true, "messages": ' + deep + b"}"

@@ -68,3 +68,18 @@ def test_values_are_capped_and_a_request_without_the_tag_is_empty() -> None:
         if s.name == "llm_streams_total"
     )
     assert total == len(teams) + 2
+
+
+def test_a_tag_may_not_take_a_label_name_any_metric_has() -> None:
+    """Every label of every stream metric is refused as the exported tag (``measure``
+    of the provider-timing histogram included), so no series gets a label twice."""
+    import pytest
+
+    from recorder.metrics.collectors import label_names
+    from recorder.proxy.checks import OptionError, parse_metrics_tag
+
+    assert {"measure", "endpoint", "model", "outcome", "token_type"} <= label_names()
+    for name in sorted(label_names()):
+        with pytest.raises(OptionError, match="do not use already"):
+            parse_metrics_tag(name, "--metrics-tag")
+    assert parse_metrics_tag("team", "--metrics-tag") == "team"

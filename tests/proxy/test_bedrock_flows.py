@@ -102,3 +102,29 @@ async def test_an_error_body_echoing_the_credentials_is_masked() -> None:
     dumped = json.dumps(rec.to_dict(), default=str)
     assert SIGNATURE not in dumped and TOKEN not in dumped
     assert rec.error_message is not None and "invalid" in rec.error_message
+
+
+async def test_a_captured_bedrock_stream_is_kept_and_re_meters_to_its_record() -> None:
+    """--capture-bodies keeps an AWS event stream as it keeps SSE: the stored body
+    replays (``remeter``) to the record the proxy wrote."""
+    from recorder.core.captured import CapturedBody, CapturedRecord, remeter
+
+    body = CAPTURE.read_bytes()
+    addon, sink, clock = make(capture_bodies=True)
+    with taddons.context(addon):
+        flow = bedrock_flow()
+        await start(addon, flow, clock)
+        flow.response = eventstream_response()
+        addon.responseheaders(flow)
+        stream_through(flow, pieces_of(body, 97), clock)
+        addon.response(flow)
+    (rec,) = sink.records
+    assert isinstance(rec, CapturedRecord) and isinstance(rec.body, CapturedBody)
+    packed = rec.body.pack()
+    assert packed.body() == body
+    again = remeter(packed, rec)
+    assert (again.events, again.output_tokens, again.outcome) == (
+        rec.events,
+        rec.output_tokens,
+        rec.outcome,
+    )
