@@ -1,9 +1,13 @@
-"""Gemini and Vertex AI through the real proxy, in both routes (`recorder proxy` and
-`mitmdump -s addons/recorder_addon.py`): each transport (SSE with ``alt=sse``, the
+"""The protocols and request facts added since the first three, through the real
+proxy in both routes (`recorder proxy` and `mitmdump -s addons/recorder_addon.py`).
+
+Gemini and Vertex AI: each transport (SSE with ``alt=sse``, the
 JSON array without it, one JSON answer) is metered as the endpoint
 ``generate_content`` with the provider its path names, the model from the path and
 the usage as reported; Google's keys (``x-goog-api-key``, ``?key=``, a Vertex OAuth
-bearer) are fingerprinted and stored nowhere as sent."""
+bearer) are fingerprinted and stored nowhere as sent. Amazon Bedrock's binary event
+stream passes byte for byte and is metered, its SigV4 signature stored nowhere.
+Attribution (a tag header, the body's user) is read alike in both routes."""
 
 from __future__ import annotations
 
@@ -183,3 +187,70 @@ def test_anthropic_on_vertex_is_messages(route: Route, upstream: Lockstep) -> No
     assert (rec["outcome"], rec["input_tokens"], rec["output_tokens"]) == ("completed", 21, 5)
     assert rec["cost_usd"] is not None  # priced by the model that answered
     assert rec["api_key_id"] and BEARER.encode() not in route.db.read_bytes()
+
+
+BEDROCK_BODY = (
+    (Path(__file__).resolve().parents[1] / "fixtures" / "bedrock")
+    .joinpath("converse_stream_nova_micro.bin")
+    .read_bytes()
+)
+SIGNATURE = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0"
+SIGV4 = (
+    "AWS4-HMAC-SHA256 Credential=AKIAROUTESEXAMPLE0001/20261206/us-east-1/bedrock/"
+    f"aws4_request, SignedHeaders=host;x-amz-date, Signature={SIGNATURE}"
+)
+
+
+def test_bedrock_converse_stream_in_both_routes(route: Route, upstream: Lockstep) -> None:
+    from botocore.eventstream import EventStreamBuffer
+
+    buf = EventStreamBuffer()
+    buf.add_data(BEDROCK_BODY)
+    messages = list(buf)
+    usage = json.loads(messages[-1].payload)["usage"]  # botocore's reading
+    pieces = [BEDROCK_BODY[i : i + 97] for i in range(0, len(BEDROCK_BODY), 97)]
+    before = len(_rows(route.db, 0))
+    reply = upstream.respond(pieces, "application/vnd.amazon.eventstream")
+    path = "/model/us.amazon.nova-micro-v1%3A0/converse-stream"
+    body = b'{"messages":[{"role":"user","content":[{"text":"hi"}]}]}'
+    got = fetch(route.port, path, reply, body, {"authorization": SIGV4})
+    assert got == BEDROCK_BODY
+    rec = _rows(route.db, before + 1)[-1]
+    assert (rec["endpoint"], rec["provider"], rec["transport"], rec["outcome"]) == (
+        "converse",
+        "aws.bedrock",
+        "eventstream",
+        "completed",
+    )
+    assert rec["model"] == "us.amazon.nova-micro-v1:0" and rec["events"] == len(messages)
+    assert (rec["input_tokens"], rec["output_tokens"]) == (
+        usage["inputTokens"],
+        usage["outputTokens"],
+    )
+    assert rec["api_key_id"] and SIGNATURE.encode() not in route.db.read_bytes()
+
+
+CHAT = [
+    b'data: {"id":"c1","object":"chat.completion.chunk","model":"gpt-4o","choices":'
+    b'[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}\n\n',
+    b'data: {"id":"c1","object":"chat.completion.chunk","model":"gpt-4o","choices":'
+    b'[{"index":0,"delta":{},"finish_reason":"stop"}],'
+    b'"usage":{"prompt_tokens":7,"completion_tokens":1,"total_tokens":8}}\n\n',
+    b"data: [DONE]\n\n",
+]
+
+
+def test_attribution_is_read_alike_in_both_routes(route: Route, upstream: Lockstep) -> None:
+    """The tag header and the body's user land on the record in both routes; the
+    user as a fingerprint, never as sent."""
+    before = len(_rows(route.db, 0))
+    reply = upstream.respond(CHAT, "text/event-stream")
+    body = json.dumps(
+        {"model": "gpt-4o", "stream": True, "user": "alice@example.com", "messages": []}
+    ).encode()
+    headers = {"authorization": "Bearer sk-routes-0001", "x-recorder-tag": "team=search"}
+    fetch(route.port, "/v1/chat/completions", reply, body, headers)
+    rec = _rows(route.db, before + 1)[-1]
+    assert json.loads(rec["tags"]) == {"team": "search"}
+    assert rec["user_id"].startswith("u:") and len(rec["user_id"]) == 18
+    assert b"alice@example.com" not in route.db.read_bytes()
