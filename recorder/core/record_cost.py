@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
+from recorder.core.model_families import bedrock_model_id, model_base
 from recorder.core.pricing import (
     BEDROCK,
     QUANTUM,
@@ -103,7 +104,7 @@ def price_parts(
         part = {**given, "cost_usd": None, "price_version": None, "unpriced_reason": None}
         parts.append(part)
         named = part.get("model")
-        entry = table.resolve(named) if named else own
+        entry = part_entry(record, table, named) if named else own
         if entry is None:
             model = named or record.response_model or record.model
             part["unpriced_reason"] = f"no price for model {model!r}" if model else "no model named"
@@ -138,6 +139,37 @@ def price_parts(
         return parts, None, reason
     usd = total.quantize(QUANTUM, rounding=ROUND_HALF_EVEN)
     return parts, Cost(f"{usd:.12f}", versions[0]), None
+
+
+def part_entry(record: StreamRecord, table: PriceTable, named: str) -> PriceEntry | None:
+    """The entry of a part that names its own model. On Amazon Bedrock that is
+    Bedrock's entry for the model in the request's inference profile (an advisor
+    iteration of another Claude model is billed at Bedrock's rate for it, in the
+    same region), found among the table's Bedrock model ids; any other provider's
+    part, or a model the table has no Bedrock id for, resolves by its name as the
+    record's own model would."""
+    if record.provider == BEDROCK and record.model:
+        found = _bedrock_entry(table, bedrock_model_id(record.model.strip().lower()), named)
+        if found is not None:
+            return found
+    return table.resolve(named)
+
+
+_VENDOR = "anthropic."  # only Claude's responses carry parts priced by model
+
+
+def _bedrock_entry(table: PriceTable, request_id: str, named: str) -> PriceEntry | None:
+    at = request_id.find(_VENDOR)
+    if at < 0:
+        return None
+    prefix = request_id[: at + len(_VENDOR)]  # "us.anthropic.", "anthropic."
+    base = model_base(named)
+    for alias, key in table.aliases.items():
+        if alias.startswith(prefix) and model_base(alias[len(prefix) :]) == base:
+            entry = table.entries.get(key)
+            if entry is not None and entry.provider == BEDROCK:
+                return entry
+    return None
 
 
 def _count(value: Any) -> int | None:
