@@ -46,12 +46,16 @@ addon, for context (delays and memory of mitmproxy alone; no records to check).
 **WebSocket** (``--websocket``): ``--connections`` (200) concurrent WebSocket
 connections through one ``recorder proxy``, each carrying ``--responses`` (10)
 responses one after the other (OpenAI's Responses API in WebSocket mode on half of
-them, the Realtime API on the other half), each response ``--deltas`` text deltas
-an ``--interval`` apart. After each round: every response is one row (rows,
-``llm_recorder_records_written_total`` and distinct ids equal the responses sent),
-every row has ``transport`` ``websocket`` and is ``completed``, nothing is in
-flight; and the proxy's memory after each measured round must not grow (the same
-bound as above).
+them, the Realtime API on the other half), each response ``--deltas`` (20) text
+deltas an ``--interval`` (0.2 s) apart: some 1,300 messages a second through the
+proxy, which bare mitmproxy carries on half of its one core (each message costs it
+about 0.5 ms: its addon chain runs for every one). After each round: every response
+is one row (rows, ``llm_recorder_records_written_total`` and distinct ids equal the
+responses sent), every row has ``transport`` ``websocket`` and is ``completed``,
+nothing is in flight; and the proxy's memory after each measured round must not
+grow (the same bound as above). The proxy's CPU per message (the client's count of
+messages sent and received) is printed; ``--proxy mitmproxy`` runs the same load
+through bare mitmdump for that anchor.
 
 Exit status: non-zero when a record is missing, doubled or wrong, a counter
 disagrees, memory grows, or a bound is exceeded. Timings are printed, and only the
@@ -256,10 +260,12 @@ def run_load(args: argparse.Namespace, failures: list[str]) -> None:
 # -- WebSocket connections ----------------------------------------------------------
 
 
-async def ws_connection(port: int, i: int, responses: int, deltas: int, interval: float) -> int:
+async def ws_connection(
+    port: int, i: int, responses: int, deltas: int, interval: float
+) -> tuple[int, int]:
     """One client connection of the WebSocket load: ``responses`` responses one after
     the other, Responses API in WebSocket mode on even ``i``, Realtime on odd; the
-    responses it saw end."""
+    responses it saw end, and the messages it sent and received."""
     import json
 
     import websockets
@@ -271,7 +277,7 @@ async def ws_connection(port: int, i: int, responses: int, deltas: int, interval
         if realtime
         else ("/v1/responses")
     )
-    ended = 0
+    ended = messages = 0
     async with websockets.connect(
         f"ws://127.0.0.1:{port}{path}",
         additional_headers={"authorization": f"Bearer sk-bench-ws-{i % 7}"},
@@ -286,41 +292,51 @@ async def ws_connection(port: int, i: int, responses: int, deltas: int, interval
                 create = {"type": "response.create", "model": f"gpt-5+{faults}", "input": f"r{n}"}
                 last = ("response.completed", "response.failed", "response.incomplete")
             await ws.send(json.dumps(create))
+            messages += 1
             async for raw in ws:
+                messages += 1
                 if json.loads(raw).get("type") in last:
                     ended += 1
                     break
-    return ended
+    return ended, messages
 
 
 def run_websocket(args: argparse.Namespace, failures: list[str]) -> None:
     """``--websocket``: ``--connections`` concurrent WebSocket connections, each with
     ``--responses`` responses, per round: every response one record (rows, counters),
-    each with transport websocket; memory flat over rounds."""
+    each with transport websocket; memory flat over rounds. With ``--proxy
+    mitmproxy`` the same load through bare mitmdump (no records to check): its CPU
+    per message and memory are the anchor."""
     proxy_cpu = None if args.no_pin else PROXY_CPU
     client_cpu = None if args.no_pin else CLIENT_CPU
     set_affinity(client_cpu)
     sim = SimChild.start(__file__, client_cpu)
+    recording = args.proxy == "recorder"
     proxy = Proxy.start(
-        "recorder", f"http://127.0.0.1:{sim.port}", proxy_cpu, extra=args.recorder_arg
+        args.proxy,
+        f"http://127.0.0.1:{sim.port}",
+        proxy_cpu,
+        extra=args.recorder_arg if recording else (),
     )
     total = 0
     rss: list[float] = []
     n, per = args.connections, args.responses
     print(
-        f"# WebSocket load through recorder: {n} concurrent connections x {per} responses"
-        f" (Responses in WebSocket mode and Realtime in turn), {args.deltas} deltas each,"
+        f"# WebSocket load through {'recorder' if recording else 'bare mitmdump'}: {n}"
+        f" concurrent connections x {per} responses (Responses in WebSocket mode and"
+        f" Realtime in turn), {args.deltas} deltas each {args.interval} s apart"
+        f" (each connection a message every {args.interval} s or so),"
         f" {args.warmups} warm-up rounds and {args.rounds} rounds"
     )
     print()
     print(
         "| round | connections | responses ended | rows | websocket rows"
-        " | proxy RSS MiB | proxy CPU s |"
+        " | messages | proxy RSS MiB | proxy CPU s | CPU µs per message | wall s |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
 
-    async def round_() -> list[int | BaseException]:
-        async def one(i: int) -> int:
+    async def round_() -> list[tuple[int, int] | BaseException]:
+        async def one(i: int) -> tuple[int, int]:
             await asyncio.sleep(i / n)  # connections opened over a second
             return await ws_connection(proxy.port, i, per, args.deltas, args.interval)
 
@@ -329,44 +345,33 @@ def run_websocket(args: argparse.Namespace, failures: list[str]) -> None:
     try:
         for r in range(args.warmups + args.rounds):
             name = f"warm-up {r + 1}" if r < args.warmups else str(r - args.warmups + 1)
-            c0 = proxy.cpu_seconds()
+            c0, t0 = proxy.cpu_seconds(), time.monotonic()
             results = asyncio.run(round_())
-            ended = sum(x for x in results if isinstance(x, int))
+            wall = time.monotonic() - t0
+            done = [x for x in results if isinstance(x, tuple)]
+            ended = sum(e for e, _ in done)
+            messages = max(1, sum(m for _, m in done))
             errors = [x for x in results if isinstance(x, BaseException)]
             if errors:
                 failures.append(f"round {name}: {len(errors)} connections failed: {errors[0]!r}")
-            total += n * per
-            written = proxy.wait_metric("llm_recorder_records_written_total", total, 120.0)
-            with sqlite3.connect(proxy.workdir / "recorder.db") as conn:
-                rows, ws_rows, ids = conn.execute(
-                    "SELECT count(*), sum(transport = 'websocket'), count(DISTINCT id) FROM streams"
-                ).fetchone()
-                outcomes = dict(
-                    conn.execute("SELECT outcome, count(*) FROM streams GROUP BY outcome")
-                )
             if ended != n * per:
                 failures.append(f"round {name}: {ended} of {n * per} responses ended at the client")
-            if not written == rows == ws_rows == ids == total:
-                failures.append(
-                    f"round {name}: {total} responses sent, written {written:.0f}, rows {rows},"
-                    f" websocket rows {ws_rows}, distinct ids {ids}"
-                )
-            if outcomes.get("completed") != total:
-                failures.append(f"round {name}: outcomes {outcomes}")
-            if proxy.metric_sum("llm_streams_in_flight") != 0:
-                failures.append(f"round {name}: streams still in flight")
+            total += n * per
+            rows = ws_rows = "-"
+            if recording:
+                rows, ws_rows = check_websocket_rows(proxy, total, name, failures)
             cpu = proxy.cpu_seconds() - c0
             if r >= args.warmups:
                 rss.append(proxy.rss_mib())
             print(
-                f"| {name} | {n} | {ended} | {rows} | {ws_rows}"
-                f" | {proxy.rss_mib():.1f} | {cpu:.2f} |"
+                f"| {name} | {n} | {ended} | {rows} | {ws_rows} | {messages}"
+                f" | {proxy.rss_mib():.1f} | {cpu:.2f} | {cpu / messages * 1e6:.0f} | {wall:.1f} |"
             )
     finally:
         code = proxy.stop()
         sim.stop()
     if code != 0:
-        failures.append(f"recorder proxy exited {code}")
+        failures.append(f"{args.proxy} exited {code}")
     if len(rss) >= 2:
         allowed = 4.0 + 0.02 * rss[0]
         grown = rss[-1] - rss[0]
@@ -382,6 +387,29 @@ def run_websocket(args: argparse.Namespace, failures: list[str]) -> None:
             f" ({grown * 2**20 / (n * per * max(1, len(rss) - 1)):+,.0f} bytes per response)"
         )
     proxy.cleanup()
+
+
+def check_websocket_rows(
+    proxy: Proxy, total: int, name: str, failures: list[str]
+) -> tuple[int, int]:
+    """After a round: ``total`` responses so far, each one completed websocket row,
+    counted by the recorder, none in flight; the rows and websocket rows."""
+    written = proxy.wait_metric("llm_recorder_records_written_total", total, 120.0)
+    with sqlite3.connect(proxy.workdir / "recorder.db") as conn:
+        rows, ws_rows, ids = conn.execute(
+            "SELECT count(*), sum(transport = 'websocket'), count(DISTINCT id) FROM streams"
+        ).fetchone()
+        outcomes = dict(conn.execute("SELECT outcome, count(*) FROM streams GROUP BY outcome"))
+    if not written == rows == ws_rows == ids == total:
+        failures.append(
+            f"round {name}: {total} responses sent, written {written:.0f}, rows {rows},"
+            f" websocket rows {ws_rows}, distinct ids {ids}"
+        )
+    if outcomes.get("completed") != total:
+        failures.append(f"round {name}: outcomes {outcomes}")
+    if proxy.metric_sum("llm_streams_in_flight") != 0:
+        failures.append(f"round {name}: streams still in flight")
+    return int(rows), int(ws_rows or 0)
 
 
 # -- long streams --------------------------------------------------------------------
@@ -594,8 +622,12 @@ def main() -> int:
         default="recorder",
         help="mitmproxy: the same load through mitmdump with a passthrough addon (context)",
     )
-    parser.add_argument("--deltas", type=int, default=60, help="text deltas per stream")
-    parser.add_argument("--interval", type=float, default=0.05, help="seconds between events")
+    parser.add_argument(
+        "--deltas", type=int, help="text deltas per stream (60; --websocket: 20 per response)"
+    )
+    parser.add_argument(
+        "--interval", type=float, help="seconds between events (0.05; --websocket: 0.2)"
+    )
     parser.add_argument("--bound", type=float, default=250.0, help="ms an event may wait")
     parser.add_argument("--events", type=int, default=1_000_000, help="--long: events")
     parser.add_argument("--hour", type=float, default=3600.0, help="--long: simulated seconds")
@@ -616,6 +648,13 @@ def main() -> int:
         upstream, speedup, workdir = args.child_scaled_proxy
         child_scaled_proxy(upstream, float(speedup), workdir)
         return 0
+    # a WebSocket message costs bare mitmproxy some 0.5 ms of CPU (its addon chain is
+    # called for each): 200 connections at 0.05 s would be more than its one core
+    # can carry; the default pace keeps it under half a core (docs/performance.md)
+    if args.deltas is None:
+        args.deltas = 20 if args.websocket else 60
+    if args.interval is None:
+        args.interval = 0.2 if args.websocket else 0.05
     if args.quick:
         args.streams, args.rounds, args.deltas, args.interval = 30, 2, 12, 0.01
         args.warmups = 1
