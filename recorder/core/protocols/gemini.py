@@ -7,7 +7,8 @@ cumulative ``usageMetadata``, ``modelVersion`` and ``responseId``.
 
 Output is a part's ``text`` (reasoning when the part says ``thought: true``: the
 model's thinking, billed as output), a ``functionCall``'s arguments (a tool
-call) and ``executableCode``'s code. A candidate's ``finishReason`` (``STOP``,
+call; with Vertex AI's streamed arguments the call's first part names it and
+later nameless parts carry ``partialArgs``) and ``executableCode``'s code. A candidate's ``finishReason`` (``STOP``,
 ``MAX_TOKENS``, ``SAFETY``, ``MALFORMED_FUNCTION_CALL``, ...) is kept as sent and
 finishes the answer, as does a ``promptFeedback.blockReason`` (the prompt was
 refused: no candidate comes): the stream is then ``completed``, whatever
@@ -182,11 +183,16 @@ class GeminiInterpreter(Interpreter):
             return obs.add_text(text)
         call = part.get("functionCall")
         if isinstance(call, dict):
-            cid = call.get("id") or f"{call.get('name')}#{len(self._tools)}"
-            if (index, str(cid)) not in self._tools:
-                self._tools.add((index, str(cid)))
-                obs.tool_calls += 1
-            return obs.add_tool(_compact_json(call.get("args")))
+            name, cid = call.get("name"), call.get("id")
+            # Vertex AI's streamed arguments: the part that names the call opens it,
+            # then nameless parts carry ``partialArgs`` until an empty one closes it
+            if name or cid:
+                key = (index, str(cid or f"{name}#{len(self._tools)}"))
+                if key not in self._tools:
+                    self._tools.add(key)
+                    obs.tool_calls += 1
+            args = _compact_json(call.get("args")) + _partial_args(call.get("partialArgs"))
+            return obs.add_tool(args)
         code = part.get("executableCode")
         if isinstance(code, dict):
             return obs.add_tool(code.get("code"))
@@ -216,6 +222,23 @@ def _learnable(obj: dict[str, Any]) -> OutputKind | None:
     if part.keys() == {"text", "thought"} and part["thought"] is True:
         return OutputKind.REASONING
     return None
+
+
+def _partial_args(partials: Any) -> str:
+    """The values a streamed call's ``partialArgs`` carry (``stringValue``'s text,
+    another value as JSON): the output it adds to the arguments."""
+    if type(partials) is not list:
+        return ""
+    out = []
+    for partial in partials:
+        if type(partial) is not dict:
+            continue
+        text = partial.get("stringValue")
+        if isinstance(text, str):
+            out.append(text)
+            continue
+        out.extend(orjson.dumps(v).decode() for k, v in partial.items() if k.endswith("Value"))
+    return "".join(out)
 
 
 def _compact_json(value: Any) -> str:

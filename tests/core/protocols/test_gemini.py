@@ -81,9 +81,14 @@ def _expected(payloads: list[bytes]) -> dict[str, Any]:
                     else:
                         text += len(part["text"])
                 if "functionCall" in part:
-                    calls += 1
-                    args = part["functionCall"].get("args")
+                    call = part["functionCall"]
+                    # with streamed arguments (Vertex AI) only a call's first part names it
+                    calls += 1 if "name" in call else 0
+                    args = call.get("args")
                     tools += len(json.dumps(args, separators=(",", ":"))) if args else 0
+                    tools += sum(_partial_chars(p) for p in call.get("partialArgs", []))
+                if "executableCode" in part:
+                    tools += len(part["executableCode"]["code"])
     reasons = [
         c["finishReason"] for d in docs for c in d.get("candidates", []) if "finishReason" in c
     ]
@@ -107,6 +112,14 @@ def _expected(payloads: list[bytes]) -> dict[str, Any]:
         "outcome": "completed" if finished else "truncated",
         "events": len(docs),
     }
+
+
+def _partial_chars(partial: dict[str, Any]) -> int:
+    """A streamed argument's value: a string's characters, another value as JSON."""
+    if "stringValue" in partial:
+        return len(partial["stringValue"])
+    values = [v for k, v in partial.items() if k.endswith("Value")]
+    return sum(len(json.dumps(v)) for v in values)
 
 
 def _meter(body: bytes, splits: list[int], *, array: bool = False) -> StreamRecord:
