@@ -8,29 +8,32 @@ cumulative ``usageMetadata``, ``modelVersion`` and ``responseId``.
 Output is a part's ``text`` (reasoning when the part says ``thought: true``: the
 model's thinking, billed as output), a ``functionCall``'s arguments (a tool
 call; with Vertex AI's streamed arguments the call's first part names it and
-later nameless parts carry ``partialArgs``) and ``executableCode``'s code. A candidate's ``finishReason`` (``STOP``,
-``MAX_TOKENS``, ``SAFETY``, ``MALFORMED_FUNCTION_CALL``, ...) is kept as sent and
-finishes the answer, as does a ``promptFeedback.blockReason`` (the prompt was
-refused: no candidate comes): the stream is then ``completed``, whatever
-follows. An ``{"error": {...}}`` (after status 200 it comes as bare JSON, which
-the framer hands over as an event) is an ``error`` with its ``status`` as the
-type and its ``code``.
+later nameless parts carry ``partialArgs``) and ``executableCode``'s code. A
+candidate's ``finishReason`` (``STOP``, ``MAX_TOKENS``, ``SAFETY``,
+``MALFORMED_FUNCTION_CALL``, ...) is kept as sent and finishes the answer, as
+does a ``promptFeedback.blockReason`` (the prompt was refused: no candidate
+comes): the stream is then ``completed``, whatever follows. An ``{"error":
+{...}}`` (after status 200 it comes as bare JSON, which the framer hands over as
+an event) is an ``error`` with its ``status`` as the type and its ``code``.
 
 Usage: the last ``usageMetadata`` is authoritative (``recorder.core.usage.
-from_gemini``); its output counts are final once the answer finished. A stream
-cut before that has its input as reported and its output estimated from what
-was streamed. Vertex AI's ``trafficType`` (``ON_DEMAND``,
-``PROVISIONED_THROUGHPUT``, ...) or the Gemini API's ``serviceTier``
-(``standard``, ``flex``, ``priority``) is the service tier, lower-cased.
+from_gemini``); its output counts are final once the answer finished, and then a
+prompt count left out is 0 (a prompt Vertex AI's Model Armor refused carries
+only ``trafficType``). A stream cut before that has its input as reported and
+its output estimated from what was streamed. Vertex AI's ``trafficType``
+(``ON_DEMAND``, ``PROVISIONED_THROUGHPUT``, ...) or the Gemini API's
+``serviceTier`` (``standard``, ``flex``, ``priority``) is the service tier,
+lower-cased.
 
-Fast path: the chunks of a stream differ mostly in their text and in the
-running counts of their ``usageMetadata`` (``candidatesTokenCount``,
+Fast path: the chunks of a stream differ mostly in their text and in the running
+counts of their ``usageMetadata`` (``candidatesTokenCount``,
 ``totalTokenCount``, ``thoughtsTokenCount``), which only the last chunk's usage
 settles. The first chunk whose whole effect is one text (or thought) part is
-parsed in full and kept as a byte template (recorder.core.protocols.template) with
-holes for those counts; a later chunk that matches it is read without a parse.
-So that both paths say the same, the usage as sent (``raw_usage``) is kept only
-when it is final; a cut stream's input is the prompt count every chunk repeats.
+parsed in full and kept as a byte template (recorder.core.protocols.template)
+with holes for those counts; a later chunk that matches it is read without a
+parse. So that both paths say the same, the usage as sent (``raw_usage``) is
+kept only when it is final; a cut stream's input is the prompt count every chunk
+repeats.
 """
 
 from __future__ import annotations
@@ -153,7 +156,11 @@ class GeminiInterpreter(Interpreter):
     def _final_usage(self) -> None:
         raw = self._last_usage
         if raw is not None:
-            self.obs.report_usage(from_gemini(raw, final=True), raw)
+            # the answer's own usage, final: a prompt count left out (Google omits
+            # zeros; Vertex AI's Model Armor refuses a prompt before it is counted
+            # and sends only the traffic type) is 0, not unknown
+            counted = raw if "promptTokenCount" in raw else {**raw, "promptTokenCount": 0}
+            self.obs.report_usage(from_gemini(counted, final=True), raw)
 
     def _candidate(self, n: int, cand: dict[str, Any]) -> int:
         obs = self.obs
