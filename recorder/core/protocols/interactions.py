@@ -19,7 +19,8 @@ delta carries its whole ``arguments`` object: one tool call for its index.
 Outcome: ``interaction.completed`` with status ``completed`` (or
 ``requires_action``: the model waits for a tool's result) is ``completed``,
 ``incomplete`` and ``cancelled`` are ``incomplete``, ``failed`` is ``error``;
-an ``error`` event is ``error`` with its code. Usage: the completed
+an ``error`` event is ``error`` with its code, and so is a bare ``{"error": ...}``
+line, which is how a streamed refusal by the content filter comes. Usage: the completed
 interaction's (``recorder.core.usage.from_gemini_interactions``); a stream cut
 before it has its output estimated from the deltas.
 """
@@ -60,6 +61,9 @@ class InteractionsInterpreter(Interpreter):
 
     endpoint = "interactions"
     provider = "gcp.gemini"
+    # a refusal by the content filter comes as a bare ``{"error": ...}`` line, with no
+    # ``data:`` in front (googleapis/js-genai#1973): the framer hands it over
+    bare_json = True
 
     __slots__ = ("_tool_steps",)
 
@@ -88,7 +92,7 @@ class InteractionsInterpreter(Interpreter):
                 self._tool_step(obj.get("index"))
         elif kind in ("interaction.created", "interaction.completed"):
             self._interaction(obj.get("interaction"), final=kind == "interaction.completed")
-        elif kind == "error":
+        elif kind == "error" or ("event_type" not in obj and "error" in obj):
             err = obj.get("error")
             if not isinstance(err, dict):
                 err = {}

@@ -268,3 +268,23 @@ def test_legacy_content_events_are_read_as_steps(split: str) -> None:
     assert rec.response_id is not None and rec.response_id.startswith("v1_")
     assert rec.output_chars == len(STORY) + len('{"location":"Paris"}')
     assert rec.parse_issues == 0
+
+
+def test_a_refusal_as_a_bare_json_line_is_an_error() -> None:
+    """A streamed request the content filter refuses: ``interaction.created``, a
+    status update, then the error as a bare JSON line, no ``data:`` in front
+    (googleapis/js-genai#1973)."""
+    created = _stream()[0]
+    update = _event(
+        {
+            "event_type": "interaction.status_update",
+            "interaction_id": "v1_abc",
+            "status": "in_progress",
+        }
+    )
+    refusal = b'{"error":{"message":"The content was blocked.","code":"prohibited_content"}}\n'
+    for pieces in ([created, update, refusal], [created + update + refusal]):
+        rec, _ = _meter(pieces)
+        assert (rec.outcome, rec.error_code) == ("error", "prohibited_content")
+        assert rec.error_message == "The content was blocked."
+        assert rec.output_tokens is None
