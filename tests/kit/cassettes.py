@@ -28,6 +28,11 @@ def _cassette(path: Path) -> dict[str, Any]:
     return doc
 
 
+def vcr_responses(path: Path) -> list[dict[str, Any]]:
+    """Every recorded response of a VCR cassette, in order."""
+    return [i["response"] for i in _cassette(path)["interactions"]]
+
+
 def vcr_response(path: Path, n: int = -1) -> dict[str, Any]:
     """The ``n``-th recorded response of a VCR cassette (the last by default)."""
     response: dict[str, Any] = _cassette(path)["interactions"][n]["response"]

@@ -117,3 +117,30 @@ def test_real_converse_events_framed_as_the_wire(path: Path, how: str) -> None:
     assert (rec.output_breakdown or {}).get("reasoning", 0) == len(reasoning)
     assert rec.provider_latency_ms == meta["metrics"]["latencyMs"]
     assert (rec.events, rec.parse_issues) == (len(events), 0)
+
+
+WHOLE = sorted((FIXTURES / "converse_whole").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", WHOLE, ids=[p.stem for p in WHOLE])
+def test_real_converse_answers_with_the_cache(path: Path) -> None:
+    """Converse not streamed: the input is the uncached tokens plus the cache's
+    reads and writes, the writes by lifetime from ``cacheDetails``."""
+    n = len(cassettes.vcr_responses(path))
+    for i in range(n):
+        answer = json.loads(cassettes.vcr_body(path, i))
+        usage = answer["usage"]
+        m = StreamMeter("converse", start=0.0)
+        m.headers(0.1, 200)
+        m.read_body(cassettes.vcr_body(path, i), 0.3)
+        rec = m.finish(0.3)
+        absorb(rec, m.interpreter.obs, None)
+        read, write = usage["cacheReadInputTokens"], usage["cacheWriteInputTokens"]
+        assert (rec.outcome, rec.finish_reason) == ("completed", answer["stopReason"])
+        assert rec.input_tokens == usage["inputTokens"] + read + write
+        assert rec.input_tokens + usage["outputTokens"] == usage["totalTokens"]
+        assert (rec.cache_read_tokens, rec.cache_write_tokens) == (read, write)
+        five = sum(d["inputTokens"] for d in usage.get("cacheDetails", []) if d["ttl"] == "5m")
+        assert (rec.cache_write_5m_tokens or 0) == five
+        assert rec.output_tokens == usage["outputTokens"]
+        assert rec.provider_latency_ms == answer["metrics"]["latencyMs"]
