@@ -21,7 +21,8 @@ from recorder.core.record import StreamRecord
 from tests.kit import cassettes
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "bedrock"
-INVOKE = sorted(FIXTURES.glob("invoke_stream_*.bin"))
+INVOKE = sorted(FIXTURES.glob("invoke_stream_claude_*.bin"))
+TITAN = sorted(FIXTURES.glob("invoke_stream_titan_*.bin"))
 PAYLOADS = sorted((FIXTURES / "converse_payloads").glob("*.jsonl"))
 HOW = ["whole", "bytes", "random"]
 
@@ -72,6 +73,28 @@ def test_real_invoke_model_streams(capture: Path, how: str) -> None:
     assert rec.output_chars == len(text)
     assert rec.provider_latency_ms == metrics["invocationLatency"]
     assert rec.provider_first_byte_ms == metrics["firstByteLatency"]
+    assert (rec.events, rec.parse_issues) == (len(docs), 0)
+
+
+@pytest.mark.parametrize("how", HOW)
+@pytest.mark.parametrize("capture", TITAN, ids=[p.stem for p in TITAN])
+def test_real_invoke_model_streams_of_another_family(capture: Path, how: str) -> None:
+    """Amazon Titan's own chunks (``outputText``, ``completionReason``): the usage
+    is the ``amazon-bedrock-invocationMetrics`` Bedrock adds to the last."""
+    body = capture.read_bytes()
+    docs = [json.loads(base64.b64decode(p["bytes"])) for _, p in messages(body)]
+    metrics = docs[-1]["amazon-bedrock-invocationMetrics"]
+    rec = meter("invoke_model", pieces(body, how))
+    assert rec.outcome == "completed"
+    assert (rec.input_tokens, rec.output_tokens) == (
+        metrics["inputTokenCount"],
+        metrics["outputTokenCount"],
+    )
+    assert rec.output_tokens == docs[-1]["totalOutputTextTokenCount"]
+    assert rec.input_tokens == docs[0]["inputTextTokenCount"]
+    assert rec.finish_reason == docs[-1]["completionReason"]
+    assert rec.output_chars == sum(len(d["outputText"]) for d in docs)
+    assert rec.provider_latency_ms == metrics["invocationLatency"]
     assert (rec.events, rec.parse_issues) == (len(docs), 0)
 
 
