@@ -65,7 +65,7 @@ def test_a_real_capture_reads_as_botocore_reads_it(capture: Path) -> None:
     events, issues = ours([body])
     assert issues == []
     assert events == botocore_read(body)
-    assert len(events) > 20
+    assert events  # (the captures run from one exception message to 37 events)
 
 
 @pytest.mark.parametrize("capture", CAPTURES, ids=[p.stem for p in CAPTURES])

@@ -7,29 +7,33 @@ cumulative ``usageMetadata``, ``modelVersion`` and ``responseId``.
 
 Output is a part's ``text`` (reasoning when the part says ``thought: true``: the
 model's thinking, billed as output), a ``functionCall``'s arguments (a tool
-call) and ``executableCode``'s code. A candidate's ``finishReason`` (``STOP``,
-``MAX_TOKENS``, ``SAFETY``, ``MALFORMED_FUNCTION_CALL``, ...) is kept as sent and
-finishes the answer, as does a ``promptFeedback.blockReason`` (the prompt was
-refused: no candidate comes): the stream is then ``completed``, whatever
-follows. An ``{"error": {...}}`` (after status 200 it comes as bare JSON, which
-the framer hands over as an event) is an ``error`` with its ``status`` as the
-type and its ``code``.
+call; with Vertex AI's streamed arguments the call's first part names it and
+later nameless parts carry ``partialArgs``) and ``executableCode``'s code. A
+candidate's ``finishReason`` (``STOP``, ``MAX_TOKENS``, ``SAFETY``,
+``MALFORMED_FUNCTION_CALL``, ...) is kept as sent and finishes the answer, as
+does a ``promptFeedback.blockReason`` (the prompt was refused: no candidate
+comes): the stream is then ``completed``, whatever follows. An ``{"error":
+{...}}`` (after status 200 it comes as bare JSON, which the framer hands over as
+an event) is an ``error`` with its ``status`` as the type and its ``code``.
 
 Usage: the last ``usageMetadata`` is authoritative (``recorder.core.usage.
-from_gemini``); its output counts are final once the answer finished. A stream
-cut before that has its input as reported and its output estimated from what
-was streamed. Vertex AI's ``trafficType`` (``ON_DEMAND``,
-``PROVISIONED_THROUGHPUT``, ...) or the Gemini API's ``serviceTier``
-(``standard``, ``flex``, ``priority``) is the service tier, lower-cased.
+from_gemini``); its output counts are final once the answer finished, and then a
+prompt count left out is 0 (a prompt Vertex AI's Model Armor refused carries
+only ``trafficType``). A stream cut before that has its input as reported and
+its output estimated from what was streamed. Vertex AI's ``trafficType``
+(``ON_DEMAND``, ``PROVISIONED_THROUGHPUT``, ...) or the Gemini API's
+``serviceTier`` (``standard``, ``flex``, ``priority``) is the service tier,
+lower-cased.
 
-Fast path: the chunks of a stream differ mostly in their text and in the
-running counts of their ``usageMetadata`` (``candidatesTokenCount``,
+Fast path: the chunks of a stream differ mostly in their text and in the running
+counts of their ``usageMetadata`` (``candidatesTokenCount``,
 ``totalTokenCount``, ``thoughtsTokenCount``), which only the last chunk's usage
 settles. The first chunk whose whole effect is one text (or thought) part is
-parsed in full and kept as a byte template (recorder.core.protocols.template) with
-holes for those counts; a later chunk that matches it is read without a parse.
-So that both paths say the same, the usage as sent (``raw_usage``) is kept only
-when it is final; a cut stream's input is the prompt count every chunk repeats.
+parsed in full and kept as a byte template (recorder.core.protocols.template)
+with holes for those counts; a later chunk that matches it is read without a
+parse. So that both paths say the same, the usage as sent (``raw_usage``) is
+kept only when it is final; a cut stream's input is the prompt count every chunk
+repeats.
 """
 
 from __future__ import annotations
@@ -152,7 +156,11 @@ class GeminiInterpreter(Interpreter):
     def _final_usage(self) -> None:
         raw = self._last_usage
         if raw is not None:
-            self.obs.report_usage(from_gemini(raw, final=True), raw)
+            # the answer's own usage, final: a prompt count left out (Google omits
+            # zeros; Vertex AI's Model Armor refuses a prompt before it is counted
+            # and sends only the traffic type) is 0, not unknown
+            counted = raw if "promptTokenCount" in raw else {**raw, "promptTokenCount": 0}
+            self.obs.report_usage(from_gemini(counted, final=True), raw)
 
     def _candidate(self, n: int, cand: dict[str, Any]) -> int:
         obs = self.obs
@@ -182,11 +190,16 @@ class GeminiInterpreter(Interpreter):
             return obs.add_text(text)
         call = part.get("functionCall")
         if isinstance(call, dict):
-            cid = call.get("id") or f"{call.get('name')}#{len(self._tools)}"
-            if (index, str(cid)) not in self._tools:
-                self._tools.add((index, str(cid)))
-                obs.tool_calls += 1
-            return obs.add_tool(_compact_json(call.get("args")))
+            name, cid = call.get("name"), call.get("id")
+            # Vertex AI's streamed arguments: the part that names the call opens it,
+            # then nameless parts carry ``partialArgs`` until an empty one closes it
+            if name or cid:
+                key = (index, str(cid or f"{name}#{len(self._tools)}"))
+                if key not in self._tools:
+                    self._tools.add(key)
+                    obs.tool_calls += 1
+            args = _compact_json(call.get("args")) + _partial_args(call.get("partialArgs"))
+            return obs.add_tool(args)
         code = part.get("executableCode")
         if isinstance(code, dict):
             return obs.add_tool(code.get("code"))
@@ -216,6 +229,23 @@ def _learnable(obj: dict[str, Any]) -> OutputKind | None:
     if part.keys() == {"text", "thought"} and part["thought"] is True:
         return OutputKind.REASONING
     return None
+
+
+def _partial_args(partials: Any) -> str:
+    """The values a streamed call's ``partialArgs`` carry (``stringValue``'s text,
+    another value as JSON): the output it adds to the arguments."""
+    if type(partials) is not list:
+        return ""
+    out = []
+    for partial in partials:
+        if type(partial) is not dict:
+            continue
+        text = partial.get("stringValue")
+        if isinstance(text, str):
+            out.append(text)
+            continue
+        out.extend(orjson.dumps(v).decode() for k, v in partial.items() if k.endswith("Value"))
+    return "".join(out)
 
 
 def _compact_json(value: Any) -> str:

@@ -9,10 +9,18 @@ only its count is reported), ``step.stop``, ``interaction.status_update``,
 ``interaction.completed`` (the interaction's final ``status`` and its
 ``usage``) and ``error``. A ``data: [DONE]`` may close the stream.
 
+The legacy events, which the API still sends when steps are disabled (and sent
+alone before steps existed), are read as their step counterparts:
+``interaction.start`` and ``interaction.complete``, ``content.start`` (its
+``content`` in place of ``step``), ``content.delta`` and ``content.stop``. There
+a call's ``function_call`` (or ``code_execution_call``, ``mcp_server_tool_call``)
+delta carries its whole ``arguments`` object: one tool call for its index.
+
 Outcome: ``interaction.completed`` with status ``completed`` (or
 ``requires_action``: the model waits for a tool's result) is ``completed``,
 ``incomplete`` and ``cancelled`` are ``incomplete``, ``failed`` is ``error``;
-an ``error`` event is ``error`` with its code. Usage: the completed
+an ``error`` event is ``error`` with its code, and so is a bare ``{"error": ...}``
+line, which is how a streamed refusal by the content filter comes. Usage: the completed
 interaction's (``recorder.core.usage.from_gemini_interactions``); a stream cut
 before it has its output estimated from the deltas.
 """
@@ -20,6 +28,8 @@ before it has its output estimated from the deltas.
 from __future__ import annotations
 
 from typing import Any
+
+import orjson
 
 from recorder.core.framing import Event
 from recorder.core.protocols.base import Interpreter
@@ -36,6 +46,14 @@ _STATUS: dict[str, Outcome] = {
     "failed": "error",
 }
 _TOOL_STEPS = frozenset({"function_call", "mcp_server_tool_call", "code_execution_call"})
+# the legacy (content-based) event names, read as the step-based ones
+_LEGACY = {
+    "interaction.start": "interaction.created",
+    "interaction.complete": "interaction.completed",
+    "content.start": "step.start",
+    "content.delta": "step.delta",
+    "content.stop": "step.stop",
+}
 
 
 class InteractionsInterpreter(Interpreter):
@@ -43,11 +61,15 @@ class InteractionsInterpreter(Interpreter):
 
     endpoint = "interactions"
     provider = "gcp.gemini"
+    # a refusal by the content filter comes as a bare ``{"error": ...}`` line, with no
+    # ``data:`` in front (googleapis/js-genai#1973): the framer hands it over
+    bare_json = True
 
-    __slots__ = ()
+    __slots__ = ("_tool_steps",)
 
     def __init__(self) -> None:
         super().__init__(fast=False)
+        self._tool_steps: set[object] = set()  # the indexes of the tool calls counted
 
     def interpret(self, event: Event) -> int:
         if event.data == _DONE:
@@ -61,15 +83,16 @@ class InteractionsInterpreter(Interpreter):
         kind = obj.get("event_type")
         if not isinstance(kind, str):
             kind = event.event
+        kind = _LEGACY.get(kind, kind) if kind else kind
         if kind == "step.delta":
-            return self._delta(obj.get("delta"))
+            return self._delta(obj.get("index"), obj.get("delta"))
         if kind == "step.start":
-            step = obj.get("step")
+            step = obj.get("step") or obj.get("content")
             if isinstance(step, dict) and step.get("type") in _TOOL_STEPS:
-                self.obs.tool_calls += 1
+                self._tool_step(obj.get("index"))
         elif kind in ("interaction.created", "interaction.completed"):
             self._interaction(obj.get("interaction"), final=kind == "interaction.completed")
-        elif kind == "error":
+        elif kind == "error" or ("event_type" not in obj and "error" in obj):
             err = obj.get("error")
             if not isinstance(err, dict):
                 err = {}
@@ -83,7 +106,14 @@ class InteractionsInterpreter(Interpreter):
             return 0
         return self._interaction(obj, final=True)
 
-    def _delta(self, delta: Any) -> int:
+    def _tool_step(self, index: Any) -> None:
+        """Count a tool call once for its step (or, in the legacy events, its content)."""
+        key = index if isinstance(index, int) else len(self._tool_steps)
+        if key not in self._tool_steps:
+            self._tool_steps.add(key)
+            self.obs.tool_calls += 1
+
+    def _delta(self, index: Any, delta: Any) -> int:
         if not isinstance(delta, dict):
             return 0
         kind = delta.get("type")
@@ -92,6 +122,12 @@ class InteractionsInterpreter(Interpreter):
             n = obs.add(OutputKind.TEXT, delta.get("text"))
         elif kind == "arguments_delta":
             n = obs.add(OutputKind.TOOL, delta.get("arguments"))
+        elif kind in _TOOL_STEPS:
+            # legacy: the call whole, its arguments an object (code execution's: the code)
+            self._tool_step(index)
+            args = delta.get("arguments")
+            code = args.get("code") if isinstance(args, dict) else None
+            n = obs.add(OutputKind.TOOL, code if isinstance(code, str) else _compact(args))
         elif kind == "thought_summary":
             content = delta.get("content")
             text = content.get("text") if isinstance(content, dict) else None
@@ -126,3 +162,13 @@ class InteractionsInterpreter(Interpreter):
         if isinstance(usage, dict):
             obs.report_usage(from_gemini_interactions(usage), usage)
         return 0
+
+
+def _compact(value: Any) -> str | None:
+    """A legacy call's arguments as compact JSON (none: nothing)."""
+    if not value:
+        return None
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return None

@@ -18,6 +18,7 @@ from ruamel.yaml import YAML
 from recorder.core.billing import complete_usage
 from recorder.core.meter import StreamMeter
 from recorder.core.record import StreamRecord
+from tests.kit import cassettes
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "gemini"
 ENDPOINT = "generate_content"
@@ -81,9 +82,14 @@ def _expected(payloads: list[bytes]) -> dict[str, Any]:
                     else:
                         text += len(part["text"])
                 if "functionCall" in part:
-                    calls += 1
-                    args = part["functionCall"].get("args")
+                    call = part["functionCall"]
+                    # with streamed arguments (Vertex AI) only a call's first part names it
+                    calls += 1 if "name" in call else 0
+                    args = call.get("args")
                     tools += len(json.dumps(args, separators=(",", ":"))) if args else 0
+                    tools += sum(_partial_chars(p) for p in call.get("partialArgs", []))
+                if "executableCode" in part:
+                    tools += len(part["executableCode"]["code"])
     reasons = [
         c["finishReason"] for d in docs for c in d.get("candidates", []) if "finishReason" in c
     ]
@@ -107,6 +113,14 @@ def _expected(payloads: list[bytes]) -> dict[str, Any]:
         "outcome": "completed" if finished else "truncated",
         "events": len(docs),
     }
+
+
+def _partial_chars(partial: dict[str, Any]) -> int:
+    """A streamed argument's value: a string's characters, another value as JSON."""
+    if "stringValue" in partial:
+        return len(partial["stringValue"])
+    values = [v for k, v in partial.items() if k.endswith("Value")]
+    return sum(len(json.dumps(v)) for v in values)
 
 
 def _meter(body: bytes, splits: list[int], *, array: bool = False) -> StreamRecord:
@@ -170,6 +184,64 @@ def test_whole_body_of_generate_content_is_one_answer() -> None:
     want = _expected([payload])
     assert (rec.streamed, rec.transport, rec.outcome) == (False, "json", "completed")
     assert (rec.input_tokens, rec.output_tokens) == (want["input_tokens"], want["output_tokens"])
+
+
+# -- whole answers (``:generateContent``) and Vertex AI's JSON array ---------------
+
+WHOLE = sorted((FIXTURES / "whole").glob("*.yaml"))
+
+
+def _whole_expected(doc: dict[str, Any]) -> dict[str, Any]:
+    """A whole answer's figures: its usage is final, so a count Google leaves out
+    (proto3 JSON omits zeros) is 0, the prompt's too."""
+    usage = doc["usageMetadata"]
+    cands = doc.get("candidates", [])
+    reasons = [c["finishReason"] for c in cands if "finishReason" in c]
+    block = doc.get("promptFeedback", {}).get("blockReason")
+    text = sum(len(p.get("text", "")) for c in cands for p in c.get("content", {}).get("parts", []))
+    return {
+        "input_tokens": usage.get("promptTokenCount", 0) + usage.get("toolUsePromptTokenCount", 0),
+        "output_tokens": usage.get("candidatesTokenCount", 0) + usage.get("thoughtsTokenCount", 0),
+        "reasoning_tokens": usage.get("thoughtsTokenCount", 0),
+        "cache_read_tokens": usage.get("cachedContentTokenCount", 0),
+        "output_chars": text,
+        "finish_reason": (reasons or [block])[0],
+        "response_model": doc.get("modelVersion"),
+        "response_id": doc.get("responseId"),
+        "outcome": "completed",
+        "service_tier": (usage.get("trafficType") or usage.get("serviceTier") or "").lower()
+        or None,
+    }
+
+
+@pytest.mark.parametrize("path", WHOLE, ids=lambda p: p.name)
+def test_real_whole_answers_agree_with_an_independent_reading(path: Path) -> None:
+    body = cassettes.vcr_body(path)
+    want = _whole_expected(json.loads(body))
+    m = StreamMeter(ENDPOINT)
+    m.headers(None, 200)
+    m.read_body(body)
+    rec = m.finish()
+    complete_usage(rec, m.interpreter.obs, None, None, None, learn=False)
+    got = {name: getattr(rec, name) for name in want}
+    assert got == want
+    assert (rec.streamed, rec.transport, rec.input_source) == (False, "json", "reported")
+
+
+ARRAYS = sorted((FIXTURES / "array").glob("*.json"))
+
+
+@pytest.mark.parametrize("how", ["whole", "bytes", "random"])
+@pytest.mark.parametrize("path", ARRAYS, ids=lambda p: p.name)
+def test_real_json_arrays_as_recorded(path: Path, how: str) -> None:
+    """Vertex AI's stream without ``alt=sse``, pretty-printed as Google writes it:
+    the early chunks' usage names only the traffic type."""
+    body = path.read_bytes()
+    payloads = [json.dumps(d).encode() for d in json.loads(body)]
+    want = _expected(payloads)
+    rec = _meter(body, _splits(body, how), array=True)
+    assert {name: getattr(rec, name) for name in FIELDS} == want
+    assert (rec.transport, rec.parse_issues, rec.partial_event_at_end) == ("json-array", 0, False)
 
 
 # -- outcomes --------------------------------------------------------------------
