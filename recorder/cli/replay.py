@@ -30,7 +30,7 @@ from recorder.cli.render import add_format_option, emit
 from recorder.cli.subcommands import Subcommands
 from recorder.core.billing import complete_usage
 from recorder.core.captured import BodyFormatError, remeter
-from recorder.core.detect import NotSSE, detect_endpoint
+from recorder.core.detect import NotSSE, detect_endpoint, is_eventstream
 from recorder.core.meter import DEFAULT_STALL_AFTER_S, StreamMeter
 from recorder.core.price_files import load_price_file
 from recorder.core.pricing import PriceTable, PriceTableError
@@ -239,11 +239,18 @@ def _replay_file(
         print(f"recorder replay: {name}: {e}; metered as {endpoint}", file=sys.stderr)
         found = None
     if endpoint is None:
+        if found is None and is_eventstream(head):
+            # an exception alone (throttled before the first event) is either API's
+            raise CliError(
+                f"{name} is an AWS event stream whose first messages name no event of"
+                " ConverseStream or InvokeModelWithResponseStream (an exception alone?):"
+                " give --endpoint converse or --endpoint invoke_model",
+                2,
+            )
         if found is None:
             raise CliError(
                 f"cannot tell the protocol of {name} from its first events: "
-                "give --endpoint (chat.completions, responses, messages, generate_content"
-                " or interactions)",
+                f"give --endpoint ({', '.join(ENDPOINTS)})",
                 2,
             )
         endpoint = found

@@ -66,7 +66,7 @@ def detect_endpoint(head: bytes) -> str | None:
     frame no event or comment."""
     if not head.strip():
         return None
-    if _is_eventstream(head):
+    if is_eventstream(head):
         return _bedrock_endpoint(head)
     if body_is_json(head) and any(mark in head for mark in _GOOGLE_MARKS):
         return "generate_content"
@@ -82,7 +82,7 @@ def detect_endpoint(head: bytes) -> str | None:
     return None
 
 
-def _is_eventstream(head: bytes) -> bool:
+def is_eventstream(head: bytes) -> bool:
     """Whether ``head`` begins with an event-stream message's prelude (its CRC matches)."""
     if len(head) < PRELUDE:
         return False

@@ -21,7 +21,7 @@ import orjson
 from recorder.core.eventstream import EventStreamFramer
 from recorder.core.framing import Comment, Event, Framer, FramingIssue
 from recorder.core.json_object import json_object
-from recorder.core.protocols import EVENTSTREAM_ENDPOINTS
+from recorder.core.protocols import EVENTSTREAM_ENDPOINTS, INTERPRETERS
 from recorder.core.sse import SSEFramer
 
 EVENT_WIDTH = 160  # characters of an event's data shown on its line
@@ -66,7 +66,8 @@ def transcript(
     framer: Framer = (
         EventStreamFramer()
         if endpoint in EVENTSTREAM_ENDPOINTS
-        else SSEFramer(bare_json=endpoint == "generate_content")
+        # Google's errors after status 200 come as bare JSON: read as the meter reads them
+        else SSEFramer(bare_json=endpoint in INTERPRETERS and INTERPRETERS[endpoint].bare_json)
     )
     t = Transcript()
     last: float | None = None
@@ -177,7 +178,7 @@ def _output(event: Event, endpoint: str) -> list[tuple[str, str]]:
                 _add(found, _TEXT, delta.get("content"))
     elif endpoint == "generate_content":
         _google_output(doc, found)
-    elif endpoint == "interactions" and doc.get("event_type") == "step.delta":
+    elif endpoint == "interactions" and doc.get("event_type") in ("step.delta", "content.delta"):
         delta = doc.get("delta")
         if isinstance(delta, dict):
             _add(found, _TEXT, delta.get("text"))

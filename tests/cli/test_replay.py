@@ -306,6 +306,20 @@ def test_a_body_that_does_not_tell_asks_for_the_endpoint(cli: Cli, tmp_path: Pat
     assert doc["keepalives"] == 2 and doc["outcome"] == "truncated"
 
 
+def test_an_event_stream_of_an_exception_alone_asks_for_one_of_bedrocks_endpoints(
+    cli: Cli,
+) -> None:
+    """A real ConverseStream body that is one ``modelStreamErrorException``: either
+    Bedrock API sends it, so the body cannot tell which; given, it is that error."""
+    path = Path(__file__).parents[1] / "fixtures" / "bedrock" / "exception_model_stream_error.bin"
+    ran = cli("replay", str(path))
+    assert ran.code == 2 and len(ran.err.strip().splitlines()) == 1
+    assert "AWS event stream" in ran.err and "--endpoint converse" in ran.err
+    for endpoint in ("converse", "invoke_model"):
+        doc = replay_json(cli, str(path), "--endpoint", endpoint)
+        assert (doc["outcome"], doc["error_type"]) == ("error", "modelStreamErrorException")
+
+
 def test_no_command_prints_help_and_exits_2(cli: Cli) -> None:
     ran = cli()
     assert ran.code == 2

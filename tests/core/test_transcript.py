@@ -112,3 +112,24 @@ def test_a_bedrock_stream_reads_as_botocore_reads_it() -> None:
     )
     t = transcript([(0.1, chunk)], "invoke_model", 30.0)
     assert t.output["text"] == ["Hi"]
+
+
+def test_an_interactions_refusal_as_bare_json_is_shown_as_the_meter_reads_it() -> None:
+    """Google's Interactions API sends an error after status 200 as a bare JSON
+    line (googleapis/js-genai#1973): the view shows it, as the meter counts it, and
+    the legacy ``content.delta`` events' text as the step events'."""
+    created = b'data: {"event_type":"interaction.created","interaction":{"id":"v1_a"}}\n\n'
+    legacy = (
+        b'data: {"event_type":"content.delta","index":0,'
+        b'"delta":{"type":"text","text":"Hi"}}\n\n'
+    )
+    refusal = b'{"error":{"message":"The content was blocked.","code":"prohibited_content"}}\n'
+    pieces = [(0.1, created), (0.2, legacy), (0.3, refusal)]
+    meter = StreamMeter("interactions", start=0.0)
+    for at, data in pieces:
+        meter.feed(data, at)
+    rec = meter.finish(0.4)
+    t = transcript(pieces, "interactions", 30.0)
+    assert rec.outcome == "error" and t.events == meter.events == 3
+    assert any("prohibited_content" in line for line in t.lines)
+    assert t.output["text"] == ["Hi"] and rec.output_chars == 2
