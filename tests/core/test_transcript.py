@@ -120,8 +120,7 @@ def test_an_interactions_refusal_as_bare_json_is_shown_as_the_meter_reads_it() -
     the legacy ``content.delta`` events' text as the step events'."""
     created = b'data: {"event_type":"interaction.created","interaction":{"id":"v1_a"}}\n\n'
     legacy = (
-        b'data: {"event_type":"content.delta","index":0,'
-        b'"delta":{"type":"text","text":"Hi"}}\n\n'
+        b'data: {"event_type":"content.delta","index":0,"delta":{"type":"text","text":"Hi"}}\n\n'
     )
     refusal = b'{"error":{"message":"The content was blocked.","code":"prohibited_content"}}\n'
     pieces = [(0.1, created), (0.2, legacy), (0.3, refusal)]
