@@ -69,6 +69,10 @@ COMPLETED = {
     "reasoning,cache_read=4": "thought summaries and a cache read",
     "tools=2": "two function calls: requires_action",
     "compress=gzip,crlf": "gzip and CRLF line ends",
+    "bytewise": "one byte per write",
+    "compress=br,cr,bom": "brotli, CR line ends, a byte order mark",
+    "length,close": "a Content-Length, then the connection closed",
+    "header_delay=0.05,body_delay=0.05,ttft=0.1,delay=0.002,split=0.05": "waits everywhere",
     "eof": "the body ends with the connection",
     f"keepalive=0.25,stall={STALL_AFTER + 0.2:g}": "keepalives through a stall",
 }
@@ -90,6 +94,8 @@ def test_a_completed_stream_is_billed_to_the_token(
         assert (rec.tool_calls, rec.finish_reason) == (2, "requires_action")
     if "stall" in fault:
         assert rec.stalls == 1 and rec.keepalives == sent.keepalives >= 4
+    if "ttft" in fault:  # the planned waits, at least (a bound, never a measure)
+        assert rec.ttft_ms is not None and rec.ttft_ms >= 150
 
 
 def test_the_output_cap_is_incomplete(records: RunningProxy, sim: Simulator) -> None:
@@ -165,6 +171,26 @@ def test_a_cut_stream_has_its_output_estimated(
         # what came is billed: its output estimated from the deltas that arrived
         assert rec.output_source == "estimated"
         assert rec.output_tokens and rec.output_tokens >= sent.output_deltas // 2
+
+
+def test_a_flaky_upstream_cuts_then_answers_the_retry(
+    records: RunningProxy, sim: Simulator
+) -> None:
+    """``fail_first``: the first request of a body is cut, the same body again is
+    answered; the two records say so, the retry billed to the token."""
+    outcomes = []
+    for attempt in (1, 2):
+        # (its own question: the simulator counts the attempts of each body)
+        ask(records, f"int-flaky-{attempt}", f"rst={K},fail_first", input="Is it flaky?")
+        sent = sim.wait_sent_blocking(f"int-flaky-{attempt}")
+        assert sent.attempt == attempt
+        rec = the_record(records)
+        with records.sink._cond:
+            records.sink.records.clear()
+        assert_agrees(rec, sent)
+        outcomes.append(rec.outcome)
+    assert outcomes == ["upstream_disconnect", "completed"]
+    assert_usage_to_the_token(rec, sent)
 
 
 @pytest.mark.parametrize("fault", ["drop", "drop=rst"])
