@@ -32,7 +32,7 @@ def add_parser(sub: Subcommands) -> None:
     """Register the `simulate` command."""
     p = sub.add_parser(
         "simulate",
-        help="run a local upstream that streams all three protocols, with faults on request",
+        help="run a local upstream that streams the LLM protocols, with faults on request",
         description=(
             "A local LLM upstream: /v1/chat/completions, /v1/responses and /v1/messages, "
             "Amazon Bedrock's /model/{id}/converse(-stream) and "
