@@ -43,9 +43,9 @@ DEMO_DB = "sqlite:///recorder-demo.db"
 
 # `demo --help` shows this as plain text (the module's docstring is for the code)
 DESCRIPTION = (
-    "A simulator and a recording proxy on free ports, a dozen requests through the"
-    " official OpenAI and Anthropic SDKs, then a table of what was recorded and where"
-    " to look next. The table and hints are printed also when the output is piped"
+    "A simulator and a recording proxy on free ports, some fifteen requests through the"
+    " official OpenAI, Anthropic, AWS and Google SDKs, then a table of what was recorded"
+    " and where to look next. The table and hints are printed also when the output is piped"
     " (--format json or csv for the records themselves). Each run starts fresh: the"
     " records an earlier demo sent with the demo's key are removed first (--keep"
     " appends instead); nothing else in the database is touched. Time is scaled: a"
@@ -82,7 +82,7 @@ def add_parser(sub: Subcommands) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Execute `recorder demo`."""
-    require("openai", "anthropic", "boto3")
+    require("openai", "anthropic", "boto3", "google.genai")
     from recorder.cli.proxy import open_store
     from recorder.cli.scenarios import DEMO_KEY, REQUESTS, run_demo
     from recorder.core.keys import fingerprint

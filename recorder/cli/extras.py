@@ -19,6 +19,7 @@ EXTRAS = {
     "openai": "demo",  # `recorder demo`: traffic through the official SDKs
     "anthropic": "demo",
     "boto3": "demo",  # its Amazon Bedrock step
+    "google.genai": "demo",  # its Gemini steps (google-genai)
 }
 
 

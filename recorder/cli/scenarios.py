@@ -2,8 +2,9 @@
 
 Starts the simulator and a recording proxy on free loopback ports (so it runs
 beside a `recorder proxy` already listening on 8080), sends a mix of traffic
-through the official OpenAI and Anthropic SDKs and boto3 (streams of all three
-protocols and Amazon Bedrock's ConverseStream, a keepalive-filled stall, an
+through the official OpenAI and Anthropic SDKs, boto3 and google-genai (streams of
+all three protocols, Amazon Bedrock's ConverseStream, Gemini's generateContent and
+Interactions streams, a keepalive-filled stall, an
 upstream cut that its client retries, an error event after status 200, the
 gateway's "Response stream interrupted", a client that walks away, a rate limit),
 and returns the records. Time is scaled:
@@ -36,6 +37,7 @@ from recorder.store.sinks import FanoutSink, MemorySink
 DEMO_KEY = "sk-demo-0000000000000000"
 # Any: the SDKs type their message params per method; these serve every method.
 PROMPT: Any = [{"role": "user", "content": "Tell me about harmony in music."}]
+PROMPT_TEXT = "Tell me about harmony in music."
 PROMPT_JA: Any = [{"role": "user", "content": "音楽における調和について教えてください。"}]
 
 
@@ -144,6 +146,30 @@ def _bedrock(_: openai.OpenAI, ant: anthropic.Anthropic) -> None:
     _drain(response["stream"])
 
 
+def _genai(ant: anthropic.Anthropic) -> Any:
+    """google-genai's client through the same listener, with the demo's key (sent as
+    ``x-goog-api-key``, so that its records are the demo's like the others)."""
+    from google import genai
+    from google.genai import types
+
+    base = str(ant.base_url).rstrip("/")
+    return genai.Client(api_key=DEMO_KEY, http_options=types.HttpOptions(base_url=base))
+
+
+def _gemini(_: openai.OpenAI, ant: anthropic.Anthropic) -> None:
+    """Gemini's generateContent, streamed (``:streamGenerateContent?alt=sse``)."""
+    client = _genai(ant)  # kept while the stream is read: a client collected closes
+    _drain(client.models.generate_content_stream(model="gemini-2.5-flash", contents=PROMPT_TEXT))
+
+
+def _interactions(_: openai.OpenAI, ant: anthropic.Anthropic) -> None:
+    """Gemini's Interactions API, streamed (``POST /v1beta/interactions``)."""
+    client = _genai(ant)
+    _drain(
+        client.interactions.create(model="gemini-3-flash-preview", input=PROMPT_TEXT, stream=True)
+    )
+
+
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "chat, usage requested",
@@ -202,6 +228,16 @@ SCENARIOS: tuple[Scenario, ...] = (
         "bedrock, converse stream",
         "Amazon Bedrock through boto3: AWS's binary event stream, Bedrock's own latency",
         _bedrock,
+    ),
+    Scenario(
+        "gemini, generate_content",
+        "Gemini through google-genai: a generateContent stream (alt=sse), usageMetadata",
+        _gemini,
+    ),
+    Scenario(
+        "gemini, interactions",
+        "Gemini's Interactions API: named step events, the usage on interaction.completed",
+        _interactions,
     ),
 )
 

@@ -32,11 +32,13 @@ def add_parser(sub: Subcommands) -> None:
     """Register the `simulate` command."""
     p = sub.add_parser(
         "simulate",
-        help="run a local upstream that streams all three protocols, with faults on request",
+        help="run a local upstream that streams the LLM protocols, with faults on request",
         description=(
             "A local LLM upstream: /v1/chat/completions, /v1/responses and /v1/messages, "
-            "and Amazon Bedrock's /model/{id}/converse(-stream) and "
-            "/model/{id}/invoke(-with-response-stream), streamed or not, "
+            "Amazon Bedrock's /model/{id}/converse(-stream) and "
+            "/model/{id}/invoke(-with-response-stream), Gemini's "
+            "/v1beta/models/{model}:streamGenerateContent (and :generateContent) and "
+            "/v1beta/interactions, streamed or not, "
             "with faults chosen per request by the x-sim-fault header "
             "(comma-separated) or a model-name suffix (gpt-4o+keepalive=0.5+stall=2)."
         ),

@@ -245,12 +245,14 @@ class Tap:
 
     def _pass_on(self, out: list[bytes], times: list[float]) -> None:
         if self.kind is None:
-            # white space before the first sign says nothing (and is not kept); a
-            # binary stream's bytes are never white space
+            # white space before the first sign says nothing (and is not kept); once
+            # a sign is kept, every piece is (one byte a piece, a line's end is a
+            # piece of its own); a binary stream's bytes are never white space
             binary = declared_kind(self.content_type) is BodyKind.EVENTSTREAM
-            self._head.extend(
-                (d, t) for d, t in zip(out, times, strict=True) if binary or d.strip(_WHITESPACE)
-            )
+            head = self._head
+            for data, at in zip(out, times, strict=True):
+                if head or binary or data.strip(_WHITESPACE):
+                    head.append((data, at))
             if not self._decide(final=False):
                 if sum(len(d) for d, _ in self._head) > HEAD_MAX_BYTES:
                     self.kind = BodyKind.SSE  # (so that nothing more is held for telling)

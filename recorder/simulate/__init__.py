@@ -1,6 +1,7 @@
-"""`recorder simulate`: a local upstream speaking the three LLM streaming protocols.
+"""`recorder simulate`: a local upstream speaking the LLM streaming protocols.
 
-OpenAI Chat Completions, OpenAI Responses and Anthropic Messages, streamed
+OpenAI Chat Completions, OpenAI Responses and Anthropic Messages (and Amazon
+Bedrock's, Gemini's generateContent and Google's Interactions API), streamed
 (SSE) or not, with faults chosen per request (the ``x-sim-fault`` header or a
 ``+fault`` suffix on the model name): keepalive comments, stalls, resets,
 unfinished bodies, error events after status 200, HTTP error statuses,

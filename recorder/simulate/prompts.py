@@ -259,6 +259,53 @@ def prompt_from_gemini(body: dict[str, Any]) -> Prompt:
     return _finish_prompt(p, len(_text_of(parts)) if isinstance(parts, list) else 0)
 
 
+def prompt_from_interactions(body: dict[str, Any]) -> Prompt:
+    """Read an Interactions request (``POST /v1beta/interactions``): ``input`` a
+    string, a list of content blocks, or a list of steps (``user_input`` with its
+    content, ``function_call``, ``function_result``); ``system_instruction`` a
+    string; function tools ``{"type": "function", "name", "parameters"}``."""
+    p = _prompt("interactions", body)
+    items = body.get("input")
+    if isinstance(items, (str, dict)):
+        items = [items]
+    if not isinstance(items, list) or not items:
+        raise BadRequest("input: must be a string, a content or a non-empty list")
+    blocks: list[str] = []
+    for item in items:
+        if isinstance(item, str):
+            blocks.append(item)
+        elif not isinstance(item, dict):
+            raise BadRequest("input: each item must be an object or a string")
+        elif item.get("type") in ("text", None) and isinstance(item.get("text"), str):
+            blocks.append(item["text"])  # a content block of the one user turn
+        else:
+            if blocks:
+                p.messages.append(("user", "\n".join(blocks)))
+                blocks = []
+            kind = str(item.get("type", "user_input"))
+            text = _text_of(item.get("content"))
+            if kind != "user_input":
+                text = orjson.dumps(item).decode()
+            p.messages.append(("user" if kind == "user_input" else kind, text))
+    if blocks:
+        p.messages.append(("user", "\n".join(blocks)))
+    last = items[-1]
+    p.after_tool_result = isinstance(last, dict) and last.get("type") == "function_result"
+    for t in body.get("tools") or []:
+        if isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("name"), str):
+            params = t.get("parameters")
+            p.tools.append(ToolSpec(t["name"], params if isinstance(params, dict) else {}))
+    config = body.get("generation_config")
+    config = config if isinstance(config, dict) else {}
+    choice = config.get("tool_choice")
+    if isinstance(choice, str):
+        p.tool_choice = {"any": "required", "validated": "required"}.get(choice, choice)
+    p.reasoning = config.get("thinking_summaries") == "auto"
+    p.max_tokens = _int_or_none(config.get("max_output_tokens"))
+    system = body.get("system_instruction")
+    return _finish_prompt(p, len(system) if isinstance(system, str) else 0)
+
+
 def request_document(endpoint: str, body: bytes, path: str, target: str) -> dict[str, Any] | None:
     """The request's JSON object as the endpoint's reader takes it (Bedrock and Google
     name the model and the stream in the path: ``path`` without its query, ``target``
@@ -286,8 +333,9 @@ def gemini_request(path: str, body: dict[str, Any]) -> dict[str, Any]:
     return {**body, "model": model, "stream": verb == "streamGenerateContent", "alt": alt}
 
 
-ENDPOINTS = ("chat.completions", "responses", "messages", "generate_content")
+ENDPOINTS = ("chat.completions", "responses", "messages", "generate_content", "interactions")
 _GOOGLE_VERBS = (":streamGenerateContent", ":generateContent")
+_INTERACTIONS = ("/v1beta/interactions", "/v1/interactions")
 
 
 # Amazon Bedrock's runtime actions: /model/{modelId}/<action>
@@ -348,6 +396,8 @@ def endpoint_of(path: str) -> str | None:
         return BEDROCK_ACTIONS[action][0]
     if path.endswith(_GOOGLE_VERBS) and "/models/" in path:
         return "generate_content"
+    if path.endswith(_INTERACTIONS):
+        return "interactions"
     if path.endswith("/chat/completions"):
         return "chat.completions"
     if path.endswith("/responses"):
@@ -364,4 +414,5 @@ READERS = {
     "converse": prompt_from_converse,
     "invoke_model": prompt_from_invoke,
     "generate_content": prompt_from_gemini,
+    "interactions": prompt_from_interactions,
 }

@@ -48,6 +48,8 @@ EXPECTED = [
     "completed",
     "http_error",
     "completed",  # Amazon Bedrock through boto3
+    "completed",  # Gemini's generateContent (alt=sse) through google-genai
+    "completed",  # Gemini's Interactions API through google-genai
 ]
 
 
@@ -74,6 +76,13 @@ def test_every_scenario_shows_its_outcome_and_what_interruptions_cost(tmp_path: 
     assert retry.outcome == "completed" and retry.usage_source == "reported"
     if hasattr(retry, "retry_of"):  # retry chains (issue 32 §2) recorded
         assert getattr(retry, "retry_of", None) == cut.id
+    # Gemini through google-genai: both of its streamed APIs, billed as reported
+    gemini = [(r.endpoint, r.provider, r.transport, r.usage_source) for r in records[-2:]]
+    assert gemini == [
+        ("generate_content", "gcp.gemini", "sse", "reported"),
+        ("interactions", "gcp.gemini", "sse", "reported"),
+    ]
+    assert all(r.cost_usd and r.output_tokens for r in records[-2:])
     # and the closing lines say what the interruptions cost
     line = demo_cli.interruption_lines([r.to_dict() for r in records])
     cut = [r for r in records if r.interrupted or r.outcome == "http_error"]

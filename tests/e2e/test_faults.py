@@ -154,6 +154,7 @@ CLIENT_LEAVES: list[tuple[str, str, Callable[[Simulator, str], Callable[[Receive
         pytest.param("chat", "rst", id="chat-rst"),
         pytest.param("responses", "rst", id="responses-rst"),
         pytest.param("messages", "rst", id="messages-rst"),
+        pytest.param("interactions", "rst", id="interactions-rst"),
         pytest.param("chat", "fin", id="chat-fin"),
     ],
 )

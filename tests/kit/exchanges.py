@@ -1,7 +1,8 @@
 """A raw HTTP/1.1 client, so an end-to-end test owns the timing: ``exchange`` sends
 a request and reads the response (leaving when told to, by reset or clean close),
-``parse`` reads what came so far (``Received``); the three streamed request bodies
-(``REQUESTS``) and the simulator that keeps what it sent (the ``sim`` fixture)."""
+``parse`` reads what came so far (``Received``); the streamed request bodies
+(``REQUESTS``: the three protocols and Google's Interactions API) and the simulator
+that keeps what it sent (the ``sim`` fixture)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,10 @@ RESPONSES = "/v1/responses"
 MESSAGES = "/v1/messages"
 
 
-PATHS = {"chat": CHAT, "responses": RESPONSES, "messages": MESSAGES}
+INTERACTIONS = "/v1beta/interactions"  # Google's Interactions API
+
+
+PATHS = {"chat": CHAT, "responses": RESPONSES, "messages": MESSAGES, "interactions": INTERACTIONS}
 
 
 USER = [{"role": "user", "content": "Say something about harmony."}]
@@ -39,6 +43,11 @@ REQUESTS: dict[str, dict[str, object]] = {
     },
     RESPONSES: {"model": "gpt-5", "stream": True, "input": "Say something about harmony."},
     MESSAGES: {"model": "claude-sonnet-4-5", "max_tokens": 400, "stream": True, "messages": USER},
+    INTERACTIONS: {
+        "model": "gemini-3-flash-preview",
+        "stream": True,
+        "input": "Say something about harmony.",
+    },
 }
 
 

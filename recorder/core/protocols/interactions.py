@@ -104,7 +104,37 @@ class InteractionsInterpreter(Interpreter):
         obj = self.parse(body)
         if obj is None:
             return 0
-        return self._interaction(obj, final=True)
+        self._interaction(obj, final=True)
+        steps = obj.get("steps")
+        return self._steps(steps) if isinstance(steps, list) else 0
+
+    def _steps(self, steps: list[Any]) -> int:
+        """The output of a whole interaction (``stream: false``): its steps' text,
+        thought summaries and tool calls (their arguments as JSON), counted as the
+        stream's deltas would be."""
+        obs = self.obs
+        n = 0
+        for step in steps:
+            if not isinstance(step, dict):
+                continue
+            kind = step.get("type")
+            if kind == "model_output" or kind == "thought":
+                key, out = (
+                    ("content", OutputKind.TEXT)
+                    if kind == "model_output"
+                    else ("summary", OutputKind.SUMMARY)
+                )
+                blocks = step.get(key)
+                for block in blocks if isinstance(blocks, list) else ():
+                    if isinstance(block, dict) and block.get("type") == "text":
+                        n += obs.add(out, block.get("text"))
+            elif kind in _TOOL_STEPS:
+                obs.tool_calls += 1
+                args = step.get("arguments")
+                if isinstance(args, dict) and args:
+                    n += obs.add(OutputKind.TOOL, orjson.dumps(args).decode())
+        obs.output_chars += n
+        return n
 
     def _tool_step(self, index: Any) -> None:
         """Count a tool call once for its step (or, in the legacy events, its content)."""

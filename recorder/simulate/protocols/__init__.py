@@ -29,6 +29,7 @@ from recorder.simulate.protocols.base import (
 from recorder.simulate.protocols.bedrock import ConverseBuilder, InvokeModelBuilder
 from recorder.simulate.protocols.chat import ChatBuilder
 from recorder.simulate.protocols.gemini import GeminiBuilder
+from recorder.simulate.protocols.interactions import InteractionsBuilder
 from recorder.simulate.protocols.messages import MessagesBuilder
 from recorder.simulate.protocols.realtime import RealtimeBuilder
 from recorder.simulate.protocols.responses import ResponsesBuilder
@@ -54,6 +55,7 @@ BUILDERS: dict[str, type[Builder]] = {
     "converse": ConverseBuilder,  # Amazon Bedrock, an AWS event stream
     "invoke_model": InvokeModelBuilder,  # Amazon Bedrock, an AWS event stream
     "generate_content": GeminiBuilder,  # Gemini's API and Vertex AI's
+    "interactions": InteractionsBuilder,  # Gemini's Interactions API
 }
 BEDROCK = frozenset({"converse", "invoke_model"})
 

@@ -217,7 +217,7 @@ def http_error_body(
         err = anthropic_error(code, ANTHROPIC_STATUS_TYPES.get(status, "api_error"))
         body = {"type": "error", "error": err, "request_id": request_id}
         return body, (err["type"], None, err["message"])
-    if endpoint == "generate_content":
+    if endpoint in ("generate_content", "interactions"):
         gerr = google_error(code, GOOGLE_STATUS.get(status, "INTERNAL"))
         gerr["code"] = status
         return {"error": gerr}, (gerr["status"], str(status), gerr["message"])

@@ -288,3 +288,23 @@ def test_a_refusal_as_a_bare_json_line_is_an_error() -> None:
         assert (rec.outcome, rec.error_code) == ("error", "prohibited_content")
         assert rec.error_message == "The content was blocked."
         assert rec.output_tokens is None
+def test_a_whole_interaction_counts_its_steps() -> None:
+    """``stream: false``: the output of the steps, counted as their deltas would be."""
+    body = {
+        "id": "v1_abc",
+        "status": "requires_action",
+        "model": "gemini-3-flash-preview",
+        "steps": [
+            {"type": "thought", "summary": [{"type": "text", "text": "Counting."}]},
+            {"type": "model_output", "content": [{"type": "text", "text": "1, 2, 3"}]},
+            {"type": "function_call", "id": "c1", "name": "f", "arguments": {"n": 3}},
+        ],
+        "usage": USAGE,
+    }
+    m = StreamMeter("interactions", start=0.0)
+    m.headers(0.1, 200)
+    m.read_body(json.dumps(body).encode())
+    rec = m.finish(1.0)
+    assert (rec.outcome, rec.finish_reason, rec.tool_calls) == ("completed", "requires_action", 1)
+    assert rec.output_chars == len("Counting.") + len("1, 2, 3") + len('{"n":3}')
+    assert rec.output_tokens == USAGE["total_output_tokens"] + USAGE["total_thought_tokens"]
