@@ -36,6 +36,16 @@ pending then is :attr:`IssueKind.UNTERMINATED`, evidence of a cut.
 The usual piece is one whole message (Bedrock writes one per HTTP chunk): it is
 framed from the piece itself, without copying; a message's headers are decoded
 once per distinct header block (they repeat on every delta) and then looked up.
+
+Where a C compiler was there at install, the sound messages are framed in C
+(``recorder/core/protocols/_eventstream.c``): from a position of a piece on, every
+whole message whose CRCs match, under the cap, whose header block this framer
+has named already, in one call, up to the first message that is anything else,
+which the Python code below frames (reports its damage, names its block, keeps
+what is cut) before it hands the rest of the piece back. The C code decides
+nothing the Python code would decide otherwise; the Python framer
+(``in_c=False``, or no compiler) stays the reference, and the tests compare both
+on bodies cut anywhere and damaged (tests/core/protocols/test_native_eventstream.py).
 """
 
 from __future__ import annotations

@@ -18,6 +18,12 @@ of its type.
 
 A non-streamed ``/invoke`` answer is the family's JSON alone (Anthropic's is a
 Messages answer).
+
+The usual chunk (``{"bytes":"<base64>",…}``, an Anthropic event inside) is read
+at once (:meth:`InvokeModelInterpreter.handle`): its base64 decoded in C where
+built (``_eventstream.chunk_bytes``, which decodes only what ``a2b_base64``
+decodes alike and leaves the rest to it), the event inside handed to the
+Messages interpreter's template.
 """
 
 from __future__ import annotations
