@@ -36,6 +36,16 @@ pending then is :attr:`IssueKind.UNTERMINATED`, evidence of a cut.
 The usual piece is one whole message (Bedrock writes one per HTTP chunk): it is
 framed from the piece itself, without copying; a message's headers are decoded
 once per distinct header block (they repeat on every delta) and then looked up.
+
+Where a C compiler was there at install, the sound messages are framed in C
+(``recorder/core/protocols/_eventstream.c``): from a position of a piece on, every
+whole message whose CRCs match, under the cap, whose header block this framer
+has named already, in one call, up to the first message that is anything else,
+which the Python code below frames (reports its damage, names its block, keeps
+what is cut) before it hands the rest of the piece back. The C code decides
+nothing the Python code would decide otherwise; the Python framer
+(``in_c=False``, or no compiler) stays the reference, and the tests compare both
+on bodies cut anywhere and damaged (tests/core/protocols/test_native_eventstream.py).
 """
 
 from __future__ import annotations
@@ -50,6 +60,11 @@ import orjson
 from recorder.core.errors import RecorderError
 from recorder.core.framing import Event, FramingIssue, IssueKind
 from recorder.core.sse_lines import DEFAULT_MAX_EVENT_BYTES
+
+try:  # the run of sound messages in C (_eventstream.c), built at install with a C compiler
+    import recorder.core.protocols._eventstream as native
+except ImportError:  # pragma: no cover - an install without a compiler
+    native = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from recorder.core.framing import EventReader, EventRun, Item, Wrappable
@@ -147,9 +162,22 @@ class EventStreamFramer:
     Implements :class:`recorder.core.framing.Framer` (without the batch path's
     shortcuts, which are SSE's)."""
 
-    __slots__ = ("_buf", "_ended", "_heads", "_last", "_lost", "_max", "_need", "_skip")
+    __slots__ = (
+        "_buf",
+        "_ended",
+        "_heads",
+        "_last",
+        "_lost",
+        "_max",
+        "_need",
+        "_scan",
+        "_skip",
+    )
 
-    def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
+    def __init__(
+        self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES, *, in_c: bool = True
+    ) -> None:
+        """``in_c``: frame the sound messages in C where it is built (tests compare)."""
         self._max = max(max_event_bytes, MIN_MESSAGE)
         self._buf = bytearray()  # bytes of a message not yet whole
         self._need = PRELUDE  # bytes _buf must hold before it is looked at again
@@ -159,6 +187,14 @@ class EventStreamFramer:
         self._heads: dict[bytes, tuple[str, str, bytes | None]] = {}
         # the last header block feed_one named, and its naming
         self._last: tuple[bytes, tuple[str, str, bytes | None]] | None = None
+        # the sound messages whose header block is in _heads, framed in C (None: in
+        # Python); a message it does not frame is this framer's (see _frames)
+        self._scan = native.Scanner(Event, self._heads) if in_c and native is not None else None
+
+    @property
+    def scans_in_c(self) -> bool:
+        """Whether the sound messages are framed in C (``_eventstream.c``)."""
+        return self._scan is not None
 
     # -- the Framer protocol ----------------------------------------------------
 
@@ -201,6 +237,11 @@ class EventStreamFramer:
         pending; else None, nothing consumed."""
         if self._buf or self._skip or self._lost or self._ended or len(data) < MIN_MESSAGE:
             return None
+        scan = self._scan
+        if scan is not None:
+            event = scan.one(data, self._max)
+            if event is not None:
+                return event
         total, head, pcrc = _prelude(data)
         if total != len(data) or head > total - MIN_MESSAGE or total > self._max:
             return None
@@ -256,7 +297,14 @@ class EventStreamFramer:
     def _frames(self, data: bytes, out: list[Item]) -> None:
         """Frame the messages of ``data`` (nothing pending before it); keep the rest."""
         pos, size = 0, len(data)
+        scan = self._scan
         while size - pos >= PRELUDE:
+            if scan is not None:
+                # the sound messages of named header blocks, in C; the next one
+                # (damaged, cut, new, or too long) is framed below
+                pos = scan(data, pos, self._max, out)
+                if size - pos < PRELUDE:
+                    break
             total, head, pcrc = _prelude(data, pos)
             prelude_crc = crc32(data[pos : pos + 8])
             if prelude_crc != pcrc:

@@ -25,6 +25,8 @@ from recorder.core.protocols.observations import Observations, OutputKind
 from recorder.core.protocols.template import MAX_LEARNED, HoleKind, Path, Template, learn
 from recorder.core.record import StreamRecord
 
+_new = tuple.__new__  # builds an Event without NamedTuple's Python-level __new__
+
 
 class Interpreter:
     """Base class: one instance per stream, fed events in order.
@@ -62,6 +64,17 @@ class Interpreter:
             if n >= 0:
                 return n
         return self.interpret(event)
+
+    def handle_data(self, data: bytes) -> int:
+        """:meth:`handle` of an event without a name, id or retry whose data is
+        ``data`` (an event carried inside another protocol's: Bedrock's chunks),
+        without the Event unless the template cannot read it."""
+        read = self._read
+        if read is not None:
+            n = read(data)
+            if n >= 0:
+                return n
+        return self.interpret(_new(Event, ("", data, None, None)))
 
     def interpret(self, event: Event) -> int:
         """:meth:`handle` for an event the template did not read: the protocol's own."""

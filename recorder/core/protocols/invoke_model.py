@@ -18,6 +18,12 @@ of its type.
 
 A non-streamed ``/invoke`` answer is the family's JSON alone (Anthropic's is a
 Messages answer).
+
+The usual chunk (``{"bytes":"<base64>",…}``, an Anthropic event inside) is read
+at once (:meth:`InvokeModelInterpreter.handle`): its base64 decoded in C where
+built (``_eventstream.chunk_bytes``, which decodes only what ``a2b_base64``
+decodes alike and leaves the rest to it), the event inside handed to the
+Messages interpreter's template.
 """
 
 from __future__ import annotations
@@ -32,6 +38,11 @@ from recorder.core.protocols.converse import read_error
 from recorder.core.protocols.messages import AnthropicMessagesInterpreter
 from recorder.core.record import StreamRecord
 from recorder.core.usage import from_bedrock_metrics
+
+try:  # a chunk's base64 decoded in C (_eventstream.c), built at install with a C compiler
+    from recorder.core.protocols._eventstream import chunk_bytes
+except ImportError:  # pragma: no cover - an install without a compiler
+    chunk_bytes = None  # type: ignore[assignment]
 
 _new = tuple.__new__  # builds an Event without NamedTuple's Python-level __new__
 METRICS = "amazon-bedrock-invocationMetrics"
@@ -64,6 +75,18 @@ def _bytes_member(data: bytes) -> bytes | None:
         return None
     end = data.find(b'"', _BYTES_AT)
     return None if end < 0 else data[_BYTES_AT:end]
+
+
+def _decoded(data: bytes) -> bytes | None:
+    """The decoded ``bytes`` member of a chunk written as Bedrock writes it (empty:
+    not base64), None if the envelope is not so written."""
+    raw = _bytes_member(data)
+    if raw is None:
+        return None
+    try:
+        return a2b_base64(raw, strict_mode=True)
+    except binascii.Error:
+        return b""
 
 
 _METRIC_HEADERS = {
@@ -100,16 +123,19 @@ class InvokeModelInterpreter(Interpreter):
         # the usual chunk, read at once: an Anthropic event in Bedrock's envelope
         # (no template of this interpreter's own reads base64; the Messages one
         # reads the event inside)
-        data = event.data
-        if event.event == "chunk" and event.id == "event" and data.startswith(_BYTES_KEY):
-            end = data.find(b'"', _BYTES_AT)
-            if end > 0:
-                try:
-                    inner = a2b_base64(data[_BYTES_AT:end], strict_mode=True)
-                except binascii.Error:
-                    inner = b""
-                if inner.startswith(_MESSAGES_START) and METRICS_BYTES not in inner:
-                    return self.messages.handle(_new(Event, ("", inner, None, None)))
+        if event.event == "chunk" and event.id == "event":
+            data = event.data
+            # the base64 as Bedrock writes it, decoded in C where built; else (None)
+            # in Python, as interpret reads it
+            inner = None if chunk_bytes is None else chunk_bytes(data)
+            if inner is None:
+                inner = _decoded(data)
+            if (
+                inner is not None
+                and inner.startswith(_MESSAGES_START)
+                and inner.find(METRICS_BYTES) < 0
+            ):
+                return self.messages.handle_data(inner)
         return self.interpret(event)
 
     def interpret(self, event: Event) -> int:
@@ -126,7 +152,7 @@ class InvokeModelInterpreter(Interpreter):
             # an Anthropic Messages event: the Messages interpreter reads it (its
             # template reads the usual delta without a parse)
             chars = self.messages.handle(_new(Event, ("", inner, None, None)))
-            if METRICS_BYTES in inner:
+            if inner.find(METRICS_BYTES) >= 0:
                 obj = self.parse(inner)
                 metrics = obj.get(METRICS) if obj is not None else None
                 if isinstance(metrics, dict):
