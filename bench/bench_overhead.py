@@ -98,8 +98,14 @@ PROXY_CPU, CLIENT_CPU = 0, 1
 # the endpoints the traffic goes to, in turn (--gemini: Google's generateContent only;
 # --bedrock: Converse and InvokeModel streams; --websocket: the WebSocket paths)
 TRAFFIC: tuple[str, ...] = ENDPOINTS
-# --websocket: the responses each connection carries, one after the other
+# --websocket: TRAFFIC's paths are WebSocket connections (/v1/responses is both), each
+# carrying WS_RESPONSES responses one after the other
+OVER_WEBSOCKET = False
 WS_RESPONSES = 10
+# A flood stream's deltas. mitmproxy carries a WebSocket message for several times an
+# SSE event's CPU (a hook per message), so the WebSocket flood is shorter for the
+# same CPU seconds per round.
+FLOOD_DELTAS, FLOOD_DELTAS_WS = 3000, 1000
 TARGET_CPU_RATIO = 1.10
 # issue 31: Bedrock and WebSocket traffic within 1.05x bare mitmproxy's CPU per event
 TARGET_CPU_RATIO_31 = 1.05
@@ -152,7 +158,7 @@ async def one(port: int, i: int, deltas: int, interval: float | None, sim_id: st
     seconds (None: no pause). With ``--websocket`` a stream is a connection of
     ``WS_RESPONSES`` responses one after the other, the deltas shared among them."""
     endpoint = TRAFFIC[i % len(TRAFFIC)]
-    if endpoint in WS_PATHS:
+    if OVER_WEBSOCKET:
         faults = f"deltas={max(1, deltas // WS_RESPONSES)}"
         faults += f",delay={interval}" if interval else ""
         return await ws_fetch(port, endpoint, sim_id, WS_RESPONSES, faults)
@@ -183,7 +189,7 @@ async def flood(port: int, prefix: str, streams: int, deltas: int) -> list[Strea
 
 
 def main() -> int:
-    global TRAFFIC, WS_RESPONSES
+    global TRAFFIC, OVER_WEBSOCKET, WS_RESPONSES
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--child-sim", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
@@ -203,7 +209,11 @@ def main() -> int:
         f" spread over {SHORT[2]:.0f} s",
     )
     parser.add_argument("--flood-streams", type=int, default=8)
-    parser.add_argument("--flood-deltas", type=int, default=3000)
+    parser.add_argument(
+        "--flood-deltas",
+        type=int,
+        help=f"deltas per flood stream (default {FLOOD_DELTAS}; --websocket: {FLOOD_DELTAS_WS})",
+    )
     parser.add_argument(
         "--paired",
         action="store_true",
@@ -262,12 +272,14 @@ def main() -> int:
     elif args.bedrock:
         TRAFFIC = BEDROCK
     elif args.websocket:
-        TRAFFIC = WS_PATHS
+        TRAFFIC, OVER_WEBSOCKET = WS_PATHS, True
     if args.child_sim:
         child_sim()
         return 0
     if args.short:
         args.streams, args.deltas, args.spread = SHORT
+    if args.flood_deltas is None:
+        args.flood_deltas = FLOOD_DELTAS_WS if args.websocket else FLOOD_DELTAS
     if args.quick:
         args.rounds, args.streams, args.deltas, args.flood_deltas = 1, 12, 20, 200
         args.responses = min(args.responses, 3)
@@ -480,7 +492,7 @@ def main() -> int:
             f"# {name}: {sent_to[name]} requests, {db_rows.get(name, (-1,))[0]} rows,"
             f" llm_streams_total {streams_total.get(name, -1):.0f}; completed rows as planned"
             f" (endpoint, transport): {'yes' if recorded.get(name) == planned[name] else 'NO'},"
-            + ", ".join(f" {e} {t} {n}" for (e, t), n in sorted(planned[name].items()))
+            + ",".join(f" {e} {t} {n}" for (e, t), n in sorted(planned[name].items()))
         )
     print("# RSS at the end: " + ", ".join(f"{k} {v:.0f} MiB" for k, v in rss.items()))
     if spans:
