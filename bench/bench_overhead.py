@@ -31,6 +31,23 @@ the client's. Two kinds of traffic:
 - **flood**: ``--flood-streams`` streams of ``--flood-deltas`` deltas with no pause,
   for the CPU cost per event when mitmproxy is saturated.
 
+Instead of the mix, one traffic of issue 31 (target: within 1.05x of (a)'s CPU per
+event):
+
+- ``--bedrock``: Amazon Bedrock, a Claude model's ConverseStream and
+  InvokeModelWithResponseStream in turn, SigV4-signed, answered in AWS's binary
+  event stream (``application/vnd.amazon.eventstream``); an event is one
+  event-stream message, counted by the client as its last byte arrives (its
+  4-byte length says where it ends) and by the simulator as it writes it.
+- ``--websocket``: OpenAI over WebSocket, Responses in WebSocket mode
+  (``/v1/responses``) and the Realtime API (``/v1/realtime``) in turn; a stream is
+  one connection carrying ``--responses`` (10) responses one after the other (the
+  next ``response.create`` sent when a response has ended), its deltas shared among
+  them; an event is one text message (Realtime: its audio and transcript deltas
+  both). The client is raw (no library's work in the figures, the kernel's receive
+  stamps as for SSE); the flood is 1,000 deltas a connection (mitmproxy spends
+  several times an SSE event's CPU on a message: a hook for each).
+
 With ``--paired`` the paced load also runs through (a) and (b) at the same time, as
 many rounds again: both proxies on CPU 0, the same traffic into each, so that a
 change in the machine's speed during a round (this project's VMs drift by 10-20 %
@@ -53,7 +70,9 @@ the simulator's process wrote it (``time.time()``, one clock for every process),
 p50 and p99.
 
 At the end the recorder is stopped with SIGTERM and its database must hold one row
-per request sent through it, and ``llm_streams_total`` must have counted as many:
+per request sent through it (per response, over WebSocket), each ``completed`` and
+as many of each endpoint and transport as were sent (``sse``, ``eventstream``,
+``websocket``), and ``llm_streams_total`` must have counted as many:
 the exit status is non-zero if a row is missing or doubled, a stream comes back
 short, or something crashes. Missing a speed target is reported, never an exit
 status.

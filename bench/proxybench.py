@@ -4,11 +4,13 @@ Everything runs on loopback, each party in its own process (no two share a GIL):
 
 - the simulator (``recorder.simulate``), in a child of the bench that also notes,
   per request with an ``x-sim-id``, the ``time.time()`` at which it wrote each SSE
-  block (an event or a keepalive comment);
+  block (an event or a keepalive comment), each event-stream message (Bedrock), or
+  each WebSocket text message (the whole connection's, under its upgrade's id);
 - the proxies, started as a user would start them: ``mitmdump -s`` with a
   passthrough addon (the anchor), and ``recorder proxy`` (SQLite, metrics on);
-- the client, this process: asyncio, raw HTTP/1.1, reading the chunked body and
-  noting when the last byte of each SSE block arrived: the kernel's receive stamp
+- the client, this process: asyncio, raw HTTP/1.1 (and raw WebSocket frames),
+  reading the chunked body and noting when the last byte of each SSE block (or
+  event-stream message, or WebSocket message) arrived: the kernel's receive stamp
   (``SO_TIMESTAMPNS``, on the ``time.time()`` scale, one clock for every process),
   so that the client's own scheduling is not in the figure.
 
