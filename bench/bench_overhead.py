@@ -45,8 +45,9 @@ event):
   next ``response.create`` sent when a response has ended), its deltas shared among
   them; an event is one text message (Realtime: its audio and transcript deltas
   both). The client is raw (no library's work in the figures, the kernel's receive
-  stamps as for SSE); the flood is 1,000 deltas a connection (mitmproxy spends
-  several times an SSE event's CPU on a message: a hook for each).
+  stamps as for SSE). mitmproxy spends several times an SSE event's CPU on a
+  message (a hook for each), so that 100 paced connections saturate it: the paced
+  load is 20 connections, the flood 1,000 deltas a connection.
 
 With ``--paired`` the paced load also runs through (a) and (b) at the same time, as
 many rounds again: both proxies on CPU 0, the same traffic into each, so that a
@@ -121,9 +122,11 @@ TRAFFIC: tuple[str, ...] = ENDPOINTS
 # carrying WS_RESPONSES responses one after the other
 OVER_WEBSOCKET = False
 WS_RESPONSES = 10
-# A flood stream's deltas. mitmproxy carries a WebSocket message for several times an
-# SSE event's CPU (a hook per message), so the WebSocket flood is shorter for the
-# same CPU seconds per round.
+# Paced streams, and a flood stream's deltas. mitmproxy spends several times an SSE
+# event's CPU on a WebSocket message (a hook for each): 100 paced connections (up to
+# 5,000 messages a second) saturate it, as the paced load must not, and a shorter
+# flood gives as many CPU seconds per round.
+STREAMS, STREAMS_WS = 100, 20
 FLOOD_DELTAS, FLOOD_DELTAS_WS = 3000, 1000
 TARGET_CPU_RATIO = 1.10
 # issue 31: Bedrock and WebSocket traffic within 1.05x bare mitmproxy's CPU per event
@@ -213,7 +216,11 @@ def main() -> int:
     parser.add_argument("--child-sim", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--streams", type=int, default=100, help="paced streams per round")
+    parser.add_argument(
+        "--streams",
+        type=int,
+        help=f"paced streams per round (default {STREAMS}; --websocket: {STREAMS_WS} connections)",
+    )
     parser.add_argument("--deltas", type=int, default=200, help="text deltas per paced stream")
     parser.add_argument("--interval", type=float, default=0.02, help="seconds between events")
     parser.add_argument(
@@ -297,6 +304,8 @@ def main() -> int:
         return 0
     if args.short:
         args.streams, args.deltas, args.spread = SHORT
+    if args.streams is None:
+        args.streams = STREAMS_WS if args.websocket else STREAMS
     if args.flood_deltas is None:
         args.flood_deltas = FLOOD_DELTAS_WS if args.websocket else FLOOD_DELTAS
     if args.quick:
