@@ -4,11 +4,13 @@ Everything runs on loopback, each party in its own process (no two share a GIL):
 
 - the simulator (``recorder.simulate``), in a child of the bench that also notes,
   per request with an ``x-sim-id``, the ``time.time()`` at which it wrote each SSE
-  block (an event or a keepalive comment);
+  block (an event or a keepalive comment), each event-stream message (Bedrock), or
+  each WebSocket text message (the whole connection's, under its upgrade's id);
 - the proxies, started as a user would start them: ``mitmdump -s`` with a
   passthrough addon (the anchor), and ``recorder proxy`` (SQLite, metrics on);
-- the client, this process: asyncio, raw HTTP/1.1, reading the chunked body and
-  noting when the last byte of each SSE block arrived: the kernel's receive stamp
+- the client, this process: asyncio, raw HTTP/1.1 (and raw WebSocket frames),
+  reading the chunked body and noting when the last byte of each SSE block (or
+  event-stream message, or WebSocket message) arrived: the kernel's receive stamp
   (``SO_TIMESTAMPNS``, on the ``time.time()`` scale, one clock for every process),
   so that the client's own scheduling is not in the figure.
 
@@ -20,6 +22,7 @@ thread), their memory from ``/proc/<pid>/status``.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -56,33 +59,58 @@ def child_sim() -> None:
     """
     import contextvars
 
-    from recorder.simulate import in_thread, server
+    from recorder.simulate import in_thread, server, ws_frames
 
     current: contextvars.ContextVar[str | None] = contextvars.ContextVar("sim_id", default=None)
+    # what an event is on this request: an SSE block, an event-stream message, or a
+    # WebSocket text message (counted where the session sends it, not in its frames)
+    kind: contextvars.ContextVar[str] = contextvars.ContextVar("kind", default="sse")
     log: dict[str, list[float]] = {}
     lock = threading.Lock()
     orig_handle = server.Simulator._handle
     orig_send = server.Conn.send
+    orig_send_text = ws_frames.WebSocket.send_text
+
+    def note(sid: str, n: int) -> None:
+        now = time.time()  # the kernel's receive stamps are on this scale
+        with lock:
+            log.setdefault(sid, []).extend([now] * n)
 
     async def handle(self: Any, conn: Any, req: Any) -> bool:
         token = current.set(req.headers.get("x-sim-id"))
+        how = kind.set(
+            "ws" if ws_frames.is_upgrade(req) else "eventstream" if "/model/" in req.path else "sse"
+        )
         try:
             return await orig_handle(self, conn, req)
         finally:
+            kind.reset(how)
             current.reset(token)
 
     async def send(self: Any, data: bytes) -> None:
         sid = current.get()
         if sid is not None:
-            n = data.count(b"\n\n")
+            k = kind.get()
+            n = (
+                data.count(b"\n\n")
+                if k == "sse"
+                else eventstream_messages(data)
+                if k == "eventstream"
+                else 0
+            )
             if n:
-                now = time.time()  # the kernel's receive stamps are on this scale
-                with lock:
-                    log.setdefault(sid, []).extend([now] * n)
+                note(sid, n)
         await orig_send(self, data)
+
+    async def send_text(self: Any, data: bytes) -> None:
+        sid = current.get()
+        if sid is not None:
+            note(sid, 1)
+        await orig_send_text(self, data)
 
     server.Simulator._handle = handle  # type: ignore[method-assign]
     server.Conn.send = send  # type: ignore[method-assign]
+    ws_frames.WebSocket.send_text = send_text  # type: ignore[method-assign]
     with in_thread.run_in_thread(max_sent=100_000) as sim:
         print(f"PORT {sim.port}", flush=True)
         for line in sys.stdin:
@@ -94,6 +122,21 @@ def child_sim() -> None:
             elif cmd == "sent":
                 rec = sim.sent.get(arg)
                 print(json.dumps(None if rec is None else rec.to_dict()), flush=True)
+
+
+def eventstream_messages(chunk: bytes) -> int:
+    """The event-stream messages in one write of the simulator's chunked body (it
+    writes each message whole, one a step); 0 for the response head or the last chunk."""
+    size, _, rest = chunk.partition(b"\r\n")
+    try:
+        end = int(size, 16)
+    except ValueError:
+        return 0  # the response head
+    n = at = 0
+    while at + 4 <= end:
+        at += int.from_bytes(rest[at : at + 4], "big") or end
+        n += 1
+    return n
 
 
 @dataclass
@@ -326,12 +369,35 @@ class Proxy:
 ENDPOINTS = ("/v1/chat/completions", "/v1/responses", "/v1/messages")
 # Google's generateContent (bench_overhead.py --gemini): the model is in the path
 GEMINI = "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+# Amazon Bedrock (bench_overhead.py --bedrock): a Claude model's ConverseStream and
+# InvokeModelWithResponseStream, the model in the path (URL-encoded, as the AWS SDKs
+# send it), the answer AWS's binary event stream
+BEDROCK_MODEL = "global.anthropic.claude-sonnet-4-5-20250929-v1:0"
+CONVERSE = f"/model/{BEDROCK_MODEL.replace(':', '%3A')}/converse-stream"
+INVOKE = f"/model/{BEDROCK_MODEL.replace(':', '%3A')}/invoke-with-response-stream"
+BEDROCK = (CONVERSE, INVOKE)
 MODELS = {
     "/v1/chat/completions": "gpt-4o",
     "/v1/responses": "gpt-4.1",
     "/v1/messages": "claude-sonnet-4-5",
     GEMINI: "gemini-2.5-flash",
+    CONVERSE: BEDROCK_MODEL,
+    INVOKE: BEDROCK_MODEL,
 }
+# what a stream to each path is in the recorder's rows: (endpoint, transport)
+RECORDED_AS = {
+    "/v1/chat/completions": ("chat.completions", "sse"),
+    "/v1/responses": ("responses", "sse"),
+    "/v1/messages": ("messages", "sse"),
+    GEMINI: ("generate_content", "sse"),
+    CONVERSE: ("converse", "eventstream"),
+    INVOKE: ("invoke_model", "eventstream"),
+}
+# a SigV4 header as the AWS SDKs sign a request (the recorder fingerprints its key id)
+SIGV4 = (
+    "AWS4-HMAC-SHA256 Credential=AKIABENCHEXAMPLE0001/20261206/us-east-1/bedrock/aws4_request,"
+    " SignedHeaders=content-type;host;x-amz-date, Signature=" + "0f" * 32
+)
 
 
 def request_body(endpoint: str, model: str) -> bytes:
@@ -346,6 +412,17 @@ def request_body(endpoint: str, model: str) -> bytes:
         body = {"model": model, "input": "Hi", "stream": True}
     elif endpoint == GEMINI:
         body = {"contents": [{"role": "user", "parts": [{"text": "Hi"}]}]}
+    elif endpoint == CONVERSE:
+        body = {
+            "messages": [{"role": "user", "content": [{"text": "Hi"}]}],
+            "inferenceConfig": {"maxTokens": 64_000},
+        }
+    elif endpoint == INVOKE:
+        body = {
+            "anthropic_version": "bedrock-2023-05-31",
+            "max_tokens": 64_000,
+            "messages": [{"role": "user", "content": "Hi"}],
+        }
     else:
         body = {
             "model": model,
@@ -370,6 +447,40 @@ class Stream:
     body_bytes: int = 0
     complete: bool = False  # the chunked body ended with its last chunk
     error: str | None = None
+    records: int = 1  # the records it should make (a WebSocket connection: its responses)
+    recorded_as: tuple[str, str] = ("", "")  # each record's (endpoint, transport)
+
+
+class SSEBlocks:
+    """Counts the SSE blocks completed by each piece of a body (a block ends with a
+    blank line, which may straddle two pieces)."""
+
+    def __init__(self) -> None:
+        self.last = b""
+
+    def feed(self, piece: bytes) -> int:
+        n = (self.last + piece).count(b"\n\n")
+        self.last = piece[-1:]
+        return n
+
+
+class EventStreamMessages:
+    """Counts the event-stream messages completed by each piece of a body (each
+    message starts with its total length, 4 bytes big-endian)."""
+
+    def __init__(self) -> None:
+        self.pending = bytearray()
+
+    def feed(self, piece: bytes) -> int:
+        self.pending += piece
+        n = 0
+        while len(self.pending) >= 4:
+            total = int.from_bytes(self.pending[:4], "big")
+            if total < 16 or len(self.pending) < total:
+                break
+            del self.pending[:total]
+            n += 1
+        return n
 
 
 # Linux: the kernel stamps each packet as it reaches the socket (CLOCK_REALTIME); a
@@ -406,7 +517,8 @@ async def _recv(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> tuple[b
 async def fetch(
     port: int, endpoint: str, model: str, sim_id: str, *, leave_after: int | None = None
 ) -> Stream:
-    """POST a streaming request; note the arrival time of every SSE block.
+    """POST a streaming request; note the arrival time of every SSE block (Bedrock:
+    of every event-stream message).
 
     Arrival times are the kernel's receive stamps (``time.time()`` scale), of the read
     that completed the block's HTTP chunk. ``leave_after``: the client resets its
@@ -419,11 +531,14 @@ async def fetch(
     body = request_body(endpoint, model)
     key = (
         "x-api-key: sk-ant-bench\r\nanthropic-version: 2023-06-01"
-        if "messages" in endpoint
+        if endpoint == "/v1/messages"
         else "x-goog-api-key: AIza-bench"
         if endpoint == GEMINI
+        else f"Authorization: {SIGV4}\r\nX-Amz-Date: 20261206T062000Z"
+        if endpoint in BEDROCK
         else "Authorization: Bearer sk-bench"
     )
+    counter = EventStreamMessages() if endpoint in BEDROCK else SSEBlocks()
     head = (
         f"POST {endpoint} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
@@ -432,6 +547,7 @@ async def fetch(
         + "\r\n"
     ).encode()
     out = Stream(sim_id, endpoint, time.monotonic())
+    out.recorded_as = RECORDED_AS.get(endpoint, ("", ""))
     loop = asyncio.get_running_loop()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setblocking(False)
@@ -452,7 +568,6 @@ async def fetch(
         if out.status != 200 or b"chunked" not in headers.lower():
             out.error = f"unexpected response: {headers[:200]!r}"
             return out
-        last = b""
         stamp = time.time()
         while not out.complete:
             # every whole chunk in the buffer: its blocks arrived with the last read
@@ -466,14 +581,13 @@ async def fetch(
                     break
                 if len(buf) < eol + 2 + size + 2:
                     break
-                chunk = last + bytes(buf[eol + 2 : eol + 2 + size])
+                chunk = bytes(buf[eol + 2 : eol + 2 + size])
                 del buf[: eol + 2 + size + 2]
                 out.chunks += 1
                 out.body_bytes += size
-                n = chunk.count(b"\n\n")
+                n = counter.feed(chunk)
                 if n:
                     arrivals.extend([stamp] * n)
-                last = chunk[-1:]
             if out.complete:
                 break
             if leave_after is not None and len(arrivals) >= leave_after:
@@ -487,6 +601,152 @@ async def fetch(
                 raise ConnectionError("closed before the last chunk")
             buf += data
     except (OSError, ValueError) as e:
+        out.error = f"{type(e).__name__}: {e}"
+    finally:
+        out.end = time.monotonic()
+        sock.close()
+    return out
+
+
+# -- WebSocket: OpenAI's Responses API in WebSocket mode, the Realtime API -------------
+
+WS_RESPONSES = "/v1/responses"
+WS_REALTIME = "/v1/realtime?model=gpt-realtime"
+WS_PATHS = (WS_RESPONSES, WS_REALTIME)
+# the messages that end a response, by path
+_WS_ENDS = {
+    WS_RESPONSES: (b"response.completed", b"response.failed", b"response.incomplete"),
+    WS_REALTIME: (b"response.done",),
+}
+WS_RECORDED_AS = {WS_RESPONSES: ("responses", "websocket"), WS_REALTIME: ("realtime", "websocket")}
+WS_TEXT, WS_CLOSE = 1, 8
+
+
+def ws_frame(opcode: int, payload: bytes) -> bytes:
+    """A client's frame: masked, as a client's must be, with a zero key (XOR with it
+    leaves the payload as it is: no work on the client, and none hidden in the proxy)."""
+    n = len(payload)
+    if n < 126:
+        length = bytes((0x80 | n,))
+    elif n < 1 << 16:
+        length = bytes((0x80 | 126,)) + n.to_bytes(2, "big")
+    else:
+        length = bytes((0x80 | 127,)) + n.to_bytes(8, "big")
+    return bytes((0x80 | opcode,)) + length + b"\0\0\0\0" + payload
+
+
+class WSMessages:
+    """The server's messages (and control frames) completed by each piece of the
+    stream, fragments joined: ``(opcode, payload)``."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.parts = bytearray()
+        self.opcode = 0
+
+    def feed(self, piece: bytes) -> list[tuple[int, bytes]]:
+        buf = self.buf
+        buf += piece
+        out: list[tuple[int, bytes]] = []
+        while len(buf) >= 2:
+            first, n, at = buf[0], buf[1] & 0x7F, 2
+            if n == 126:
+                n, at = int.from_bytes(buf[2:4], "big"), 4
+            elif n == 127:
+                n, at = int.from_bytes(buf[2:10], "big"), 10
+            if len(buf) < at + n:
+                break
+            payload = bytes(buf[at : at + n])
+            del buf[: at + n]
+            opcode = first & 0x0F
+            if opcode >= 8:  # a control frame, between a message's fragments or not
+                out.append((opcode, payload))
+                continue
+            if opcode:
+                self.opcode = opcode
+            self.parts += payload
+            if first & 0x80:
+                out.append((self.opcode, bytes(self.parts)))
+                self.parts.clear()
+        return out
+
+
+def ws_type(message: bytes) -> bytes:
+    """A server event's ``type``: its first key, as OpenAI's servers (and the
+    simulator) write it."""
+    at = message.find(b'"type":"')
+    return message[at + 8 : message.find(b'"', at + 8)] if at >= 0 else b""
+
+
+async def ws_fetch(port: int, path: str, sim_id: str, responses: int, faults: str) -> Stream:
+    """One WebSocket connection: ``responses`` responses one after the other (each
+    ``response.create`` sent when the previous response has ended), then a close.
+
+    Every text message the server sends is an event: its arrival time is the
+    kernel's receive stamp of the read that completed it, as ``fetch`` notes an SSE
+    block's. ``faults`` go to the simulator in the upgrade's ``x-sim-fault`` (every
+    response of the connection), so the proxy sees plain model names.
+    """
+    ends = _WS_ENDS[path]
+    create = (
+        b'{"type":"response.create"}'
+        if path == WS_REALTIME
+        else b'{"type":"response.create","model":"gpt-5","input":"Hi"}'
+    )
+    head = (
+        f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+        f"Connection: Upgrade\r\nSec-WebSocket-Key: {base64.b64encode(os.urandom(16)).decode()}"
+        f"\r\nSec-WebSocket-Version: 13\r\nAuthorization: Bearer sk-bench-ws\r\n"
+        f"x-sim-id: {sim_id}\r\n" + (f"x-sim-fault: {faults}\r\n" if faults else "") + "\r\n"
+    ).encode()
+    out = Stream(sim_id, path, time.monotonic(), records=responses)
+    out.recorded_as = WS_RECORDED_AS[path]
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    buf = bytearray()
+    reader = WSMessages()
+    try:
+        await loop.sock_connect(sock, ("127.0.0.1", port))
+        await loop.sock_sendall(sock, head + ws_frame(WS_TEXT, create))
+        while (end_of_head := buf.find(b"\r\n\r\n")) < 0:
+            data, stamp = await _recv(loop, sock)
+            if not data:
+                raise ConnectionError("closed before the upgrade")
+            buf += data
+        out.status = int(bytes(buf[:end_of_head]).split(b" ", 2)[1])
+        if out.status != 101:
+            out.error = f"unexpected response: {bytes(buf[:200])!r}"
+            return out
+        got = reader.feed(bytes(buf[end_of_head + 4 :]))
+        ended = 0
+        while True:
+            for opcode, message in got:
+                if opcode == WS_CLOSE:
+                    raise ConnectionError(f"closed by the server after {ended} responses")
+                if opcode != WS_TEXT:
+                    continue
+                out.arrivals.append(stamp)
+                out.body_bytes += len(message)
+                if ws_type(message) in ends:
+                    ended += 1
+                    if ended < responses:
+                        await loop.sock_sendall(sock, ws_frame(WS_TEXT, create))
+            if ended >= responses:
+                break
+            data, stamp = await _recv(loop, sock)
+            if not data:
+                raise ConnectionError(f"closed after {ended} responses")
+            got = reader.feed(data)
+        # a client's close: the server answers with its own and ends the connection
+        await loop.sock_sendall(sock, ws_frame(WS_CLOSE, (1000).to_bytes(2, "big")))
+        while data:
+            data, _ = await asyncio.wait_for(_recv(loop, sock), 30)
+            if any(opcode == WS_CLOSE for opcode, _ in reader.feed(data)):
+                break
+        out.complete = True
+    except (OSError, ValueError, TimeoutError) as e:
         out.error = f"{type(e).__name__}: {e}"
     finally:
         out.end = time.monotonic()

@@ -24,6 +24,8 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
     [
         ["bench_overhead.py", "--quick", "--no-pin", "--otlp", "--paired"],
         ["bench_overhead.py", "--quick", "--no-pin", "--short", "--anchor", "master"],
+        ["bench_overhead.py", "--quick", "--no-pin", "--bedrock"],
+        ["bench_overhead.py", "--quick", "--no-pin", "--websocket"],
         ["bench_load.py", "--quick", "--no-pin"],
         ["bench_load.py", "--long", "--quick", "--no-pin"],
         ["bench_in_situ.py", "--quick"],
@@ -36,6 +38,8 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
     ids=[
         "overhead",
         "overhead-short-master",
+        "overhead-bedrock",
+        "overhead-websocket",
         "load",
         "long",
         "in-situ",
