@@ -3,8 +3,10 @@
  * A Reader does for one event's data exactly what the Python reader made by
  * Template.reader does (the same return value, the same counts added to the
  * Observations), and Reader.run does it for a run of whole SSE events in one
- * piece (the run's loop in Python is SSEFramer.runner's in sse.py, which hands
- * out this one instead), where the Python reader spends most of the meter's time
+ * piece, LF or CRLF (the run's loop in Python is SSEFramer.runner's in sse.py,
+ * which hands out this one instead), Reader.run_objects for a run of the
+ * elements of a streamed JSON array (JSONArrayFramer.runner's, json_array.py),
+ * where the Python reader spends most of the meter's time
  * (docs/performance.md). The Python reader stays the reference: the tests run
  * both on the same bytes (tests/core/protocols/test_native_reader.py), and
  * without this module (no C compiler at install) the Python one is used.
@@ -405,46 +407,110 @@ Reader_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyOb
 }
 
 PyDoc_STRVAR(run_doc,
-"run(data, pos, limit) -> (pos, events, outputs)\n\n"
+"run(data, pos, limit, end=b'\\n\\n') -> (pos, events, outputs)\n\n"
 "Read the whole events of data from pos on, one after another, while each is\n"
-"at most limit bytes long (its blank line included) and this reader reads it;\n"
+"at most limit bytes long (through the first end after its start: an SSE\n"
+"event's blank line, b'\\r\\n\\r\\n' for CRLF line ends) and this reader reads it;\n"
 "count what they carried; return where it stopped, how many events it read\n"
 "and how many of them carried output.");
 
-static PyObject *
-Reader_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+PyDoc_STRVAR(run_objects_doc,
+"run_objects(data, pos, limit) -> (pos, events, outputs)\n\n"
+"run() for the elements of a streamed JSON array: an event runs from pos through\n"
+"the bracket that closes the first bracket after pos (strings skipped, a\n"
+"backslash escaping the next byte), as JSONArrayFramer ends an element.");
+
+/* The arguments pos and limit of a run, checked. */
+static int
+run_bounds(PyObject *const *args, Py_ssize_t *pos, Py_ssize_t *limit)
 {
-    Reader *r = (Reader *)self;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "run takes data, pos and limit");
-        return NULL;
+    *pos = PyLong_AsSsize_t(args[1]);
+    if (*pos == -1 && PyErr_Occurred()) {
+        return -1;
     }
-    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
-    if (pos == -1 && PyErr_Occurred()) {
-        return NULL;
+    *limit = PyLong_AsSsize_t(args[2]);
+    if (*limit == -1 && PyErr_Occurred()) {
+        return -1;
     }
-    Py_ssize_t limit = PyLong_AsSsize_t(args[2]);
-    if (limit == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (pos < 0 || limit < 0) {
+    if (*pos < 0 || *limit < 0) {
         PyErr_SetString(PyExc_ValueError, "pos and limit must not be negative");
-        return NULL;
+        return -1;
     }
+    return 0;
+}
+
+/* Bytes that change the nesting of JSON outside a string. */
+static unsigned char json_special[256];
+
+/* The end (one past it) of the bracket that closes the first bracket in d[pos:stop]
+ * (a string's brackets not counted), or -1 if it does not close there. Only a guess
+ * of where an event ends: read_event says whether it is one. */
+static Py_ssize_t
+object_end(const char *d, Py_ssize_t pos, Py_ssize_t stop)
+{
+    const unsigned char *s = (const unsigned char *)d;
+    Py_ssize_t depth = 0;
+    Py_ssize_t i = pos;
+    while (i < stop) {
+        while (i < stop && !json_special[s[i]]) {
+            i++;
+        }
+        if (i >= stop) {
+            return -1;
+        }
+        unsigned char b = s[i++];
+        if (b == '"') { /* to the closing quote */
+            for (;;) {
+                while (i < stop && s[i] != '"' && s[i] != '\\') {
+                    i++;
+                }
+                if (i >= stop) {
+                    return -1;
+                }
+                if (s[i] == '"') {
+                    i++;
+                    break;
+                }
+                i += 2; /* a backslash and the byte it escapes */
+            }
+        } else if (b == '{' || b == '[') {
+            depth++;
+        } else if (--depth <= 0) {
+            return depth == 0 ? i : -1;
+        }
+    }
+    return -1;
+}
+
+/* The shared loop of run and run_objects: each event from pos through its end
+ * (sep != NULL: through the first sep; else object_end), read while it can be. */
+static PyObject *
+run_events(Reader *r, PyObject *arg, Py_ssize_t pos, Py_ssize_t limit, const char *sep,
+           Py_ssize_t m)
+{
     const char *data;
     Py_ssize_t size;
     Py_buffer view;
-    if (get_data(args[0], &data, &size, &view) < 0) {
+    if (get_data(arg, &data, &size, &view) < 0) {
         return NULL;
     }
     Counts c = {0, 0, 0, 0};
     Py_ssize_t events = 0, outputs = 0;
     while (pos < size) {
-        const char *blank = memmem(data + pos, (size_t)(size - pos), "\n\n", 2);
-        if (blank == NULL) {
-            break;
+        Py_ssize_t stop;
+        if (sep != NULL) {
+            const char *at = memmem(data + pos, (size_t)(size - pos), sep, (size_t)m);
+            if (at == NULL) {
+                break;
+            }
+            stop = at - data + m;
+        } else {
+            Py_ssize_t bound = size - pos > limit ? pos + limit : size;
+            stop = object_end(data, pos, bound);
+            if (stop < 0) {
+                break;
+            }
         }
-        Py_ssize_t stop = blank - data + 2;
         if (stop - pos > limit) {
             break;
         }
@@ -465,6 +531,44 @@ Reader_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     return Py_BuildValue("(nnn)", pos, events, outputs);
+}
+
+static PyObject *
+Reader_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "run takes data, pos, limit and maybe end");
+        return NULL;
+    }
+    Py_ssize_t pos, limit;
+    if (run_bounds(args, &pos, &limit) < 0) {
+        return NULL;
+    }
+    const char *sep = "\n\n";
+    Py_ssize_t m = 2;
+    if (nargs == 4) {
+        if (!PyBytes_CheckExact(args[3]) || PyBytes_GET_SIZE(args[3]) == 0) {
+            PyErr_SetString(PyExc_TypeError, "end must be bytes, not empty");
+            return NULL;
+        }
+        sep = PyBytes_AS_STRING(args[3]);
+        m = PyBytes_GET_SIZE(args[3]);
+    }
+    return run_events((Reader *)self, args[0], pos, limit, sep, m);
+}
+
+static PyObject *
+Reader_run_objects(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "run_objects takes data, pos and limit");
+        return NULL;
+    }
+    Py_ssize_t pos, limit;
+    if (run_bounds(args, &pos, &limit) < 0) {
+        return NULL;
+    }
+    return run_events((Reader *)self, args[0], pos, limit, NULL, 0);
 }
 
 static int
@@ -578,6 +682,8 @@ Reader_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 
 static PyMethodDef Reader_methods[] = {
     {"run", (PyCFunction)(void (*)(void))Reader_run, METH_FASTCALL, run_doc},
+    {"run_objects", (PyCFunction)(void (*)(void))Reader_run_objects, METH_FASTCALL,
+     run_objects_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -627,6 +733,8 @@ PyInit__reader(void)
             return NULL;
         }
     }
+    json_special['"'] = json_special['{'] = json_special['}'] = 1;
+    json_special['['] = json_special[']'] = 1;
     if (PyType_Ready(&ReaderType) < 0) {
         return NULL;
     }
