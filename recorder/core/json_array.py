@@ -317,7 +317,7 @@ def object_end(data: bytes, pos: int, stop: int) -> int:
     the template's reader says whether it is one."""
     depth = 0
     skip = _SKIP.match
-    while True:
+    while pos < stop:
         pos = skip(data, pos, stop).end()  # type: ignore[union-attr]
         if pos >= stop or data[pos] == 0x22:  # (a string that does not close before stop)
             return -1
@@ -329,3 +329,4 @@ def object_end(data: bytes, pos: int, stop: int) -> int:
         depth -= 1
         if depth <= 0:
             return pos if depth == 0 else -1
+    return -1
