@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from recorder.core import StreamMeter
 from recorder.core.json_array import JSONArrayFramer, object_end
-from recorder.core.protocols import gemini
+from recorder.core.protocols import gemini, template
 from recorder.core.protocols.observations import Observations
 from recorder.core.sse import SSEFramer
 
@@ -265,3 +265,44 @@ def test_a_bomb_is_bounded_alike() -> None:
     rec, seen = many
     assert (rec["events"], rec["oversized_events"], rec["output_chars"]) == (31, 1, 30)
     assert max(s["pending"] for s in seen) <= 64 * 1024 + 4096
+
+
+def framed(pieces: list[bytes], cap: int, *, in_c: bool) -> tuple[list[Any], list[Any]]:
+    """The items of each piece, and the framer's state after it (the C scan or not)."""
+    saved = template.native
+    framer = JSONArrayFramer(cap)
+    items: list[Any] = []
+    states: list[Any] = []
+    try:
+        if not in_c:
+            template.native = None
+        for piece in [*pieces, b""]:
+            items.append(framer.feed(piece))
+            states.append((framer.pending_bytes, framer.idle, framer.settle()))
+    finally:
+        template.native = saved
+    return items, states
+
+
+@pytest.mark.skipif(template.native is None, reason="the C reader is not built")
+@settings(max_examples=500, deadline=None)
+@given(
+    body=st.one_of(
+        st.lists(st.sampled_from(list(b'{}[]"\\ a,"{')), max_size=80).map(bytes),
+        st.lists(st.sampled_from(['{"a":', "[", "]", "}", '"x\\"]"', ",", '"\\\\"', "{}"]))
+        .map("".join)
+        .map(str.encode),
+    ),
+    lead=st.sampled_from([b"[", b"", b"[[", b"{"]),
+    cuts=st.lists(st.integers(1, 100), max_size=12),
+    cap=st.sampled_from([5, 20, 4096]),
+)
+def test_the_c_scan_frames_as_the_python_loop(
+    body: bytes, lead: bytes, cuts: list[int], cap: int
+) -> None:
+    """Inside an element the C reader's ``scan`` walks it in one call: the same
+    items, the same state after every piece, for any bytes and any chunking."""
+    data = lead + body
+    bounds = [0, *sorted({c for c in cuts if c < len(data)}), len(data)]
+    pieces = [data[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+    assert framed(pieces, cap, in_c=True) == framed(pieces, cap, in_c=False)

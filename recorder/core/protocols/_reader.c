@@ -571,6 +571,95 @@ Reader_run_objects(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return run_events((Reader *)self, args[0], pos, limit, NULL, 0);
 }
 
+PyDoc_STRVAR(scan_doc,
+"scan(data, pos, depth, string) -> (end, depth, string)\n\n"
+"Walk data from pos inside a JSON value depth brackets deep (string: 0 outside\n"
+"a string, 1 inside one, 2 inside one right after a backslash), as\n"
+"JSONArrayFramer walks an element: end is one past the bracket that closes the\n"
+"outermost of them (depth and string then 0), or -1 if none does before the\n"
+"end of data, with the depth and string state there.");
+
+static PyObject *
+reader_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "scan takes data, pos, depth and string");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    if (pos == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_ssize_t depth = PyLong_AsSsize_t(args[2]);
+    if (depth == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    long string = PyLong_AsLong(args[3]);
+    if (string == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (pos < 0 || depth < 1 || string < 0 || string > 2) {
+        PyErr_SetString(PyExc_ValueError, "pos >= 0, depth >= 1, string 0, 1 or 2");
+        return NULL;
+    }
+    const char *data;
+    Py_ssize_t size;
+    Py_buffer view;
+    if (get_data(args[0], &data, &size, &view) < 0) {
+        return NULL;
+    }
+    const unsigned char *s = (const unsigned char *)data;
+    Py_ssize_t i = pos, end = -1;
+    while (i < size) {
+        if (string) {
+            if (string == 2) {
+                i++; /* the escaped byte */
+                string = 1;
+            }
+            while (i < size && s[i] != '"' && s[i] != '\\') {
+                i++;
+            }
+            if (i >= size) {
+                break;
+            }
+            if (s[i] == '"') {
+                string = 0;
+                i++;
+            } else if (i + 1 >= size) {
+                string = 2; /* the backslash ends the data */
+                i = size;
+            } else {
+                i += 2;
+            }
+            continue;
+        }
+        while (i < size && !json_special[s[i]]) {
+            i++;
+        }
+        if (i >= size) {
+            break;
+        }
+        unsigned char b = s[i++];
+        if (b == '"') {
+            string = 1;
+        } else if (b == '{' || b == '[') {
+            depth++;
+        } else if (--depth == 0) {
+            end = i;
+            break;
+        }
+    }
+    if (view.obj != NULL) {
+        PyBuffer_Release(&view);
+    }
+    return Py_BuildValue("(nnl)", end, depth, string);
+}
+
+static PyMethodDef module_methods[] = {
+    {"scan", (PyCFunction)(void (*)(void))reader_scan, METH_FASTCALL, scan_doc},
+    {NULL, NULL, 0, NULL},
+};
+
 static int
 take_holes(PyObject *seq, Hole **out, Py_ssize_t *count, int literal_first)
 {
@@ -713,6 +802,7 @@ static struct PyModuleDef module = {
     .m_name = "recorder.core.protocols._reader",
     .m_doc = "The template reader in C (see recorder/core/protocols/template.py).",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC
