@@ -52,6 +52,10 @@ _SKIP = re.compile(rb'[^"\[\]{}]*(?:"[^"\\]*(?:\\.[^"\\]*)*"[^"\[\]{}]*)*', re.D
 # inside a string: its closing quote, or a backslash (which escapes the next byte)
 _IN_STRING = re.compile(rb'["\\]')
 _OPEN = frozenset(b"[{")
+# between two elements: bytes that change no nesting (a separator, white space)
+_FRAMING = re.compile(rb'[^"\[\]{}]*')
+# how Google writes each element after the first, as a piece of its own
+_LEAD = b",\r\n"
 
 
 class JSONArrayFramer:
@@ -124,32 +128,40 @@ class JSONArrayFramer:
         it leaves the framer as it was (between two elements)."""
         if name != "message":
             return None
-        return template.enclosed(b",\r\n", b"")
+        return template.enclosed(_LEAD, b"")
 
     def runner(self, read: EventReader) -> EventRun:
         """``run(data, pos, limit)`` for a reader of :meth:`whole_event`'s template:
-        read the elements of ``data`` from ``pos`` on, each through the bracket
-        that closes its first one (:func:`object_end`), while each is at most
-        ``limit`` bytes and ``read`` reads it; return where it stopped, the
+        read the elements of ``data`` from ``pos`` on, each past the framing
+        before it (bytes that change no nesting: whatever separator the stream
+        writes) and from its brace through the one that closes it
+        (:func:`object_end`), while each is at most ``limit`` bytes and ``read``
+        reads it (less the lead of a whole piece); return where it stopped, the
         elements read and how many carried output. The framer must be
-        :attr:`idle` at ``pos``: then each piece read is one whole element (see
+        :attr:`idle` at ``pos``: then each element read is one whole element (see
         :meth:`whole_event`) and leaves it idle, as :meth:`feed` would.
 
         The C reader's ``run_objects`` when ``read`` has one, else the same loop
         in Python."""
         native: Any = getattr(read, "run_objects", None)
         if native is not None:
-            run: EventRun = native
-            return run
+
+            def c_run(data: bytes, pos: int, limit: int) -> tuple[int, int, int]:
+                return native(data, pos, limit, len(_LEAD))  # type: ignore[no-any-return]
+
+            return c_run
 
         def python_run(data: bytes, pos: int, limit: int) -> tuple[int, int, int]:
             events = outputs = 0
             size = len(data)
             while pos < size:
-                stop = object_end(data, pos, min(size, pos + limit))
+                start = _FRAMING.match(data, pos).end()  # type: ignore[union-attr]
+                if start >= size or data[start] != 0x7B:
+                    break
+                stop = object_end(data, start, min(size, start + limit))
                 if stop < 0:
                     break
-                n = read(data[pos:stop])
+                n = read(_LEAD + data[start:stop])
                 if n < 0:
                     break
                 events += 1

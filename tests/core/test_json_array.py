@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -174,21 +175,28 @@ def test_the_batch_path_says_what_the_long_way_says(
         assert many[0] == reference
 
 
-def elements(n: int, text: str = "a") -> list[bytes]:
+def elements(n: int, text: str = "a", indent: int | None = None) -> list[bytes]:
     return [
         json.dumps(
             {
                 "candidates": [{"content": {"parts": [{"text": text}], "role": "model"}}],
                 "usageMetadata": {"promptTokenCount": 7, "totalTokenCount": 9 + i},
-            }
+            },
+            indent=indent,
         ).encode()
         for i in range(n)
     ]
 
 
-def test_a_json_array_cut_anywhere_is_read_a_run_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Most elements of pieces cut at random points never reach the framer."""
-    body = b"[" + b",\r\n".join(elements(400, 'a]}\\"[{')) + b"]"
+@pytest.mark.parametrize(
+    ("sep", "indent"), [(b",\r\n", None), (b"\r\n,\r\n", None), (b"\n,\n", 2), (b",", 2)]
+)
+def test_a_json_array_cut_anywhere_is_read_a_run_at_a_time(
+    monkeypatch: pytest.MonkeyPatch, sep: bytes, indent: int | None
+) -> None:
+    """Most elements of pieces cut at random points never reach the framer,
+    whatever the separator (Vertex AI's array is indented, ``\\n,\\n`` apart)."""
+    body = b"[" + sep.join(elements(400, 'a]}\\"[{', indent)) + b"]"
     rng = random.Random(5)
     cuts = sorted(rng.sample(range(1, len(body)), 20))
     pieces = [body[a:b] for a, b in itertools.pairwise([0, *cuts, len(body)])]
@@ -306,3 +314,35 @@ def test_the_c_scan_frames_as_the_python_loop(
     bounds = [0, *sorted({c for c in cuts if c < len(data)}), len(data)]
     pieces = [data[a:b] for a, b in itertools.pairwise(bounds) if b > a]
     assert framed(pieces, cap, in_c=True) == framed(pieces, cap, in_c=False)
+
+
+VERTEX = Path(__file__).resolve().parents[1] / "fixtures" / "gemini" / "array"
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_real_vertex_array_cut_anywhere_reads_alike(seed: int) -> None:
+    """Vertex AI's indented array (a real body), its first element again and again
+    with running counts, cut at random points: the three ways agree."""
+    body = (VERTEX / "elastic-vertex-chat-completion-doc.json").read_bytes()
+    first, last = body[1:-2].split(b"\n,\n")
+    again = [
+        first.replace(b'"trafficType"', f'"totalTokenCount": {i},\n    "trafficType"'.encode())
+        for i in range(60)
+    ]
+    body = b"[" + b"\n,\n".join([*again, last]) + b"\n]"
+    rng = random.Random(seed)
+    cuts = sorted(rng.sample(range(1, len(body)), 40))
+    pieces = [body[a:b] for a, b in itertools.pairwise([0, *cuts, len(body)])]
+    stamps = [0.01 * i for i in range(len(pieces))]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gemini, "FAST_PATH", False)
+        reference, _ = meter(True, pieces, stamps, [8], 4 * 1024 * 1024, many=False)
+    one = meter(True, pieces, stamps, [8], 4 * 1024 * 1024, many=False)
+    many = meter(True, pieces, stamps, [8], 4 * 1024 * 1024, many=True)
+    assert many == one
+    assert many[0] == reference
+    assert (reference["events"], reference["outcome"], reference["parse_issues"]) == (
+        61,
+        "completed",
+        0,
+    )

@@ -259,12 +259,13 @@ read_text(int kind, const unsigned char *t, Py_ssize_t n, Counts *c)
     return chars;
 }
 
-/* Template.match, then the text: one event's data. */
+/* Template.match, then the text: one event's data, less the first skip bytes of
+ * the head (0 but for run_objects, where they are the lead of a whole piece). */
 static Py_ssize_t
-read_event(Reader *r, const char *d, Py_ssize_t size, Counts *c)
+read_event(Reader *r, const char *d, Py_ssize_t size, Counts *c, Py_ssize_t skip)
 {
-    Py_ssize_t hn = PyBytes_GET_SIZE(r->head), tn = PyBytes_GET_SIZE(r->tail);
-    if (size < hn || memcmp(d, PyBytes_AS_STRING(r->head), (size_t)hn) != 0) {
+    Py_ssize_t hn = PyBytes_GET_SIZE(r->head) - skip, tn = PyBytes_GET_SIZE(r->tail);
+    if (hn < 0 || size < hn || memcmp(d, PyBytes_AS_STRING(r->head) + skip, (size_t)hn) != 0) {
         return -1;
     }
     Py_ssize_t pos = hn;
@@ -396,7 +397,7 @@ Reader_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyOb
         return NULL;
     }
     Counts c = {0, 0, 0, 0};
-    Py_ssize_t n = read_event(r, data, size, &c);
+    Py_ssize_t n = read_event(r, data, size, &c, 0);
     if (view.obj != NULL) {
         PyBuffer_Release(&view);
     }
@@ -415,10 +416,12 @@ PyDoc_STRVAR(run_doc,
 "and how many of them carried output.");
 
 PyDoc_STRVAR(run_objects_doc,
-"run_objects(data, pos, limit) -> (pos, events, outputs)\n\n"
-"run() for the elements of a streamed JSON array: an event runs from pos through\n"
-"the bracket that closes the first bracket after pos (strings skipped, a\n"
-"backslash escaping the next byte), as JSONArrayFramer ends an element.");
+"run_objects(data, pos, limit, skip=0) -> (pos, events, outputs)\n\n"
+"run() for the elements of a streamed JSON array: past the bytes that change no\n"
+"nesting (the framing between elements), an element from its brace through the\n"
+"brace that closes it (strings skipped, a backslash escaping the next byte), as\n"
+"JSONArrayFramer frames one, at most limit bytes, read by this reader less the\n"
+"first skip bytes of its head (the lead of a whole piece, JSONArrayFramer's).");
 
 /* The arguments pos and limit of a run, checked. */
 static int
@@ -483,10 +486,12 @@ object_end(const char *d, Py_ssize_t pos, Py_ssize_t stop)
 }
 
 /* The shared loop of run and run_objects: each event from pos through its end
- * (sep != NULL: through the first sep; else object_end), read while it can be. */
+ * (sep != NULL: through the first sep; else the bytes that change no nesting,
+ * then an object from its brace to object_end, read less skip bytes of the
+ * head), read while it can be. */
 static PyObject *
 run_events(Reader *r, PyObject *arg, Py_ssize_t pos, Py_ssize_t limit, const char *sep,
-           Py_ssize_t m)
+           Py_ssize_t m, Py_ssize_t skip)
 {
     const char *data;
     Py_ssize_t size;
@@ -497,7 +502,7 @@ run_events(Reader *r, PyObject *arg, Py_ssize_t pos, Py_ssize_t limit, const cha
     Counts c = {0, 0, 0, 0};
     Py_ssize_t events = 0, outputs = 0;
     while (pos < size) {
-        Py_ssize_t stop;
+        Py_ssize_t start = pos, stop;
         if (sep != NULL) {
             const char *at = memmem(data + pos, (size_t)(size - pos), sep, (size_t)m);
             if (at == NULL) {
@@ -505,16 +510,22 @@ run_events(Reader *r, PyObject *arg, Py_ssize_t pos, Py_ssize_t limit, const cha
             }
             stop = at - data + m;
         } else {
-            Py_ssize_t bound = size - pos > limit ? pos + limit : size;
-            stop = object_end(data, pos, bound);
+            while (start < size && !json_special[(unsigned char)data[start]]) {
+                start++;
+            }
+            if (start >= size || data[start] != '{') {
+                break;
+            }
+            Py_ssize_t bound = size - start > limit ? start + limit : size;
+            stop = object_end(data, start, bound);
             if (stop < 0) {
                 break;
             }
         }
-        if (stop - pos > limit) {
+        if (stop - start > limit) {
             break;
         }
-        Py_ssize_t n = read_event(r, data + pos, stop - pos, &c);
+        Py_ssize_t n = read_event(r, data + start, stop - start, &c, skip);
         if (n < 0) {
             break;
         }
@@ -554,21 +565,31 @@ Reader_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         sep = PyBytes_AS_STRING(args[3]);
         m = PyBytes_GET_SIZE(args[3]);
     }
-    return run_events((Reader *)self, args[0], pos, limit, sep, m);
+    return run_events((Reader *)self, args[0], pos, limit, sep, m, 0);
 }
 
 static PyObject *
 Reader_run_objects(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "run_objects takes data, pos and limit");
+    if (nargs != 3 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "run_objects takes data, pos, limit and maybe skip");
         return NULL;
     }
-    Py_ssize_t pos, limit;
+    Py_ssize_t pos, limit, skip = 0;
     if (run_bounds(args, &pos, &limit) < 0) {
         return NULL;
     }
-    return run_events((Reader *)self, args[0], pos, limit, NULL, 0);
+    if (nargs == 4) {
+        skip = PyLong_AsSsize_t(args[3]);
+        if (skip == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (skip < 0 || skip > PyBytes_GET_SIZE(((Reader *)self)->head)) {
+            PyErr_SetString(PyExc_ValueError, "skip must be within the head");
+            return NULL;
+        }
+    }
+    return run_events((Reader *)self, args[0], pos, limit, NULL, 0, skip);
 }
 
 PyDoc_STRVAR(scan_doc,

@@ -257,6 +257,8 @@ def test_a_run_of_crlf_events_or_array_elements_reads_alike(
     rng = random.Random(seed)
     piece = b""
     for text, seq, damaged in events:
+        if framer is ARRAY_FRAMER:  # any separator between elements
+            lead = rng.choice([b",\r\n", b"\r\n,\r\n", b"\n,\n", b",", b"", b" ,\t"])
         data = lead + make(text, seq if rng.random() < 0.3 else b"5", b"Zq") + trail  # type: ignore[operator]
         piece += mutate(rng, data) if damaged else data
     if rng.random() < 0.5:
@@ -288,6 +290,8 @@ def test_a_reader_refuses_bad_arguments() -> None:
         read.run_objects(b"", 0)  # type: ignore[attr-defined]
     with pytest.raises(ValueError):
         read.run_objects(b"", 0, -1)  # type: ignore[attr-defined]
+    with pytest.raises(ValueError):
+        read.run_objects(b"", 0, 1, len(tmpl.head) + 1)  # type: ignore[attr-defined]
     with pytest.raises(ValueError):
         native.Reader(obs, 7, b"", (), (), b"")  # type: ignore[union-attr]
     with pytest.raises(ValueError):
