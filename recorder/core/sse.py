@@ -53,6 +53,7 @@ class SSEFramer(SSELines):
 
     __slots__ = (
         "_at_start",
+        "_blank",
         "_crlf",
         "_ended",
         "_idle",
@@ -71,6 +72,9 @@ class SSEFramer(SSELines):
         # batch path reads whole events written so (whole_event, runner). Only a
         # guess of how the next events are written: what they are is checked.
         self._crlf = False
+        # the blank line that ends an event as whole_event last wrote one, which
+        # runner, splittable and feed_next split at (so that they agree)
+        self._blank = b"\n\n"
         self._at_start = True  # a BOM may still come
         self._ended = False
         self._names: dict[bytes, str] = {}
@@ -135,6 +139,7 @@ class SSEFramer(SSELines):
         Line ends are LF, or CRLF once the stream wrote a CR (Google's): either
         way each line end of such a piece is one, and the piece the same event."""
         eol = b"\r\n" if self._crlf else b"\n"
+        self._blank = eol + eol
         if name == "message":
             lead = b"data: "
         else:
@@ -159,10 +164,10 @@ class SSEFramer(SSELines):
         blank line, as here: no Python call per event), else the same loop in
         Python. A blank line is ``\\n\\n``, or ``\\r\\n\\r\\n`` for a stream
         with CRLF line ends (as :meth:`whole_event` writes one)."""
-        blank = _BLANK_CRLF if self._crlf else b"\n\n"
+        blank = self._blank
         native: Any = getattr(read, "run", None)
         if native is not None:
-            if not self._crlf:
+            if blank != _BLANK_CRLF:
                 run: EventRun = native
                 return run
 
@@ -192,9 +197,9 @@ class SSEFramer(SSELines):
 
     def splittable(self, data: bytes) -> bool:
         """Whether ``data`` holds more than one event (a blank line before its
-        last bytes), with no CR, or CRLF line ends if the stream's are, so that a
-        run may read its events."""
-        if self._crlf:
+        last bytes), with no CR, or with CRLF line ends if :meth:`whole_event`
+        wrote them so, so that a run may read its events."""
+        if self._blank == _BLANK_CRLF:
             return 0 <= data.find(_BLANK_CRLF) < len(data) - 4
         return 0 <= data.find(b"\n\n") < len(data) - 2 and data.find(b"\r") < 0
 
@@ -202,7 +207,7 @@ class SSEFramer(SSELines):
         """:meth:`feed` the bytes of ``data`` from ``pos`` through its next blank
         line (to its end if there is none): their items, and where they stopped.
         (Any chunking frames alike: where it splits is only how far a run may go.)"""
-        blank = _BLANK_CRLF if self._crlf else b"\n\n"
+        blank = self._blank
         stop = data.find(blank, pos)
         stop = len(data) if stop < 0 else stop + len(blank)
         return self.feed(data[pos:stop]), stop
