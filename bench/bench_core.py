@@ -37,7 +37,8 @@ metrics), against botocore's own ``EventStreamBuffer`` (the anchor: prelude,
 CRCs, headers, payload, what boto3's ``EventStream`` runs before its JSON parser),
 with the recorder's event-stream framer and its meter (framing, the JSON, the
 base64, the interpreter, timing); a context row adds botocore's ``json.loads``
-(and the base64 for InvokeModel). ``--eventstream-only`` / ``--sse-only`` run one part.
+(and the base64 for InvokeModel). ``--eventstream-only`` / ``--sse-only`` /
+``--gemini-only`` run one part.
 Gemini (``generate_content``) has its own table: its anchor is the official
 ``google-genai`` SDK's own stream parsing, the SDK's ``HttpResponse.segments()`` over
 an ``httpx.Response`` streaming the same pieces (its SSE line reading and one
@@ -827,6 +828,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sse-only", action="store_true", help="skip the Bedrock event-stream bodies"
     )
+    parser.add_argument(
+        "--gemini-only", action="store_true", help="only the Gemini (generate_content) table"
+    )
     args = parser.parse_args(argv)
     global CLOCK
     CLOCK = time.perf_counter if args.wall else time.thread_time
@@ -844,7 +848,8 @@ def main(argv: list[str] | None = None) -> int:
             worst[key] = (ratio, where)
 
     header = f"  {'contender':<44}{'events/s':>12}{'µs/event':>10}{'vs SDK':>9}"
-    for build in () if args.eventstream_only else (build_chat, build_messages, build_responses):
+    skip_sse = args.eventstream_only or args.gemini_only
+    for build in () if skip_sse else (build_chat, build_messages, build_responses):
         endpoint, blocks = build(n_deltas, seed=1)
         body = b"".join(blocks)
         chunkings = [
@@ -870,7 +875,7 @@ def main(argv: list[str] | None = None) -> int:
             note("meter vs SDK decoder", base / secs[METER], where)
             print()
 
-    if not args.sse_only:
+    if not args.sse_only and not args.gemini_only:
         print(f"botocore {botocore_version}")
         worst.update(bench_eventstream(n_deltas, repeats))
     if not args.eventstream_only:
@@ -883,7 +888,7 @@ def main(argv: list[str] | None = None) -> int:
         "framer vs httpx-sse": TARGET_FRAMER_VS_HTTPX_SSE,
         "meter vs SDK decoder": TARGET_METER_VS_SDK,
     }
-    if not args.sse_only:
+    if not args.sse_only and not args.gemini_only:
         targets["event-stream framer vs botocore"] = TARGET_ES_FRAMER_VS_BOTOCORE
         targets["event-stream meter vs botocore"] = TARGET_ES_METER_VS_BOTOCORE
     print("targets (worst case over bodies and chunkings):")

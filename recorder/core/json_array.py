@@ -9,13 +9,15 @@ interpreter as an :class:`~recorder.core.framing.Event` named ``message`` (its
 ``data`` the element's bytes, undecoded) as soon as its closing brace arrives:
 the stream's rhythm is then timed as an SSE stream's is.
 
-The framer tracks nesting on bytes: a regular expression skips, in C, every
-byte that is no bracket, brace nor quote and every whole string, so that Python
-looks only at brackets and braces; a string a piece ends inside is read to its
-closing quote in the next, a backslash escaping the next byte even across two
-pieces. An object that opens at the top (a bare
-``{"error": ...}`` after the array, or instead of it) is an element too; what
-lies between elements (commas, white space, the array's brackets) is framing.
+The framer tracks nesting on bytes: inside an element, the C reader's ``scan``
+walks to its end in one call; elsewhere (and without the C reader) a regular
+expression skips, in C, every byte that is no bracket, brace nor quote and
+every whole string, so that Python looks only at brackets and braces; a string
+a piece ends inside is read to its closing quote in the next, a backslash
+escaping the next byte even across two pieces. An object that opens at the top
+(a bare ``{"error": ...}`` after the array, or instead of it) is an element
+too; what lies between elements (commas, white space, the array's brackets)
+is framing.
 
 Memory is bounded as the SSE framer's is: an element whose bytes pass
 ``max_event_bytes`` is skipped to its end and reported once
@@ -23,18 +25,21 @@ Memory is bounded as the SSE framer's is: an element whose bytes pass
 still open when the stream ends is ``unterminated_event``. Bytes that are not
 JSON between elements are skipped. The framer never raises.
 
-Of the SSE framer's batch shortcuts it has one: a piece that is exactly ``,``
-CRLF and one element (how Google writes each element after the first) is read
-whole by the interpreter's byte template when the framer is between elements
-(:meth:`whole_event`); every other piece goes through :meth:`feed`.
+It has the SSE framer's batch shortcuts: a piece that is exactly ``,`` CRLF
+and one element (how Google writes each element after the first) is read whole
+by the interpreter's byte template when the framer is between elements
+(:meth:`whole_event`), and so is each such element of a piece cut anywhere, one
+run at a time (:meth:`runner`, in C: ``_reader.Reader.run_objects``); what no
+run reads goes through the framer an element at a time (:meth:`feed_next`).
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from recorder.core.framing import Event, FramingIssue, IssueKind
+from recorder.core.protocols.template import native_scan
 from recorder.core.sse_lines import DEFAULT_MAX_EVENT_BYTES
 
 if TYPE_CHECKING:
@@ -47,6 +52,10 @@ _SKIP = re.compile(rb'[^"\[\]{}]*(?:"[^"\\]*(?:\\.[^"\\]*)*"[^"\[\]{}]*)*', re.D
 # inside a string: its closing quote, or a backslash (which escapes the next byte)
 _IN_STRING = re.compile(rb'["\\]')
 _OPEN = frozenset(b"[{")
+# between two elements: bytes that change no nesting (a separator, white space)
+_FRAMING = re.compile(rb'[^"\[\]{}]*')
+# how Google writes each element after the first, as a piece of its own
+_LEAD = b",\r\n"
 
 
 class JSONArrayFramer:
@@ -119,23 +128,67 @@ class JSONArrayFramer:
         it leaves the framer as it was (between two elements)."""
         if name != "message":
             return None
-        return template.enclosed(b",\r\n", b"")
+        return template.enclosed(_LEAD, b"")
 
     def runner(self, read: EventReader) -> EventRun:
-        """A run that reads nothing (the meter never asks, ``whole_event`` being None)."""
+        """``run(data, pos, limit)`` for a reader of :meth:`whole_event`'s template:
+        read the elements of ``data`` from ``pos`` on, each past the framing
+        before it (bytes that change no nesting: whatever separator the stream
+        writes) and from its brace through the one that closes it
+        (:func:`object_end`), while each is at most ``limit`` bytes and ``read``
+        reads it (less the lead of a whole piece); return where it stopped, the
+        elements read and how many carried output. The framer must be
+        :attr:`idle` at ``pos``: then each element read is one whole element (see
+        :meth:`whole_event`) and leaves it idle, as :meth:`feed` would.
 
-        def run(data: bytes, pos: int, limit: int) -> tuple[int, int, int]:
-            return pos, 0, 0
+        The C reader's ``run_objects`` when ``read`` has one, else the same loop
+        in Python."""
+        native: Any = getattr(read, "run_objects", None)
+        if native is not None:
 
-        return run
+            def c_run(data: bytes, pos: int, limit: int) -> tuple[int, int, int]:
+                return native(data, pos, limit, len(_LEAD))  # type: ignore[no-any-return]
+
+            return c_run
+
+        def python_run(data: bytes, pos: int, limit: int) -> tuple[int, int, int]:
+            events = outputs = 0
+            size = len(data)
+            while pos < size:
+                start = _FRAMING.match(data, pos).end()  # type: ignore[union-attr]
+                if start >= size or data[start] != 0x7B:
+                    break
+                stop = object_end(data, start, min(size, start + limit))
+                if stop < 0:
+                    break
+                n = read(_LEAD + data[start:stop])
+                if n < 0:
+                    break
+                events += 1
+                if n:
+                    outputs += 1
+                pos = stop
+            return pos, events, outputs
+
+        return python_run
 
     def splittable(self, data: bytes) -> bool:
-        """Never: pieces are framed whole."""
-        return False
+        """Whether an element may begin in ``data``, for a run to read."""
+        return data.find(b"{") >= 0
 
     def feed_next(self, data: bytes, pos: int) -> tuple[list[Item], int]:
-        """The rest of the piece, framed."""
-        return self.feed(data[pos:]), len(data)
+        """:meth:`feed` the bytes of ``data`` from ``pos`` through the end of the
+        next element that ends in it (to its end if none does): their items, and
+        where they stopped."""
+        if self._ended:
+            return [], len(data)
+        out: list[Item] = []
+        try:
+            stop = self._scan(data, out, pos, once=True)
+        except Exception:  # pragma: no cover - a bug here must not reach the proxy
+            self._reset()
+            return [FramingIssue(IssueKind.INTERNAL_ERROR, len(data) - pos)], len(data)
+        return out, stop
 
     def feed_one(self, data: bytes) -> Event | None:
         """None: no piece is taken whole without framing."""
@@ -157,12 +210,31 @@ class JSONArrayFramer:
             self._reset()
             return [FramingIssue(IssueKind.INTERNAL_ERROR, len(data))]
 
-    def _scan(self, data: bytes, out: list[Item]) -> None:
-        pos = 0
-        start = 0 if self._in_element else -1  # where the element's bytes in data begin
+    def _scan(self, data: bytes, out: list[Item], pos: int = 0, *, once: bool = False) -> int:
+        """Frame ``data`` from ``pos``; with ``once``, stop after the first element
+        that ends. Where it stopped."""
+        start = pos if self._in_element else -1  # where the element's bytes in data begin
         size = len(data)
         skip = _SKIP.match
+        scan = native_scan()
         while pos < size:
+            if self._in_element and scan is not None:
+                # inside an element, to its end in one call: what the loop below
+                # does for it (tests/core/test_json_array.py)
+                string = (2 if self._escape else 1) if self._in_string else 0
+                end, depth, string = scan(data, pos, self._depth - self._base, string)
+                self._in_string = string > 0
+                self._escape = string == 2
+                if end < 0:
+                    self._depth = self._base + depth
+                    break
+                self._depth = self._base
+                self._element_end(data, start, end, out)
+                start = -1
+                pos = end
+                if once:
+                    return pos
+                continue
             if self._in_string:
                 pos = self._string(data, pos)
                 continue
@@ -190,10 +262,13 @@ class JSONArrayFramer:
             if self._in_element and self._depth == self._base:
                 self._element_end(data, start, pos, out)
                 start = -1
+                if once:
+                    return pos
             elif self._depth == 0:
                 self._base = 0  # the outer array closed: a bare object may follow
         if self._in_element and start >= 0:
             self._keep(data[start:], out)
+        return size
 
     def _string(self, data: bytes, pos: int) -> int:
         """Past the string's closing quote in ``data`` from ``pos`` (or its end)."""
@@ -266,3 +341,25 @@ class JSONArrayFramer:
         self._in_string = False
         self._escape = False
         self._skipping = False
+
+
+def object_end(data: bytes, pos: int, stop: int) -> int:
+    """The end (one past it) of the bracket that closes the first bracket in
+    ``data[pos:stop]``, strings skipped; -1 if it does not close there. Where a
+    run guesses that an element ends (the C reader's ``object_end`` is the same):
+    the template's reader says whether it is one."""
+    depth = 0
+    skip = _SKIP.match
+    while pos < stop:
+        pos = skip(data, pos, stop).end()  # type: ignore[union-attr]
+        if pos >= stop or data[pos] == 0x22:  # (a string that does not close before stop)
+            return -1
+        char = data[pos]
+        pos += 1
+        if char in _OPEN:
+            depth += 1
+            continue
+        depth -= 1
+        if depth <= 0:
+            return pos if depth == 0 else -1
+    return -1

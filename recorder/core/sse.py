@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSEFramer"]
 
 _BOM = b"\xef\xbb\xbf"
+_BLANK_CRLF = b"\r\n\r\n"  # a line end and a blank line, CRLF
 _NAMES_KEPT = 32  # event names decoded once per stream, then looked up
 
 _new = tuple.__new__  # builds an Event without NamedTuple's Python-level __new__
@@ -50,13 +51,30 @@ _new = tuple.__new__  # builds an Event without NamedTuple's Python-level __new_
 class SSEFramer(SSELines):
     """Incremental SSE parser. Call :meth:`feed` with each received piece."""
 
-    __slots__ = ("_at_start", "_ended", "_idle", "_names", "_prefix", "_prefix_name", "_skip_lf")
+    __slots__ = (
+        "_at_start",
+        "_blank",
+        "_crlf",
+        "_ended",
+        "_idle",
+        "_names",
+        "_prefix",
+        "_prefix_name",
+        "_skip_lf",
+    )
 
     def __init__(
         self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES, *, bare_json: bool = False
     ) -> None:
         super().__init__(max_event_bytes, bare_json=bare_json)
         self._skip_lf = False  # the previous read ended in CR
+        # The stream wrote a CR: its line ends are likely CRLF (Google's), so the
+        # batch path reads whole events written so (whole_event, runner). Only a
+        # guess of how the next events are written: what they are is checked.
+        self._crlf = False
+        # the blank line that ends an event as whole_event last wrote one, which
+        # runner, splittable and feed_next split at (so that they agree)
+        self._blank = b"\n\n"
         self._at_start = True  # a BOM may still come
         self._ended = False
         self._names: dict[bytes, str] = {}
@@ -116,16 +134,22 @@ class SSEFramer(SSELines):
         the framer is :attr:`idle` and the piece is at most :attr:`piece_limit`
         long: the data is one line, because its literals hold no line end and
         no hole nor text that a template's reader accepts holds a control
-        character (so neither CR nor LF)."""
+        character (so neither CR nor LF).
+
+        Line ends are LF, or CRLF once the stream wrote a CR (Google's): either
+        way each line end of such a piece is one, and the piece the same event."""
+        eol = b"\r\n" if self._crlf else b"\n"
+        self._blank = eol + eol
         if name == "message":
             lead = b"data: "
         else:
-            lead = b"event: " + name.encode("utf-8", "replace") + b"\ndata: "
-            if lead.count(b"\n") != 1 or lead.find(b"\r") >= 0:
+            lead = b"event: " + name.encode("utf-8", "replace")
+            if lead.find(b"\n") >= 0 or lead.find(b"\r") >= 0:
                 return None
+            lead += eol + b"data: "
         if any(lit.find(b"\n") >= 0 or lit.find(b"\r") >= 0 for lit in template.literals()):
             return None
-        return template.enclosed(lead, b"\n\n")
+        return template.enclosed(lead, eol + eol)
 
     def runner(self, read: EventReader) -> EventRun:
         """``run(data, pos, limit)`` for a reader of :meth:`whole_event`'s
@@ -133,44 +157,59 @@ class SSEFramer(SSELines):
         at most ``limit`` bytes (its blank line included) and ``read`` reads it;
         return where it stopped, the events read and how many carried output.
         For the run to frame as :meth:`feed` would, the framer must be settled
-        at ``pos`` and ``data`` hold no CR (:meth:`splittable`).
+        at ``pos`` (:meth:`splittable`): each event read is one line (see
+        :meth:`whole_event`) and its blank line, whatever else the piece holds.
 
         The C reader's own ``run`` when ``read`` has one (it ends events at a
         blank line, as here: no Python call per event), else the same loop in
-        Python."""
+        Python. A blank line is ``\\n\\n``, or ``\\r\\n\\r\\n`` for a stream
+        with CRLF line ends (as :meth:`whole_event` writes one)."""
+        blank = self._blank
         native: Any = getattr(read, "run", None)
         if native is not None:
-            run: EventRun = native
-            return run
+            if blank != _BLANK_CRLF:
+                run: EventRun = native
+                return run
+
+            def crlf_run(data: bytes, pos: int, limit: int) -> tuple[int, int, int]:
+                return native(data, pos, limit, _BLANK_CRLF)  # type: ignore[no-any-return]
+
+            return crlf_run
+        step = len(blank)
 
         def python_run(data: bytes, pos: int, limit: int) -> tuple[int, int, int]:
             events = outputs = 0
             size = len(data)
             while pos < size:
-                stop = data.find(b"\n\n", pos)
-                if stop < 0 or stop + 2 - pos > limit:
+                stop = data.find(blank, pos)
+                if stop < 0 or stop + step - pos > limit:
                     break
-                n = read(data[pos : stop + 2])
+                n = read(data[pos : stop + step])
                 if n < 0:
                     break
                 events += 1
                 if n:
                     outputs += 1
-                pos = stop + 2
+                pos = stop + step
             return pos, events, outputs
 
         return python_run
 
     def splittable(self, data: bytes) -> bool:
         """Whether ``data`` holds more than one event (a blank line before its
-        last two bytes) and no CR, so that a run may read its events."""
+        last bytes), with no CR, or with CRLF line ends if :meth:`whole_event`
+        wrote them so, so that a run may read its events."""
+        if self._blank == _BLANK_CRLF:
+            return 0 <= data.find(_BLANK_CRLF) < len(data) - 4
         return 0 <= data.find(b"\n\n") < len(data) - 2 and data.find(b"\r") < 0
 
     def feed_next(self, data: bytes, pos: int) -> tuple[list[Item], int]:
         """:meth:`feed` the bytes of ``data`` from ``pos`` through its next blank
-        line (to its end if there is none): their items, and where they stopped."""
-        stop = data.find(b"\n\n", pos)
-        stop = len(data) if stop < 0 else stop + 2
+        line (to its end if there is none): their items, and where they stopped.
+        (Any chunking frames alike: where it splits is only how far a run may go.)"""
+        blank = self._blank
+        stop = data.find(blank, pos)
+        stop = len(data) if stop < 0 else stop + len(blank)
         return self.feed(data[pos:stop]), stop
 
     # -- framing ---------------------------------------------------------------
@@ -226,6 +265,7 @@ class SSEFramer(SSELines):
                 and data.find(b"\n", 6) == cr + 1
                 and cr <= self._max
             ):
+                self._crlf = True
                 return _new(Event, ("message", data[6:cr], self._last_id, None))
             return None
         prefix = self._prefix
@@ -280,6 +320,7 @@ class SSEFramer(SSELines):
         # find, not `in`: bytes.__contains__ first tries the operand as an int,
         # and the TypeError it raises and swallows costs more than the scan
         if data.find(b"\r") >= 0:
+            self._crlf = True
             self._skip_lf = data[-1] == 0x0D
             data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         out: list[Item] = []

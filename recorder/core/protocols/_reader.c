@@ -3,8 +3,10 @@
  * A Reader does for one event's data exactly what the Python reader made by
  * Template.reader does (the same return value, the same counts added to the
  * Observations), and Reader.run does it for a run of whole SSE events in one
- * piece (the run's loop in Python is SSEFramer.runner's in sse.py, which hands
- * out this one instead), where the Python reader spends most of the meter's time
+ * piece, LF or CRLF (the run's loop in Python is SSEFramer.runner's in sse.py,
+ * which hands out this one instead), Reader.run_objects for a run of the
+ * elements of a streamed JSON array (JSONArrayFramer.runner's, json_array.py),
+ * where the Python reader spends most of the meter's time
  * (docs/performance.md). The Python reader stays the reference: the tests run
  * both on the same bytes (tests/core/protocols/test_native_reader.py), and
  * without this module (no C compiler at install) the Python one is used.
@@ -257,12 +259,13 @@ read_text(int kind, const unsigned char *t, Py_ssize_t n, Counts *c)
     return chars;
 }
 
-/* Template.match, then the text: one event's data. */
+/* Template.match, then the text: one event's data, less the first skip bytes of
+ * the head (0 but for run_objects, where they are the lead of a whole piece). */
 static Py_ssize_t
-read_event(Reader *r, const char *d, Py_ssize_t size, Counts *c)
+read_event(Reader *r, const char *d, Py_ssize_t size, Counts *c, Py_ssize_t skip)
 {
-    Py_ssize_t hn = PyBytes_GET_SIZE(r->head), tn = PyBytes_GET_SIZE(r->tail);
-    if (size < hn || memcmp(d, PyBytes_AS_STRING(r->head), (size_t)hn) != 0) {
+    Py_ssize_t hn = PyBytes_GET_SIZE(r->head) - skip, tn = PyBytes_GET_SIZE(r->tail);
+    if (hn < 0 || size < hn || memcmp(d, PyBytes_AS_STRING(r->head) + skip, (size_t)hn) != 0) {
         return -1;
     }
     Py_ssize_t pos = hn;
@@ -394,7 +397,7 @@ Reader_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyOb
         return NULL;
     }
     Counts c = {0, 0, 0, 0};
-    Py_ssize_t n = read_event(r, data, size, &c);
+    Py_ssize_t n = read_event(r, data, size, &c, 0);
     if (view.obj != NULL) {
         PyBuffer_Release(&view);
     }
@@ -405,50 +408,124 @@ Reader_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyOb
 }
 
 PyDoc_STRVAR(run_doc,
-"run(data, pos, limit) -> (pos, events, outputs)\n\n"
+"run(data, pos, limit, end=b'\\n\\n') -> (pos, events, outputs)\n\n"
 "Read the whole events of data from pos on, one after another, while each is\n"
-"at most limit bytes long (its blank line included) and this reader reads it;\n"
+"at most limit bytes long (through the first end after its start: an SSE\n"
+"event's blank line, b'\\r\\n\\r\\n' for CRLF line ends) and this reader reads it;\n"
 "count what they carried; return where it stopped, how many events it read\n"
 "and how many of them carried output.");
 
-static PyObject *
-Reader_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+PyDoc_STRVAR(run_objects_doc,
+"run_objects(data, pos, limit, skip=0) -> (pos, events, outputs)\n\n"
+"run() for the elements of a streamed JSON array: past the bytes that change no\n"
+"nesting (the framing between elements), an element from its brace through the\n"
+"brace that closes it (strings skipped, a backslash escaping the next byte), as\n"
+"JSONArrayFramer frames one, at most limit bytes, read by this reader less the\n"
+"first skip bytes of its head (the lead of a whole piece, JSONArrayFramer's).");
+
+/* The arguments pos and limit of a run, checked. */
+static int
+run_bounds(PyObject *const *args, Py_ssize_t *pos, Py_ssize_t *limit)
 {
-    Reader *r = (Reader *)self;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "run takes data, pos and limit");
-        return NULL;
+    *pos = PyLong_AsSsize_t(args[1]);
+    if (*pos == -1 && PyErr_Occurred()) {
+        return -1;
     }
-    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
-    if (pos == -1 && PyErr_Occurred()) {
-        return NULL;
+    *limit = PyLong_AsSsize_t(args[2]);
+    if (*limit == -1 && PyErr_Occurred()) {
+        return -1;
     }
-    Py_ssize_t limit = PyLong_AsSsize_t(args[2]);
-    if (limit == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (pos < 0 || limit < 0) {
+    if (*pos < 0 || *limit < 0) {
         PyErr_SetString(PyExc_ValueError, "pos and limit must not be negative");
-        return NULL;
+        return -1;
     }
+    return 0;
+}
+
+/* Bytes that change the nesting of JSON outside a string. */
+static unsigned char json_special[256];
+
+/* The end (one past it) of the bracket that closes the first bracket in d[pos:stop]
+ * (a string's brackets not counted), or -1 if it does not close there. Only a guess
+ * of where an event ends: read_event says whether it is one. */
+static Py_ssize_t
+object_end(const char *d, Py_ssize_t pos, Py_ssize_t stop)
+{
+    const unsigned char *s = (const unsigned char *)d;
+    Py_ssize_t depth = 0;
+    Py_ssize_t i = pos;
+    while (i < stop) {
+        while (i < stop && !json_special[s[i]]) {
+            i++;
+        }
+        if (i >= stop) {
+            return -1;
+        }
+        unsigned char b = s[i++];
+        if (b == '"') { /* to the closing quote */
+            for (;;) {
+                while (i < stop && s[i] != '"' && s[i] != '\\') {
+                    i++;
+                }
+                if (i >= stop) {
+                    return -1;
+                }
+                if (s[i] == '"') {
+                    i++;
+                    break;
+                }
+                i += 2; /* a backslash and the byte it escapes */
+            }
+        } else if (b == '{' || b == '[') {
+            depth++;
+        } else if (--depth <= 0) {
+            return depth == 0 ? i : -1;
+        }
+    }
+    return -1;
+}
+
+/* The shared loop of run and run_objects: each event from pos through its end
+ * (sep != NULL: through the first sep; else the bytes that change no nesting,
+ * then an object from its brace to object_end, read less skip bytes of the
+ * head), read while it can be. */
+static PyObject *
+run_events(Reader *r, PyObject *arg, Py_ssize_t pos, Py_ssize_t limit, const char *sep,
+           Py_ssize_t m, Py_ssize_t skip)
+{
     const char *data;
     Py_ssize_t size;
     Py_buffer view;
-    if (get_data(args[0], &data, &size, &view) < 0) {
+    if (get_data(arg, &data, &size, &view) < 0) {
         return NULL;
     }
     Counts c = {0, 0, 0, 0};
     Py_ssize_t events = 0, outputs = 0;
     while (pos < size) {
-        const char *blank = memmem(data + pos, (size_t)(size - pos), "\n\n", 2);
-        if (blank == NULL) {
+        Py_ssize_t start = pos, stop;
+        if (sep != NULL) {
+            const char *at = memmem(data + pos, (size_t)(size - pos), sep, (size_t)m);
+            if (at == NULL) {
+                break;
+            }
+            stop = at - data + m;
+        } else {
+            while (start < size && !json_special[(unsigned char)data[start]]) {
+                start++;
+            }
+            if (start >= size || data[start] != '{') {
+                break;
+            }
+            Py_ssize_t bound = size - start > limit ? start + limit : size;
+            stop = object_end(data, start, bound);
+            if (stop < 0) {
+                break;
+            }
+        }
+        if (stop - start > limit) {
             break;
         }
-        Py_ssize_t stop = blank - data + 2;
-        if (stop - pos > limit) {
-            break;
-        }
-        Py_ssize_t n = read_event(r, data + pos, stop - pos, &c);
+        Py_ssize_t n = read_event(r, data + start, stop - start, &c, skip);
         if (n < 0) {
             break;
         }
@@ -466,6 +543,143 @@ Reader_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     return Py_BuildValue("(nnn)", pos, events, outputs);
 }
+
+static PyObject *
+Reader_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "run takes data, pos, limit and maybe end");
+        return NULL;
+    }
+    Py_ssize_t pos, limit;
+    if (run_bounds(args, &pos, &limit) < 0) {
+        return NULL;
+    }
+    const char *sep = "\n\n";
+    Py_ssize_t m = 2;
+    if (nargs == 4) {
+        if (!PyBytes_CheckExact(args[3]) || PyBytes_GET_SIZE(args[3]) == 0) {
+            PyErr_SetString(PyExc_TypeError, "end must be bytes, not empty");
+            return NULL;
+        }
+        sep = PyBytes_AS_STRING(args[3]);
+        m = PyBytes_GET_SIZE(args[3]);
+    }
+    return run_events((Reader *)self, args[0], pos, limit, sep, m, 0);
+}
+
+static PyObject *
+Reader_run_objects(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "run_objects takes data, pos, limit and maybe skip");
+        return NULL;
+    }
+    Py_ssize_t pos, limit, skip = 0;
+    if (run_bounds(args, &pos, &limit) < 0) {
+        return NULL;
+    }
+    if (nargs == 4) {
+        skip = PyLong_AsSsize_t(args[3]);
+        if (skip == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (skip < 0 || skip > PyBytes_GET_SIZE(((Reader *)self)->head)) {
+            PyErr_SetString(PyExc_ValueError, "skip must be within the head");
+            return NULL;
+        }
+    }
+    return run_events((Reader *)self, args[0], pos, limit, NULL, 0, skip);
+}
+
+PyDoc_STRVAR(scan_doc,
+"scan(data, pos, depth, string) -> (end, depth, string)\n\n"
+"Walk data from pos inside a JSON value depth brackets deep (string: 0 outside\n"
+"a string, 1 inside one, 2 inside one right after a backslash), as\n"
+"JSONArrayFramer walks an element: end is one past the bracket that closes the\n"
+"outermost of them (depth and string then 0), or -1 if none does before the\n"
+"end of data, with the depth and string state there.");
+
+static PyObject *
+reader_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "scan takes data, pos, depth and string");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    if (pos == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_ssize_t depth = PyLong_AsSsize_t(args[2]);
+    if (depth == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    long string = PyLong_AsLong(args[3]);
+    if (string == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (pos < 0 || depth < 1 || string < 0 || string > 2) {
+        PyErr_SetString(PyExc_ValueError, "pos >= 0, depth >= 1, string 0, 1 or 2");
+        return NULL;
+    }
+    const char *data;
+    Py_ssize_t size;
+    Py_buffer view;
+    if (get_data(args[0], &data, &size, &view) < 0) {
+        return NULL;
+    }
+    const unsigned char *s = (const unsigned char *)data;
+    Py_ssize_t i = pos, end = -1;
+    while (i < size) {
+        if (string) {
+            if (string == 2) {
+                i++; /* the escaped byte */
+                string = 1;
+            }
+            while (i < size && s[i] != '"' && s[i] != '\\') {
+                i++;
+            }
+            if (i >= size) {
+                break;
+            }
+            if (s[i] == '"') {
+                string = 0;
+                i++;
+            } else if (i + 1 >= size) {
+                string = 2; /* the backslash ends the data */
+                i = size;
+            } else {
+                i += 2;
+            }
+            continue;
+        }
+        while (i < size && !json_special[s[i]]) {
+            i++;
+        }
+        if (i >= size) {
+            break;
+        }
+        unsigned char b = s[i++];
+        if (b == '"') {
+            string = 1;
+        } else if (b == '{' || b == '[') {
+            depth++;
+        } else if (--depth == 0) {
+            end = i;
+            break;
+        }
+    }
+    if (view.obj != NULL) {
+        PyBuffer_Release(&view);
+    }
+    return Py_BuildValue("(nnl)", end, depth, string);
+}
+
+static PyMethodDef module_methods[] = {
+    {"scan", (PyCFunction)(void (*)(void))reader_scan, METH_FASTCALL, scan_doc},
+    {NULL, NULL, 0, NULL},
+};
 
 static int
 take_holes(PyObject *seq, Hole **out, Py_ssize_t *count, int literal_first)
@@ -578,6 +792,8 @@ Reader_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 
 static PyMethodDef Reader_methods[] = {
     {"run", (PyCFunction)(void (*)(void))Reader_run, METH_FASTCALL, run_doc},
+    {"run_objects", (PyCFunction)(void (*)(void))Reader_run_objects, METH_FASTCALL,
+     run_objects_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -607,6 +823,7 @@ static struct PyModuleDef module = {
     .m_name = "recorder.core.protocols._reader",
     .m_doc = "The template reader in C (see recorder/core/protocols/template.py).",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC
@@ -627,6 +844,8 @@ PyInit__reader(void)
             return NULL;
         }
     }
+    json_special['"'] = json_special['{'] = json_special['}'] = 1;
+    json_special['['] = json_special[']'] = 1;
     if (PyType_Ready(&ReaderType) < 0) {
         return NULL;
     }

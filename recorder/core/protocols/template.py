@@ -31,6 +31,7 @@ Why a hit says exactly what a full parse would:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from enum import IntEnum
 from typing import Any
 
@@ -171,6 +172,13 @@ class Template:
             return n
 
         return read
+
+
+def native_scan() -> Callable[[bytes, int, int, int], tuple[int, int, int]] | None:
+    """The C reader's ``scan`` (a JSON element walked to its end, see
+    ``JSONArrayFramer``), None without the C reader (looked up at each call:
+    the tests take it away)."""
+    return None if native is None else native.scan
 
 
 def string_at(data: bytes, start: int, end: int) -> str | None:

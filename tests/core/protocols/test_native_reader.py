@@ -9,7 +9,8 @@ texts (escapes, surrogate pairs, multibyte and broken UTF-8, quotes, control
 characters) and other values in the ignored holes, then with bytes flipped,
 dropped or added anywhere. The return value and every ``Observations`` slot
 must agree, for each kind of output; ``run`` on a piece of several such events
-must stop at the same place with the same counts.
+(LF or CRLF) and ``run_objects`` on elements of a JSON array must stop at the
+same place with the same counts.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from recorder.core.json_array import JSONArrayFramer
 from recorder.core.protocols import template
 from recorder.core.protocols.observations import Observations, OutputKind
 from recorder.core.protocols.template import HoleKind, Template, learn
@@ -223,6 +225,52 @@ def test_a_run_of_events_reads_alike(
         assert start <= pos <= len(piece) and outputs <= read
 
 
+CRLF_FRAMER = SSEFramer()
+CRLF_FRAMER.feed(b": a CR\r\n\r\n")  # (its line ends are CRLF now)
+ARRAY_FRAMER = JSONArrayFramer()
+WRAPPED = [
+    (framer, make, framed, lead, trail)
+    for _, t, make in SHAPES
+    for framer, lead, trail in (
+        (CRLF_FRAMER, b"data: ", b"\r\n\r\n"),
+        (ARRAY_FRAMER, b",\r\n", b""),
+    )
+    if (framed := framer.whole_event(t, "message")) is not None
+]
+
+
+@needs_c
+@settings(max_examples=500, deadline=None)
+@given(
+    shape=st.integers(0, len(WRAPPED) - 1),
+    events=st.lists(st.tuples(texts, holes, st.booleans()), min_size=1, max_size=8),
+    seed=st.integers(0, 2**32),
+    limit=st.sampled_from([0, 40, 150, 190, 10_000]),
+    start=st.integers(0, 30),
+)
+def test_a_run_of_crlf_events_or_array_elements_reads_alike(
+    shape: int, events: list[tuple[bytes, bytes, bool]], seed: int, limit: int, start: int
+) -> None:
+    """``run`` with CRLF blank lines (SSEFramer.runner for Google's line ends) and
+    ``run_objects`` (JSONArrayFramer.runner) stop where the Python runs stop."""
+    framer, make, tmpl, lead, trail = WRAPPED[shape]
+    rng = random.Random(seed)
+    piece = b""
+    for text, seq, damaged in events:
+        if framer is ARRAY_FRAMER:  # any separator between elements
+            lead = rng.choice([b",\r\n", b"\r\n,\r\n", b"\n,\n", b",", b"", b" ,\t"])
+        data = lead + make(text, seq if rng.random() < 0.3 else b"5", b"Zq") + trail  # type: ignore[operator]
+        piece += mutate(rng, data) if damaged else data
+    if rng.random() < 0.5:
+        piece += piece[: rng.randrange(len(piece))]  # a piece that ends inside an event
+    start = min(start, len(piece))
+    for kind in KINDS:
+        c_obs, py_obs = Observations(), Observations()
+        expected = framer.runner(tmpl.python_reader(py_obs, kind))(piece, start, limit)
+        assert framer.runner(tmpl.reader(c_obs, kind))(piece, start, limit) == expected
+        assert slots(c_obs) == slots(py_obs)
+
+
 @needs_c
 def test_a_reader_refuses_bad_arguments() -> None:
     _, tmpl, _ = SHAPES[0]
@@ -236,6 +284,14 @@ def test_a_reader_refuses_bad_arguments() -> None:
         read.run(b"", 0)  # type: ignore[attr-defined]
     with pytest.raises(ValueError):
         read.run(b"", -1, 10)  # type: ignore[attr-defined]
+    with pytest.raises(TypeError):
+        read.run(b"", 0, 10, b"")  # type: ignore[attr-defined]
+    with pytest.raises(TypeError):
+        read.run_objects(b"", 0)  # type: ignore[attr-defined]
+    with pytest.raises(ValueError):
+        read.run_objects(b"", 0, -1)  # type: ignore[attr-defined]
+    with pytest.raises(ValueError):
+        read.run_objects(b"", 0, 1, len(tmpl.head) + 1)  # type: ignore[attr-defined]
     with pytest.raises(ValueError):
         native.Reader(obs, 7, b"", (), (), b"")  # type: ignore[union-attr]
     with pytest.raises(ValueError):
