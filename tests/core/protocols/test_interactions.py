@@ -288,6 +288,8 @@ def test_a_refusal_as_a_bare_json_line_is_an_error() -> None:
         assert (rec.outcome, rec.error_code) == ("error", "prohibited_content")
         assert rec.error_message == "The content was blocked."
         assert rec.output_tokens is None
+
+
 def test_a_whole_interaction_counts_its_steps() -> None:
     """``stream: false``: the output of the steps, counted as their deltas would be."""
     body = {
