@@ -44,7 +44,7 @@ event, an ``error``, and any message once several responses are open).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -94,6 +94,16 @@ class Exchanges[T](Protocol):
     def session(self, exchange: T, model: str | None, audio_bytes_per_s: float | None) -> None:
         """What the session said of the model and the output audio (Realtime)."""
         ...
+
+    def quick(self, exchange: T) -> Quick | None:
+        """What meters a server message of ``exchange`` that it reads whole by its
+        bytes alone, as ``feed`` would have metered it (True), or does nothing
+        (False: the message is routed and fed as usual); None: nothing does."""
+        ...
+
+
+# A server message metered whole (True), or left alone (False): Exchanges.quick
+Quick = Callable[[bytes, float], bool]
 
 
 def message_type(data: bytes) -> tuple[str | None, dict[str, Any] | None]:
@@ -168,14 +178,40 @@ class Conversation[T]:
     def __init__(self, exchanges: Exchanges[T]) -> None:
         self._x = exchanges
         self.responses = 0  # responses begun on this connection
+        # While one response is open, the server's messages of it are mostly
+        # deltas like the one before: its Exchanges.quick meters each of them
+        # without the routing (None: no response is alone, or none reads so)
+        self._quick: Quick | None = None
 
     def client(self, data: bytes, now: float) -> None:
         """A message the client sent (text; a binary one means nothing here)."""
-        raise NotImplementedError
+        self._client(data, now)
+        self._quick = self._quick_of_alone()
 
     def server(self, data: bytes, now: float) -> None:
         """A message the server sent."""
+        quick = self._quick
+        if quick is not None and quick(data, now):
+            return  # a delta of the response open alone, metered
+        try:
+            self._server(data, now)
+        finally:
+            self._quick = self._quick_of_alone()
+
+    def _client(self, data: bytes, now: float) -> None:
         raise NotImplementedError
+
+    def _server(self, data: bytes, now: float) -> None:
+        raise NotImplementedError
+
+    def _alone(self) -> T | None:
+        """The response every server message that it could read goes to (a
+        delta: not one that begins or ends a response), if there is one."""
+        raise NotImplementedError
+
+    def _quick_of_alone(self) -> Quick | None:
+        alone = self._alone()
+        return None if alone is None else self._x.quick(alone)
 
     def open(self) -> Iterator[T]:
         """The responses open now (begun, not ended), oldest first."""
@@ -220,7 +256,16 @@ class ResponsesConversation[T](Conversation[T]):
             for turn in lane:
                 yield turn.exchange
 
-    def client(self, data: bytes, now: float) -> None:
+    def _alone(self) -> T | None:
+        # one lane: a delta goes to its oldest response, once the server made it
+        if len(self._lanes) != 1:
+            return None
+        for lane in self._lanes.values():
+            if lane[0].created:
+                return lane[0].exchange
+        return None
+
+    def _client(self, data: bytes, now: float) -> None:
         typ, obj = message_type(data)
         if typ != "response.create":
             return
@@ -228,7 +273,7 @@ class ResponsesConversation[T](Conversation[T]):
         if exchange is not None:
             self._lanes.setdefault(_lane(data, obj), deque()).append(_Turn(exchange))
 
-    def server(self, data: bytes, now: float) -> None:
+    def _server(self, data: bytes, now: float) -> None:
         typ, obj = message_type(data)
         if not self._lanes and typ != "response.created":
             return  # between responses: no response's
@@ -262,6 +307,7 @@ class ResponsesConversation[T](Conversation[T]):
     def close(self) -> list[T]:
         out = list(self.open())
         self._lanes.clear()
+        self._quick = None
         return out
 
 
@@ -301,7 +347,15 @@ class RealtimeConversation[T](Conversation[T]):
             yield waiting.exchange
         yield from self._by_id.values()
 
-    def client(self, data: bytes, now: float) -> None:
+    def _alone(self) -> T | None:
+        # one response made: every response event but response.done goes to it
+        if len(self._by_id) != 1:
+            return None
+        for exchange in self._by_id.values():
+            return exchange
+        return None
+
+    def _client(self, data: bytes, now: float) -> None:
         typ, obj = message_type(data)
         if typ != "response.create":
             return
@@ -312,7 +366,7 @@ class RealtimeConversation[T](Conversation[T]):
             self._x.session(exchange, self.model, self.audio_bytes_per_s)
             self._waiting.append(_Waiting(exchange, _string(obj, "event_id")))
 
-    def server(self, data: bytes, now: float) -> None:
+    def _server(self, data: bytes, now: float) -> None:
         typ, obj = message_type(data)
         if typ is None:
             return
@@ -394,6 +448,7 @@ class RealtimeConversation[T](Conversation[T]):
         out = list(self.open())
         self._waiting.clear()
         self._by_id.clear()
+        self._quick = None
         return out
 
 

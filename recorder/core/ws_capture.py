@@ -35,7 +35,7 @@ from recorder.core.meter import SWITCHING_PROTOCOLS, StreamMeter
 from recorder.core.protocols.realtime import RealtimeInterpreter
 from recorder.core.record import StreamRecord
 from recorder.core.request import read_request
-from recorder.core.websocket import Conversation, conversation_for
+from recorder.core.websocket import Conversation, Quick, conversation_for
 
 CLIENT, SERVER = "c2s", "s2c"
 # Message types only the Realtime API sends
@@ -171,6 +171,9 @@ class _Replay:
     def session(self, exchange: StreamMeter, model: str | None, rate: float | None) -> None:
         if isinstance(exchange.interpreter, RealtimeInterpreter):
             exchange.interpreter.session(model, rate)
+
+    def quick(self, exchange: StreamMeter) -> Quick:
+        return exchange.feed_read
 
 
 def replay_capture(

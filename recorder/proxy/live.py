@@ -452,7 +452,9 @@ class Live(Observer):
 
         def start() -> None:
             try:
-                views = self.recorder.streams.views()
+                streams = self.recorder.streams
+                streams.meter_held()  # (a WebSocket response may begin or end by it)
+                views = streams.views()
                 if not views:
                     finish()
                     return

@@ -10,7 +10,7 @@ meter or the tap: only the recorder feeds them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from mitmproxy import http
 
@@ -129,6 +129,19 @@ class OpenStreams:
     def __init__(self, health: Health) -> None:
         self._health = health
         self._by_ref: dict[str, FlowState] = {}
+        self._held: list[Callable[[], None]] = []
+
+    def held_by(self, meter: Callable[[], None]) -> None:
+        """``meter`` meters what waits outside the exchanges' taps: the messages a
+        WebSocket connection holds, which may begin and end exchanges. It must
+        not raise."""
+        self._held.append(meter)
+
+    def meter_held(self) -> None:
+        """Meter what waits outside the taps (the walk, a live view, before it
+        looks), at its own arrival times."""
+        for meter in self._held:
+            meter()
 
     def __len__(self) -> int:
         return len(self._by_ref)
@@ -165,9 +178,11 @@ class OpenStreams:
 
     def views(self, *, catch_up: bool = False) -> list[StreamView]:
         """The open exchanges whose records exist or can be made, as of now (as of
-        the last walk for pieces still waiting for their batch, unless ``catch_up``
-        meters them first, at their own arrival times)."""
+        the last walk for pieces and messages still waiting for their batch, unless
+        ``catch_up`` meters them first, at their own arrival times)."""
         out = []
+        if catch_up:
+            self.meter_held()
         for state in list(self._by_ref.values()):
             if catch_up:
                 state.catch_up()

@@ -1,7 +1,8 @@
 """The one periodic walk over the open streams.
 
-Every ``WALK_S`` it meters what the taps keep waiting in every open exchange, a
-slice at a time (about ``WALK_SLICE`` pieces per loop callback, a short block):
+Every ``WALK_S`` it meters what the taps keep waiting in every open exchange
+(and what else waits: the messages WebSocket connections hold), a slice at a
+time (about ``WALK_SLICE`` pieces per loop callback, a short block):
 pieces never wait much longer than that for the meter, and exchanges are metered
 one after the other, so the meter's code stays in the CPU's caches from one to
 the next (docs/performance.md). Then it shows the open streams, as of now, to
@@ -42,6 +43,7 @@ class Walk:
         self._errors = errors
         self._watchers: list[Watcher] = []
         self._handle: Handle | None = None
+        self._again = False  # wanted while a walk was coming or under way
         self._stopped = False
 
     @property
@@ -59,9 +61,14 @@ class Walk:
         self._watchers.append(watcher)
 
     def want(self) -> None:
-        """Make sure a walk is coming (a stream opened, or a watcher started)."""
-        if self._handle is None and not self._stopped:
+        """Make sure a walk is coming (a stream opened, a watcher started, a
+        WebSocket connection holds messages): one, however often it is asked."""
+        if self._stopped:
+            return
+        if self._handle is None:
             self._handle = self._scheduler.call_later(WALK_S, self._start)
+        else:  # one is coming, or under way: the one after it too, if this came during it
+            self._again = True
 
     def stop(self) -> None:
         cancel_quietly(self._handle)
@@ -69,7 +76,13 @@ class Walk:
         self._stopped = True
 
     def _start(self) -> None:
-        self._handle = None
+        self._again = False
+        try:
+            # (the handle is still this walk's: an exchange that begins here wants
+            # no second walk beside this one)
+            self._streams.meter_held()
+        except Exception:
+            self._errors("walk")
         todo = [state for state in self._streams if state.tap is not None and state.tap.waiting]
         self._go_on(todo)
 
@@ -93,7 +106,8 @@ class Walk:
             self._handle = self._scheduler.call_later(0, lambda: self._go_on(todo))
             return
         self._tell()
-        if len(self._streams) or self._watchers:
+        if len(self._streams) or self._watchers or self._again:
+            self._again = False
             self.want()
 
     def _tell(self) -> None:

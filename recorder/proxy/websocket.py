@@ -16,11 +16,23 @@ with its arrival time (``StreamMeter.feed_event``); ENDED at its last event, or
 when the connection closes under it (the side that closed says whose disconnect
 it is), then closed, settled and completed by the same finishing pipeline.
 
-What a connection holds (:class:`Connection`) is its open responses and what
-every response of it shares (the upgrade request's headers, its path and
-upstream, the session's model): nothing per finished response, so a connection
-that stays open for an hour with thousands of responses costs what one with a
-single response does. (mitmproxy itself keeps every message of a connection in
+Messages are metered in batches, as an HTTP body's pieces are
+(``recorder.proxy.tap``): ``websocket_message`` only holds the message with
+its arrival time; the held messages of a connection are metered, in order and
+at their own times, once ``BATCH_MESSAGES`` wait, at the recorder's walk (once
+a second), before a ping or pong of the connection is counted, when the
+connection ends, at shutdown, and when a live view asks for the open streams.
+mitmproxy calls its whole addon chain for each message: a message metered
+between two of those calls finds the CPU's caches cold and costs several times
+what it costs in a batch (docs/performance.md). What a record says does not
+change: every message keeps the time it arrived.
+
+What a connection holds (:class:`Connection`) is its open responses, the
+messages waiting for their batch, and what every response of it shares (the
+upgrade request's headers, its path and upstream, the session's model):
+nothing per finished response, so a connection that stays open for an hour
+with thousands of responses costs what one with a single response does.
+(mitmproxy itself keeps every message of a connection in
 ``flow.websocket.messages`` until the connection ends; bare mitmproxy does the
 same.)
 
@@ -44,13 +56,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from mitmproxy import http
+from mitmproxy import http, websocket
+from wsproto.frame_protocol import Opcode
 
 from recorder.core.endpoints import websocket_endpoint_for
 from recorder.core.framing import Event
 from recorder.core.meter import SWITCHING_PROTOCOLS
 from recorder.core.protocols.realtime import RealtimeInterpreter
-from recorder.core.websocket import Conversation, conversation_for
+from recorder.core.websocket import Conversation, Quick, conversation_for
 from recorder.metrics.health import Health
 from recorder.proxy.config import RecorderConfig
 from recorder.proxy.finishing import Finishing
@@ -75,6 +88,8 @@ INLINE_PARSE_LIMIT = 16 * 1024
 # A browser's Realtime client has no headers of its own: its key rides in a subprotocol
 _KEY_PROTOCOL = "openai-insecure-api-key."
 _CLOSE_WORDS = {1000: "normal closure", 1001: "going away", 1006: "no close frame"}
+# A connection's messages wait for a batch of this many (or the walk, a ping, its end)
+BATCH_MESSAGES = 64
 
 
 @dataclass(slots=True)
@@ -93,6 +108,7 @@ class Connection:
     __slots__ = (
         "_hooks",
         "_seq",
+        "_waiting",
         "conversation",
         "endpoint",
         "flow",
@@ -114,10 +130,46 @@ class Connection:
         self.request_id = header_text(answer.get("x-request-id") or answer.get("request-id"))
         self.peer: Any = flow.client_conn.peername
         self._seq = itertools.count(1)
+        # messages held for their batch, each with its arrival time
+        self._waiting: list[tuple[websocket.WebSocketMessage, float]] = []
         conversation = conversation_for(endpoint, self)
         if conversation is None:
             raise ValueError(f"no conversation for {endpoint!r}")
         self.conversation: Conversation[Exchange] = conversation
+
+    @property
+    def waiting(self) -> int:
+        """Messages held, not metered yet."""
+        return len(self._waiting)
+
+    def hold(self, message: websocket.WebSocketMessage, now: float) -> None:
+        """A message crossed the connection at ``now``: metered with its batch."""
+        waiting = self._waiting
+        waiting.append((message, now))
+        if len(waiting) == 1:
+            self._hooks.walk_soon()  # the walk meters it if no batch fills first
+        elif len(waiting) >= BATCH_MESSAGES:
+            self.meter_waiting()
+
+    def meter_waiting(self) -> None:
+        """Meter the messages held, in order, each at its own time (never raises: a
+        message that fails is counted, and the others are metered)."""
+        waiting = self._waiting
+        if not waiting:
+            return
+        self._waiting = []  # (a response ended meanwhile meters nothing twice)
+        conversation = self.conversation
+        for message, now in waiting:
+            try:
+                # the OpenAI protocols are JSON text: a binary message is no event
+                if message.type is not Opcode.TEXT:
+                    continue
+                if message.from_client:
+                    conversation.client(message.content, now)
+                else:
+                    conversation.server(message.content, now)
+            except Exception:
+                self._hooks.errors("websocket_message")
 
     # -- the conversation's Exchanges ------------------------------------------
 
@@ -139,6 +191,9 @@ class Connection:
         interpreter = exchange.state.meter.interpreter
         if isinstance(interpreter, RealtimeInterpreter):
             interpreter.session(model, audio_bytes_per_s)
+
+    def quick(self, exchange: Exchange) -> Quick:
+        return exchange.state.meter.feed_read
 
     def ref(self) -> str:
         """The next response's reference in the registry of open streams."""
@@ -185,12 +240,22 @@ class WebSockets:
         self._finishing = finishing
         self._walk = walk
         self._health = health
-        self._errors = errors
+        self.errors = errors
         self._clock = clock
         self._readers = readers
         self._connections: dict[str, Connection] = {}  # by flow id
         self._by_peer: dict[Any, Connection] = {}  # by client address, for pings
         self._pings = PingWatch(self._pinged, errors)
+        streams.held_by(self.meter_waiting)
+
+    def walk_soon(self) -> None:
+        """A connection holds messages: make sure a walk comes to meter them."""
+        self._walk.want()
+
+    def meter_waiting(self) -> None:
+        """Meter every connection's held messages (the walk, a live view)."""
+        for conn in list(self._connections.values()):
+            conn.meter_waiting()
 
     def __len__(self) -> int:
         return len(self._connections)
@@ -214,14 +279,7 @@ class WebSockets:
         conn = self._connections.get(flow.id)
         if conn is None or flow.websocket is None or not flow.websocket.messages:
             return
-        message = flow.websocket.messages[-1]
-        if not message.is_text:
-            return  # the OpenAI protocols are JSON text: a binary message is no event
-        now = self._clock()
-        if message.from_client:
-            conn.conversation.client(message.content, now)
-        else:
-            conn.conversation.server(message.content, now)
+        conn.hold(flow.websocket.messages[-1], self._clock())
 
     def websocket_end(self, flow: http.HTTPFlow) -> None:
         conn = self._connections.pop(flow.id, None)
@@ -231,13 +289,15 @@ class WebSockets:
             del self._by_peer[conn.peer]
         if not self._connections:
             self._pings.unwatch()
+        conn.meter_waiting()
         ws = flow.websocket
         how, said = _closed(ws)
         self._close(conn, Ending(self._clock(), how, said))
 
     def shutdown(self) -> None:
         """The proxy stops: the connections are let go of (their open responses were
-        ended with every other open exchange)."""
+        ended with every other open exchange); what they hold is metered first."""
+        self.meter_waiting()
         for conn in list(self._connections.values()):
             self._count(conn)
         self._connections.clear()
@@ -250,7 +310,8 @@ class WebSockets:
         """A response of ``conn`` begins: NOTED, then made (OPEN) at once."""
         flow, endpoint = conn.flow, conn.endpoint
         pending = pending_of(flow.request, conn.headers)
-        pending.wall_ms = time.time_ns() // 1_000_000
+        # the message's own wall time (it may be metered a batch later)
+        pending.wall_ms = time.time_ns() // 1_000_000 - round((self._clock() - now) * 1000)
         state = FlowState(endpoint, now, pending, self._maker)
         if self.config.keep_for_ui:
             state.flow = flow
@@ -290,7 +351,7 @@ class WebSockets:
             try:
                 self.end(exchange, ending)
             except Exception:
-                self._errors("websocket_end")
+                self.errors("websocket_end")
         self._count(conn)
 
     def _count(self, conn: Connection) -> None:
@@ -302,6 +363,7 @@ class WebSockets:
         """mitmproxy relayed a ping or a pong of the client at ``peer``."""
         conn = self._by_peer.get(peer)
         if conn is not None:
+            conn.meter_waiting()  # what came before it, first
             conn.conversation.keepalive(self._clock())
 
 

@@ -71,6 +71,12 @@ def send(
     assert msg.content == before and not msg.dropped  # never changed, never dropped
 
 
+def metered(addon: Recorder) -> None:
+    """What the walk does first, now: the messages the connections hold metered
+    (each at the time it came)."""
+    addon.streams.meter_held()
+
+
 def close(addon: Recorder, flow: http.HTTPFlow, *, by_client: bool, code: int = 1000) -> None:
     """The connection ends (1006: dropped, no close frame)."""
     assert flow.websocket is not None

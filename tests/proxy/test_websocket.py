@@ -20,6 +20,7 @@ from tests.kit.flows import Clock, make, timers_of
 from tests.kit.websockets import (
     close,
     create,
+    metered,
     realtime_session,
     realtime_turn,
     responses_turn,
@@ -80,6 +81,7 @@ def test_the_meter_reads_a_response_as_the_sse_form_reads_it() -> None:
     send(addon, flow, create(), clock, client=True)
     for event in events:
         send(addon, flow, event, clock)
+    metered(addon)
     over_ws = _records(sink)[0]
 
     import asyncio
@@ -413,6 +415,7 @@ def test_a_connection_keeps_no_memory_per_finished_response(path: str) -> None:
             for event in realtime_turn(f"resp_{n:04d}", ["a", "b"], audio_chunks=1, audio_bytes=48):
                 send(addon, flow, event, clock)
         if n in (9, 999):
+            metered(addon)  # (the messages held for their batch: BATCH_MESSAGES at most)
             sizes.append(_deep_size(conn))
         flow.websocket.messages.clear()  # (mitmproxy's own list: not the recorder's)
     close(addon, flow, by_client=True)

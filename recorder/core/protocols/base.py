@@ -42,7 +42,11 @@ class Interpreter:
     json_array: ClassVar[bool] = False
     bare_json: ClassVar[bool] = False
 
-    __slots__ = ("_kind", "_learnable", "_name", "_read", "_template", "obs")
+    __slots__ = ("_kind", "_learnable", "_name", "_read", "_template", "obs", "quick")
+
+    # Whether the protocol reads more than its template's events without their
+    # name (its own ``quick``, set in its ``__init__``: Realtime's audio deltas)
+    own_quick: ClassVar[bool] = False
 
     def __init__(self, *, fast: bool = True) -> None:
         """``fast``: learn templates (tests turn it off to compare both paths)."""
@@ -55,6 +59,12 @@ class Interpreter:
         self._name = "message"
         self._read: EventReader | None = None
         self._learnable = MAX_LEARNED if fast else 0  # see learn_from
+        # What reads a whole event's data, its name unknown, as ``handle`` would
+        # (the output characters), or says -1 having done nothing: the template's
+        # reader once one is learned (None before). Read by a caller whose events
+        # come framed already and mostly alike (a WebSocket's messages: see
+        # ``StreamMeter.feed_read``), so that the usual one costs one C call.
+        self.quick: EventReader | None = None
 
     def handle(self, event: Event) -> int:
         """Interpret one event; return the output characters it carried (0: no output)."""
@@ -120,6 +130,8 @@ class Interpreter:
             self._kind = kind
             self._name = event.event
             self._read = template.reader(self.obs, kind)
+            if not self.own_quick:
+                self.quick = self._read
 
     @property
     def template(self) -> Template | None:

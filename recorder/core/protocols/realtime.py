@@ -66,6 +66,8 @@ _STATUS: dict[str, Outcome] = {
     "failed": "error",
 }
 _DELTA = b'"delta":"'
+# an audio delta's first bytes, as OpenAI writes it (its type first)
+_AUDIO_HEADS = tuple(b'{"type":"' + name.encode() + b'"' for name in sorted(_AUDIO))
 
 
 class RealtimeInterpreter(Interpreter):
@@ -76,11 +78,29 @@ class RealtimeInterpreter(Interpreter):
 
     __slots__ = ("audio_bytes", "audio_bytes_per_s", "audio_deltas")
 
+    own_quick = True
+
     def __init__(self) -> None:
         super().__init__(fast=FAST_PATH)
         self.audio_bytes = 0  # decoded bytes of output audio
         self.audio_deltas = 0
         self.audio_bytes_per_s: float = DEFAULT_AUDIO_BYTES_PER_S
+        if FAST_PATH:
+            self.quick = self._quick
+
+    def _quick(self, data: bytes) -> int:
+        """A message read without its name (``Interpreter.quick``): a text or
+        transcript delta by the template, an audio delta by its first bytes."""
+        read = self._read
+        if read is not None:
+            n = read(data)
+            if n >= 0:
+                return n
+        if data.startswith(_AUDIO_HEADS):
+            size = _base64_bytes(data)
+            if size is not None:
+                return self._audio(size)
+        return -1
 
     def session(self, model: str | None, audio_bytes_per_s: float | None) -> None:
         """What the session said before this response: the model serving it, and
