@@ -55,6 +55,12 @@ change in the machine's speed during a round (this project's VMs drift by 10-20 
 within minutes) falls on both alike; the ratio of their CPU per event, per round, is
 reported beside the sequential one.
 
+With ``--compare DIR`` a third proxy runs: (c) ``recorder proxy`` from the checkout
+``DIR`` (its ``recorder`` package on this venv, C extensions built there: e.g. a
+``git worktree`` of the commit before a change), through every round as (b) is,
+and in ``--paired`` rounds beside (a) and (b): a change's before (c) and after
+(b) measured in the same run, on the same traffic.
+
 With ``--otlp`` a third proxy runs: (c) ``recorder proxy --otlp-endpoint`` exporting
 one span per stream to a local OTLP receiver (this process answers ``POST
 /v1/traces`` with 200 and counts the bytes; ``--otlp-endpoint URL`` sends to a
@@ -285,6 +291,12 @@ def main() -> int:
         help="an argument added to `recorder proxy` (repeatable), e.g. --recorder-arg=--no-live",
     )
     parser.add_argument(
+        "--compare",
+        metavar="DIR",
+        type=Path,
+        help="also run `recorder proxy` from the checkout DIR (the code before a change)",
+    )
+    parser.add_argument(
         "--otlp", action="store_true", help="also run the recorder with OTLP export on"
     )
     parser.add_argument(
@@ -338,6 +350,10 @@ def main() -> int:
         ),
         "recorder": Proxy.start("recorder", upstream, proxy_cpu, extra=args.recorder_arg),
     }
+    if args.compare is not None:
+        proxies["compare"] = Proxy.start(
+            "recorder", upstream, proxy_cpu, extra=args.recorder_arg, code=args.compare.resolve()
+        )
     otlp_sink = None
     if args.otlp:
         endpoint = args.otlp_endpoint
@@ -394,39 +410,44 @@ def main() -> int:
                 r.lat.extend(a - w for a, w in zip(s.arrivals, times[s.sim_id], strict=True))
         return r
 
-    def run_paired() -> float:
-        """The paced load through (a) and (b) at once; (b)'s CPU per event over (a)'s."""
+    # the proxies of a paired round: (a), (b) and (c) with --compare, not the OTLP one
+    together = [k for k in proxies if k != "otlp"]
+
+    def run_paired() -> dict[str, float]:
+        """The paced load through every proxy of ``together`` at once; each
+        recorder's CPU per event over (a)'s."""
         nonlocal seq
         seq += 1
-        a, b = proxies["mitmproxy"], proxies["recorder"]
-        ca, cb = a.cpu_seconds(), b.cpu_seconds()
+        before = {k: proxies[k].cpu_seconds() for k in together}
 
-        async def both() -> list[list[Stream]]:
+        async def all_at_once() -> list[list[Stream]]:
             return list(
                 await asyncio.gather(
                     *(
                         paced(
-                            p.port,
-                            f"pair{seq}-{p.name}",
+                            proxies[k].port,
+                            f"pair{seq}-{k}",
                             args.streams,
                             args.deltas,
                             args.interval,
                             args.spread,
                         )
-                        for p in (a, b)
+                        for k in together
                     )
                 )
             )
 
-        got = asyncio.run(both())
-        ca, cb = a.cpu_seconds() - ca, b.cpu_seconds() - cb
-        plan_rows("recorder", got[1])
-        for name, streams in zip(("mitmproxy", "recorder"), got, strict=True):
+        got = dict(zip(together, asyncio.run(all_at_once()), strict=True))
+        per_event: dict[str, float] = {}
+        for name, streams in got.items():
+            if name != "mitmproxy":
+                plan_rows(name, streams)
             check(streams, f"paired {name}", {s.sim_id: sim.write_times(s.sim_id) for s in streams})
-        ea, eb = (sum(len(s.arrivals) for s in streams) for streams in got)
-        return (cb / eb) / (ca / ea)
+            events = sum(len(s.arrivals) for s in streams)
+            per_event[name] = (proxies[name].cpu_seconds() - before[name]) / events
+        return {k: v / per_event["mitmproxy"] for k, v in per_event.items() if k != "mitmproxy"}
 
-    paired: list[float] = []
+    paired: dict[str, list[float]] = {k: [] for k in together if k != "mitmproxy"}
     proxied = ("mitmproxy", *recorders)
     paced_rounds: dict[str, list[Round]] = {p: [] for p in ("direct", *proxied)}
     flood_rounds: dict[str, list[Round]] = {p: [] for p in proxied}
@@ -447,7 +468,9 @@ def main() -> int:
             for path in proxied[k:] + proxied[:k]:
                 flood_rounds[path].append(run(path, "flood"))
         if args.paired:
-            paired += [run_paired() for _ in range(args.rounds)]
+            for _ in range(args.rounds):
+                for k, ratio in run_paired().items():
+                    paired[k].append(ratio)
         rss = {k: p.rss_mib() for k, p in proxies.items()}
         for name in recorders:
             streams_total[name] = proxies[name].wait_metric("llm_streams_total", sent_to[name])
@@ -595,11 +618,31 @@ def main() -> int:
     if gain_ratio:
         print(f"- paced, p99 latency gained over direct, b/a: {fmt(gain_ratio)}")
     print(f"- flood, CPU b/a: {fmt(flood_cpu)}; events/s b/a: {fmt(flood_eps)}")
-    if paired:
+    if args.paired:
         print(
-            f"- paced, (a) and (b) at the same time ({2 * args.streams} streams in all),"
-            f" CPU b/a: **{fmt(paired)}**"
+            f"- paced, (a) and (b) at the same time ({len(together) * args.streams} streams"
+            f" in all), CPU b/a: **{fmt(paired['recorder'])}**"
         )
+    if "compare" in proxies:
+        c = paced_rounds["compare"]
+        print()
+        print(f"The recorder of {args.compare} (c), per round, median [min-max]:")
+        print()
+        print(
+            "- paced, CPU c/a: "
+            + fmt([z.cpu_per_10k / x.cpu_per_10k for x, z in zip(a, c, strict=True)])
+            + "; b/c: "
+            + fmt([y.cpu_per_10k / z.cpu_per_10k for y, z in zip(b, c, strict=True)])
+        )
+        fc = flood_rounds["compare"]
+        print(
+            "- flood, CPU c/a: "
+            + fmt([z.cpu_per_10k / x.cpu_per_10k for x, z in zip(fa, fc, strict=True)])
+        )
+        if args.paired:
+            print(
+                f"- paced, (a), (b) and (c) at the same time, CPU c/a: **{fmt(paired['compare'])}**"
+            )
     if "otlp" in proxies:
         c = paced_rounds["otlp"]
         fc = flood_rounds["otlp"]

@@ -233,14 +233,18 @@ class Proxy:
         cpu: int | None,
         extra: Sequence[str] = (),
         command: Sequence[str] | None = None,
+        code: Path | None = None,
     ) -> Proxy:
         """``kind``: ``mitmproxy`` (``mitmdump``), ``master`` (mitmproxy's master as
         ``recorder proxy`` builds it, no Dumper: ``anchor_proxy.py``) or
         ``recorder``; ``command`` replaces the ``recorder`` executable (a wrapper
-        that runs the same CLI)."""
+        that runs the same CLI); ``code``: run the ``recorder`` package of that
+        checkout instead of this one's (its C extensions built), on this venv."""
         workdir = Path(tempfile.mkdtemp(prefix=f"bench-{kind}-"))
         port = free_port()
         env = {**os.environ, "HOME": str(workdir)}  # mitmproxy's CA in ~/.mitmproxy
+        if code is not None:
+            env["PYTHONPATH"] = str(code)
         env.pop("RECORDER_DB", None)
         metrics_port = None
         if kind in ("mitmproxy", "master"):
