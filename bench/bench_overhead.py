@@ -50,7 +50,8 @@ event):
   load is 20 connections, the flood 1,000 deltas a connection.
 
 With ``--paired`` the paced load also runs through (a) and (b) at the same time, as
-many rounds again: both proxies on CPU 0, the same traffic into each, so that a
+many rounds again: both proxies on CPU 0, the same traffic into each (the paced
+load split between them, so that CPU 0 is as busy as in a sequential round), so that a
 change in the machine's speed during a round (this project's VMs drift by 10-20 %
 within minutes) falls on both alike; the ratio of their CPU per event, per round, is
 reported beside the sequential one.
@@ -413,8 +414,12 @@ def main() -> int:
     # the proxies of a paired round: (a), (b) and (c) with --compare, not the OTLP one
     together = [k for k in proxies if k != "otlp"]
 
+    # the paced load split among them: CPU 0 as busy as in a sequential round (a
+    # saturated proxy reads several events at once, and costs less per event)
+    paired_streams = max(1, round(args.streams / len(together)))
+
     def run_paired() -> dict[str, float]:
-        """The paced load through every proxy of ``together`` at once; each
+        """The paced load, split, through every proxy of ``together`` at once; each
         recorder's CPU per event over (a)'s."""
         nonlocal seq
         seq += 1
@@ -427,7 +432,7 @@ def main() -> int:
                         paced(
                             proxies[k].port,
                             f"pair{seq}-{k}",
-                            args.streams,
+                            paired_streams,
                             args.deltas,
                             args.interval,
                             args.spread,
@@ -620,8 +625,8 @@ def main() -> int:
     print(f"- flood, CPU b/a: {fmt(flood_cpu)}; events/s b/a: {fmt(flood_eps)}")
     if args.paired:
         print(
-            f"- paced, (a) and (b) at the same time ({len(together) * args.streams} streams"
-            f" in all), CPU b/a: **{fmt(paired['recorder'])}**"
+            f"- paced, (a) and (b) at the same time ({paired_streams} streams each), CPU b/a:"
+            f" **{fmt(paired['recorder'])}**"
         )
     if "compare" in proxies:
         c = paced_rounds["compare"]

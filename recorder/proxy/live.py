@@ -452,9 +452,9 @@ class Live(Observer):
 
         def start() -> None:
             try:
-                streams = self.recorder.streams
-                streams.meter_held()  # (a WebSocket response may begin or end by it)
-                views = streams.views()
+                # (a WebSocket connection's held messages: the walk's, in slices, a
+                # second at most; a response whose request is held is not seen yet)
+                views = self.recorder.streams.views()
                 if not views:
                     finish()
                     return

@@ -10,7 +10,8 @@ meter or the tap: only the recorder feeds them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol
 
 from mitmproxy import http
 
@@ -18,6 +19,20 @@ from recorder.core.protocols.observations import Observations
 from recorder.core.record import Gap
 from recorder.metrics.health import Health
 from recorder.proxy.state import FlowState
+
+
+class Held(Protocol):
+    """Something that holds work for the meter outside an exchange's tap (a
+    WebSocket connection's messages)."""
+
+    @property
+    def waiting(self) -> int:
+        """How much waits (messages)."""
+        ...
+
+    def meter_waiting(self) -> None:
+        """Meter what waits, in order (never raises)."""
+        ...
 
 
 class StreamView:
@@ -129,19 +144,23 @@ class OpenStreams:
     def __init__(self, health: Health) -> None:
         self._health = health
         self._by_ref: dict[str, FlowState] = {}
-        self._held: list[Callable[[], None]] = []
+        self._held: list[Callable[[], Sequence[Held]]] = []
 
-    def held_by(self, meter: Callable[[], None]) -> None:
-        """``meter`` meters what waits outside the exchanges' taps: the messages a
-        WebSocket connection holds, which may begin and end exchanges. It must
-        not raise."""
-        self._held.append(meter)
+    def held_by(self, holders: Callable[[], Sequence[Held]]) -> None:
+        """``holders`` gives what holds work outside the exchanges' taps now: the
+        WebSocket connections with messages waiting, whose metering may begin and
+        end exchanges. It must not raise."""
+        self._held.append(holders)
+
+    def held(self) -> list[Held]:
+        """What holds work outside the taps now (the walk meters it in slices)."""
+        return [holder for holders in self._held for holder in holders()]
 
     def meter_held(self) -> None:
-        """Meter what waits outside the taps (the walk, a live view, before it
-        looks), at its own arrival times."""
-        for meter in self._held:
-            meter()
+        """Meter what waits outside the taps, at its own arrival times, at once (a
+        live view on the loop, the walk's tell: little waits by then)."""
+        for holder in self.held():
+            holder.meter_waiting()
 
     def __len__(self) -> int:
         return len(self._by_ref)

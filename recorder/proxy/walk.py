@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from recorder.proxy.internal_errors import InternalErrors
-from recorder.proxy.open_streams import OpenStreams, StreamView
+from recorder.proxy.open_streams import Held, OpenStreams, StreamView
 from recorder.proxy.scheduling import Handle, Scheduler, cancel_quietly
 from recorder.proxy.state import FlowState
 
@@ -78,18 +78,23 @@ class Walk:
     def _start(self) -> None:
         self._again = False
         try:
-            # (the handle is still this walk's: an exchange that begins here wants
-            # no second walk beside this one)
-            self._streams.meter_held()
+            held = self._streams.held()
         except Exception:
             self._errors("walk")
+            held = []
         todo = [state for state in self._streams if state.tap is not None and state.tap.waiting]
-        self._go_on(todo)
+        self._go_on(held, todo)
 
-    def _go_on(self, todo: list[FlowState]) -> None:
-        self._handle = None
+    def _go_on(self, held: list[Held], todo: list[FlowState]) -> None:
+        # The handle stays this walk's until the slice is done: an exchange that
+        # begins in it (a WebSocket response whose request was held) wants no
+        # second walk beside this one, only the one after it (``_again``).
         try:
             budget = WALK_SLICE
+            while held and budget > 0:
+                holder = held.pop()
+                budget -= holder.waiting
+                holder.meter_waiting()
             while todo and budget > 0:
                 state = todo.pop()
                 tap = state.tap
@@ -99,12 +104,14 @@ class Walk:
                     tap.meter_waiting()
         except Exception:
             self._errors("walk")
-            todo = []
+            held, todo = [], []
         if self._stopped:
+            self._handle = None
             return
-        if todo:  # the rest after the loop's other callbacks
-            self._handle = self._scheduler.call_later(0, lambda: self._go_on(todo))
+        if held or todo:  # the rest after the loop's other callbacks
+            self._handle = self._scheduler.call_later(0, lambda: self._go_on(held, todo))
             return
+        self._handle = None
         self._tell()
         if len(self._streams) or self._watchers or self._again:
             self._again = False

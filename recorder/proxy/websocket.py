@@ -246,15 +246,19 @@ class WebSockets:
         self._connections: dict[str, Connection] = {}  # by flow id
         self._by_peer: dict[Any, Connection] = {}  # by client address, for pings
         self._pings = PingWatch(self._pinged, errors)
-        streams.held_by(self.meter_waiting)
+        streams.held_by(self.holding)
 
     def walk_soon(self) -> None:
         """A connection holds messages: make sure a walk comes to meter them."""
         self._walk.want()
 
+    def holding(self) -> list[Connection]:
+        """The connections holding messages now."""
+        return [conn for conn in self._connections.values() if conn.waiting]
+
     def meter_waiting(self) -> None:
-        """Meter every connection's held messages (the walk, a live view)."""
-        for conn in list(self._connections.values()):
+        """Meter every connection's held messages (shutdown)."""
+        for conn in self.holding():
             conn.meter_waiting()
 
     def __len__(self) -> int:

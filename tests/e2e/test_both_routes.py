@@ -12,13 +12,12 @@ Attribution (a tag header, the body's user) is read alike in both routes."""
 from __future__ import annotations
 
 import json
-import sqlite3
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.kit.databases import sqlite_stream_rows
 from tests.kit.lockstep import Lockstep, fetch, lockstep
 from tests.kit.ports import free_port
 from tests.kit.processes import start_mitmdump, start_proxy, stop, wait_listening
@@ -74,20 +73,6 @@ def route(
     stop(proc)
 
 
-def _rows(db: Path, want: int) -> list[sqlite3.Row]:
-    deadline = time.monotonic() + 20  # the writer's batches: bounded, never a measure
-    while True:
-        try:
-            with sqlite3.connect(db) as conn:
-                conn.row_factory = sqlite3.Row
-                rows = conn.execute("select * from streams order by started_at, id").fetchall()
-        except sqlite3.Error:
-            rows = []
-        if len(rows) >= want or time.monotonic() > deadline:
-            return rows
-        time.sleep(0.1)
-
-
 CASES = {
     # path, pieces, content type, headers, provider, transport, streamed
     "gemini sse": (
@@ -123,7 +108,7 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_generate_content_is_metered(route: Route, upstream: Lockstep, case: str) -> None:
     path, pieces, ctype, headers, provider, transport, streamed = CASES[case]
-    before = len(_rows(route.db, 0))
+    before = len(sqlite_stream_rows(route.db, 0))
     reply = upstream.respond(pieces, ctype)
     got = fetch(
         route.port,
@@ -133,7 +118,7 @@ def test_generate_content_is_metered(route: Route, upstream: Lockstep, case: str
         headers,
     )
     assert got == b"".join(pieces)
-    rec = _rows(route.db, before + 1)[-1]
+    rec = sqlite_stream_rows(route.db, before + 1)[-1]
     assert (rec["endpoint"], rec["provider"], rec["transport"]) == (
         "generate_content",
         provider,
@@ -173,7 +158,7 @@ CLAUDE = [
 def test_anthropic_on_vertex_is_messages(route: Route, upstream: Lockstep) -> None:
     """Claude on Vertex AI (``:streamRawPredict``) speaks Messages: ``messages``, with
     Vertex AI as the provider and the model from the path."""
-    before = len(_rows(route.db, 0))
+    before = len(sqlite_stream_rows(route.db, 0))
     path = (
         "/v1/projects/my-proj/locations/us-east5/publishers/anthropic/models/"
         "claude-sonnet-4-5@20250929:streamRawPredict"
@@ -181,7 +166,7 @@ def test_anthropic_on_vertex_is_messages(route: Route, upstream: Lockstep) -> No
     reply = upstream.respond(CLAUDE, "text/event-stream")
     body = b'{"anthropic_version":"vertex-2023-10-16","messages":[],"stream":true}'
     fetch(route.port, path, reply, body, {"authorization": f"Bearer {BEARER}"})
-    rec = _rows(route.db, before + 1)[-1]
+    rec = sqlite_stream_rows(route.db, before + 1)[-1]
     assert (rec["endpoint"], rec["provider"]) == ("messages", "gcp.vertex_ai")
     assert rec["model"] == "claude-sonnet-4-5@20250929"
     assert (rec["outcome"], rec["input_tokens"], rec["output_tokens"]) == ("completed", 21, 5)
@@ -209,13 +194,13 @@ def test_bedrock_converse_stream_in_both_routes(route: Route, upstream: Lockstep
     messages = list(buf)
     usage = json.loads(messages[-1].payload)["usage"]  # botocore's reading
     pieces = [BEDROCK_BODY[i : i + 97] for i in range(0, len(BEDROCK_BODY), 97)]
-    before = len(_rows(route.db, 0))
+    before = len(sqlite_stream_rows(route.db, 0))
     reply = upstream.respond(pieces, "application/vnd.amazon.eventstream")
     path = "/model/us.amazon.nova-micro-v1%3A0/converse-stream"
     body = b'{"messages":[{"role":"user","content":[{"text":"hi"}]}]}'
     got = fetch(route.port, path, reply, body, {"authorization": SIGV4})
     assert got == BEDROCK_BODY
-    rec = _rows(route.db, before + 1)[-1]
+    rec = sqlite_stream_rows(route.db, before + 1)[-1]
     assert (rec["endpoint"], rec["provider"], rec["transport"], rec["outcome"]) == (
         "converse",
         "aws.bedrock",
@@ -243,14 +228,14 @@ CHAT = [
 def test_attribution_is_read_alike_in_both_routes(route: Route, upstream: Lockstep) -> None:
     """The tag header and the body's user land on the record in both routes; the
     user as a fingerprint, never as sent."""
-    before = len(_rows(route.db, 0))
+    before = len(sqlite_stream_rows(route.db, 0))
     reply = upstream.respond(CHAT, "text/event-stream")
     body = json.dumps(
         {"model": "gpt-4o", "stream": True, "user": "alice@example.com", "messages": []}
     ).encode()
     headers = {"authorization": "Bearer sk-routes-0001", "x-recorder-tag": "team=search"}
     fetch(route.port, "/v1/chat/completions", reply, body, headers)
-    rec = _rows(route.db, before + 1)[-1]
+    rec = sqlite_stream_rows(route.db, before + 1)[-1]
     assert json.loads(rec["tags"]) == {"team": "search"}
     assert rec["user_id"].startswith("u:") and len(rec["user_id"]) == 18
     assert b"alice@example.com" not in route.db.read_bytes()

@@ -7,8 +7,6 @@ path's body is metered as what it is; what is not metered is counted and said.""
 
 from __future__ import annotations
 
-import sqlite3
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from tests.kit.databases import sqlite_stream_rows
 from tests.kit.lockstep import Lockstep, fetch, lockstep
 from tests.kit.ports import free_port
 from tests.kit.processes import start_mitmdump, start_proxy, stop, wait_listening
@@ -131,28 +130,14 @@ def test_every_stream_reaches_the_client_as_it_arrives(
     assert not reply.held_back, f"{route.name} held the body of {case!r} back"
 
 
-def _rows(db: Path, want: int) -> list[sqlite3.Row]:
-    deadline = time.monotonic() + 20  # the writer's batches: bounded, never a measure
-    while True:
-        try:
-            with sqlite3.connect(db) as conn:
-                conn.row_factory = sqlite3.Row
-                rows = conn.execute("select * from streams order by started_at, id").fetchall()
-        except sqlite3.Error:
-            rows = []
-        if len(rows) >= want or time.monotonic() > deadline:
-            return rows
-        time.sleep(0.1)
-
-
 def test_a_lying_type_is_metered_as_what_the_body_is(route: Route, upstream: Lockstep) -> None:
     assert route.db is not None
-    before = len(_rows(route.db, 0))
+    before = len(sqlite_stream_rows(route.db, 0))
     reply = upstream.respond(CHAT_PIECES, "text/plain")
     fetch(
         route.port, "/v1/chat/completions", reply, orjson.dumps({"model": "gpt-4o", "stream": True})
     )
-    rows = _rows(route.db, before + 1)
+    rows = sqlite_stream_rows(route.db, before + 1)
     rec = rows[-1]
     assert rec["outcome"] == "completed" and rec["output_chars"] == len("Hello there!")
     assert rec["content_mismatch"] == "declared text/plain, body is an event stream"

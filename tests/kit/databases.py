@@ -10,7 +10,8 @@ PostgreSQL is reached as ``RECORDER_TEST_PG`` (default
 there, its tests are skipped, except under CI (``CI`` set), where they fail.
 
 tests/conftest.py registers the fixtures for the whole suite; the helpers
-(``kind_of``, ``outage``, ``count_rows``, ``spool_files``, …) are imported from here.
+(``kind_of``, ``outage``, ``count_rows``, ``sqlite_stream_rows``, ``spool_files``,
+…) are imported from here.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -208,6 +210,23 @@ def wait_for(cond: Callable[[], bool], timeout: float = 30.0) -> None:
             return
         time.sleep(0.05)
     raise AssertionError("condition not met in time")
+
+
+def sqlite_stream_rows(db: Path, want: int, timeout: float = 20.0) -> list[sqlite3.Row]:
+    """The rows of a SQLite file's ``streams``, in order of start, once ``want`` of
+    them are there (or the timeout passed: the writer's batches, bounded, never a
+    measure); a file not written yet reads as none."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with sqlite3.connect(db) as conn:
+                conn.row_factory = sqlite3.Row
+                rows = conn.execute("select * from streams order by started_at, id").fetchall()
+        except sqlite3.Error:
+            rows = []
+        if len(rows) >= want or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.1)
 
 
 def spool_files(d: Path) -> list[Path]:

@@ -202,3 +202,36 @@ def test_a_message_that_fails_is_counted_and_the_others_are_metered(
     (rec,) = sink.records
     assert rec.outcome == "completed" and rec.events == len(events)
     assert addon.health.internal_errors == 1
+
+
+def test_the_walk_meters_held_messages_a_slice_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many connections holding messages: the walk meters them at most about
+    WALK_SLICE messages per loop callback (a short block each), and all of them
+    before it tells its watchers; one walk is coming after it, no more."""
+    from recorder.proxy import walk as walk_module
+
+    monkeypatch.setattr(walk_module, "WALK_SLICE", 40)
+    addon, sink, clock = make()
+    flows = [ws_flow("/v1/responses", peer=("127.0.0.1", 40000 + n)) for n in range(12)]
+    for flow in flows:
+        addon.websocket_start(flow)
+    for n, flow in enumerate(flows):
+        send(addon, flow, create(), clock, client=True, step=0.0)
+        for event in responses_turn(f"resp_{n}", ["a"] * 10)[:8]:
+            send(addon, flow, event, clock, step=0.0)
+    held = sum(c.waiting for c in addon.streams.held())
+    assert held == 12 * 9 and addon.open_flows == 0
+    seen: list[int] = []
+    addon.watch(lambda views, now: seen.append(len(views)))
+    timers = timers_of(addon)
+    clock.now += WALK_S
+    slices = []
+    while timers.next_due is not None and timers.next_due <= clock.now:
+        timers.step()
+        slices.append(held - sum(c.waiting for c in addon.streams.held()))
+        held -= slices[-1]
+    assert held == 0 and addon.open_flows == 12
+    assert len(slices) >= 3 and max(slices) <= 40 + 9  # a slice, and the connection at its edge
+    assert seen == [12]  # told once, after all of it
+    assert timers.pending == 1  # the next walk
+    assert not sink.records and addon.health.internal_errors == 0
