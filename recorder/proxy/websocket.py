@@ -20,8 +20,9 @@ Messages are metered in batches, as an HTTP body's pieces are
 (``recorder.proxy.tap``): ``websocket_message`` only holds the message with
 its arrival time; the held messages of a connection are metered, in order and
 at their own times, once ``BATCH_MESSAGES`` wait, at the recorder's walk (once
-a second), before a ping or pong of the connection is counted, when the
-connection ends, at shutdown, and when a live view asks for the open streams.
+a second, a slice at a time), before a ping or pong of the connection is
+counted, when the connection ends, at shutdown, and before a view of the open
+streams that catches up (``OpenStreams.views``).
 mitmproxy calls its whole addon chain for each message: a message metered
 between two of those calls finds the CPU's caches cold and costs several times
 what it costs in a batch (docs/performance.md). What a record says does not
