@@ -372,8 +372,7 @@ class StreamMeter(Rhythm):
         data alone (``Interpreter.quick``: a delta like the last), received at
         ``now``; False, having done nothing, when it cannot (the caller feeds the
         message as an event then). The same state after, exactly, in one Python
-        call: most of a WebSocket's messages come this way, each between two of
-        mitmproxy's hooks that leave the CPU's caches cold."""
+        call: most of a WebSocket's messages are deltas like the last."""
         read = self.interpreter.quick
         if read is None or self._t0 is None:
             return False

@@ -124,7 +124,7 @@ class Recording:
     every WebSocket message twice (``websocket_message``, then ``update``), each
     call through a context manager and a coroutine of its own; an addon nested in
     an entry costs that call a lookup. As one entry instead of four, the
-    recorder's addons cost WebSocket traffic some 4 % less CPU per message
+    recorder's addons cost WebSocket traffic measurably less CPU per message
     (docs/performance.md). mitmproxy catches an exception per entry: one nested
     addon that raised would end the hook for those after it, so each keeps its
     exceptions to itself (as every one here does: the recorder counts them)."""

@@ -39,7 +39,27 @@ def start_proxy(
 ) -> tuple[subprocess.Popen[str], int, int, str]:
     """`recorder proxy` in reverse mode before ``sim``, on SQLite in ``tmp_path``
     (``extra`` may name another ``--db``); ``env`` adds to its environment.
-    Returns the process, its proxy and metrics ports, and its start-up banner."""
+    Returns the process, its proxy and metrics ports, and its start-up banner.
+
+    A free port may be taken by another process before the proxy binds it (seen
+    with the OTLP receiver's in CI): then it starts again on other ports, twice at
+    most."""
+    for attempt in range(3):
+        try:
+            return _start_proxy(tmp_path, sim, extra, env)
+        except _PortTaken:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+class _PortTaken(AssertionError):
+    """The proxy could not bind a port found free a moment before."""
+
+
+def _start_proxy(
+    tmp_path: Path, sim: Simulator, extra: tuple[str, ...], env: dict[str, str] | None
+) -> tuple[subprocess.Popen[str], int, int, str]:
     port, metrics_port = free_port(), free_port()
     db = f"sqlite:///{tmp_path / 'recorder.db'}"
     given = env or {}
@@ -73,7 +93,10 @@ def start_proxy(
         line = proc.stdout.readline()
         if not line or time.monotonic() > deadline:
             proc.kill()
-            raise AssertionError(f"proxy did not start:\n{banner}{proc.stdout.read()}")
+            said = f"{banner}{proc.stdout.read()}"
+            proc.wait()
+            taken = "address already in use" in said.lower()
+            raise (_PortTaken if taken else AssertionError)(f"proxy did not start:\n{said}")
         banner += line
     return proc, port, metrics_port, banner
 
