@@ -371,36 +371,21 @@ class StreamMeter(Rhythm):
         """:meth:`feed_event` of a message that the interpreter reads whole by its
         data alone (``Interpreter.quick``: a delta like the last), received at
         ``now``; False, having done nothing, when it cannot (the caller feeds the
-        message as an event then). The same state after, exactly, in one Python
-        call: most of a WebSocket's messages are deltas like the last."""
+        message as an event then). The same state after, exactly, without the
+        routing and the Event: most of a WebSocket's messages are deltas like the last."""
         read = self.interpreter.quick
         if read is None or self._t0 is None:
             return False
         n = read(data)
         if n < 0:
             return False
-        # what feed_event -> _interpret does for one event at ``now``, inline
-        last = self._last_byte
-        if last is not None and now - last > self._max_silence:
-            self._max_silence = now - last
-            self._silence_at = last
-        self._last_byte = now
+        # what feed_event -> _interpret does for one event at ``now``
+        self._bytes_at(now)
         self.events += 1
         if self._first_event is None:
             self._first_event = now
-        if n:  # _output(now), inline as in feed
-            last = self._last_output
-            self._last_output = now
-            if last is None:
-                self._first(now)
-                return True
-            gap = now - last
-            top = self._max_out_gap
-            if top is None or gap > top or gap >= self.stall_after:
-                self._output_gap(last, gap)
-            intervals = self.output_intervals
-            if len(intervals) < MAX_INTERVALS:
-                intervals.append(gap)
+        if n:
+            self._output(now)
         return True
 
     def feed_keepalive(self, now: float | None = None) -> None:

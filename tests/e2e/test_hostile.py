@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ import orjson
 import pytest
 
 from recorder.proxy.decoding import zstd
+from tests.kit.databases import sqlite_stream_rows
 from tests.kit.lockstep import Lockstep, fetch, lockstep
 from tests.kit.processes import start_proxy, stop
 
@@ -73,18 +73,9 @@ def upstream() -> Iterator[Lockstep]:
 
 
 def _records(db: Path, want: int) -> list[sqlite3.Row]:
-    deadline = time.monotonic() + 30  # the writer's batches: bounded, never a measure
-    while True:
-        try:
-            with sqlite3.connect(db) as conn:
-                conn.row_factory = sqlite3.Row
-                rows = conn.execute("select * from streams order by started_at, id").fetchall()
-        except sqlite3.Error:
-            rows = []
-        if len(rows) >= want or time.monotonic() > deadline:
-            assert len(rows) >= want
-            return rows
-        time.sleep(0.1)
+    rows = sqlite_stream_rows(db, want, timeout=30)
+    assert len(rows) >= want
+    return rows
 
 
 def _alongside(port: int, upstream: Lockstep) -> tuple[threading.Thread, list[bool]]:
