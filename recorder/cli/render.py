@@ -163,8 +163,12 @@ def shorten(text: str, width: int) -> str:
 _NUMBER = re.compile(r"^~?[-+]?[\d,]*\.?\d+(?:e[-+]?\d+)?$")
 
 
-def _is_number(cells: Sequence[str]) -> bool:
-    """A column of numbers (estimates marked ``~`` included) is right-aligned."""
+def _is_number(column: str, cells: Sequence[str]) -> bool:
+    """A column of numbers (estimates marked ``~`` included) is right-aligned; an
+    identifier is text even when its characters are all digits (a short id, once
+    in a few hundred, is)."""
+    if column in ("id", "key") or column.endswith("_id"):
+        return False
     seen = [c for c in cells if c != "-"]
     return bool(seen) and all(_NUMBER.match(c) for c in seen)
 
@@ -221,7 +225,7 @@ def table(
     )
     grid = Table(box=None, show_edge=False, pad_edge=False, padding=(0, GAP, 0, 0))
     for c in shown:
-        numeric = _is_number(cells[c])
+        numeric = _is_number(c, cells[c])
         grid.add_column(
             shorten(c, widths[c]),
             justify="right" if numeric else "left",

@@ -291,6 +291,18 @@ def test_numbers_are_right_aligned() -> None:
     assert text.splitlines() == ["name    n", "a       1", "bb    100", "c       -"]
 
 
+@pytest.mark.parametrize("sid", ["972702700620", "12e456789012"])
+def test_an_id_of_digits_is_text(sid: str) -> None:
+    """A short id is hex: now and then its twelve characters all read as a number
+    (digits, or digits around one ``e``); its column stays left-aligned."""
+    rows = [{"id": sid, "key": "1", "trace_id": "22", "n": 1}, {"id": "5", "key": "333", "n": 2}]
+    lines = table(rows, ["id", "key", "trace_id", "n"], Fit(width=80)).splitlines()
+    assert lines[0].split() == ["id", "key", "trace_id", "n"]
+    assert lines[0].index("key") == lines[1].index("1   ") == lines[2].index("333")
+    assert lines[0].index("trace_id") == lines[1].index("22")
+    assert lines[2].startswith("5 ")
+
+
 @pytest.mark.slow
 def test_hints_name_scripts_run_when_started_so(tmp_path: Path) -> None:
     """`recorder` is not on PATH after the README's set-up: a hint printed under
