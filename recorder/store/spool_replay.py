@@ -115,9 +115,11 @@ class SpoolReplayer:
                 return
         self._sort_own_files()
         now = self._clock()
-        if self._scan_due(now) and self._read_identity():
+        # close() may have given up on the writer while it waited on the database:
+        # then claim and replay nothing more (close spooled the rest for the next one)
+        if self._scan_due(now) and self._read_identity() and not self._queue.abandoned:
             self._scan(now)
-        if self._queue.depth < self._cfg.batch_size:  # the queue comes first
+        if self._queue.depth < self._cfg.batch_size and not self._queue.abandoned:
             self.replay_batch()
 
     def _scan_due(self, now: float) -> bool:
@@ -260,6 +262,13 @@ class SpoolReplayer:
         if seg is not None:
             seg.release(remove=remove)
 
+    def release(self) -> None:
+        """Let go of every file claimed or retired for a replay, none removed:
+        those still holding records stay for the next process."""
+        self._let_go(remove=False)
+        while self._waiting:
+            self._waiting.popleft().release(remove=False)
+
     def finish(self, deadline: float) -> None:
         """Stopping, the queue empty: replay this process's own files while the
         database takes them and ``deadline`` (``time.monotonic``) is not past,
@@ -271,9 +280,7 @@ class SpoolReplayer:
             if not self.pending:
                 break
             self.replay_batch()
-        self._let_go(remove=False)
-        while self._waiting:
-            self._waiting.popleft().release(remove=False)
+        self.release()
         if self._cfg.spool_first:
             spool = self._spool
             spool.seal()

@@ -26,7 +26,9 @@ wait on a database). If the writer is still inside the database then (a hung
 server, a lock held elsewhere), ``close`` spools the queue and the batch in
 flight itself, from the caller's thread, without touching the database, and
 the writer is abandoned (``RecordQueue.abandon``: no record is both spooled by
-``close`` and lost by the writer, or spooled twice). The writer is a daemon
+``close`` and lost by the writer, or spooled twice). Once its wait ends, an
+abandoned writer claims and replays no spool file and lets go of every one it
+holds, so that the next writer of the store finds them. The writer is a daemon
 thread, so a call that never returns cannot keep the process alive. A record
 that both commits late and sits in the spool is still stored once.
 
@@ -283,6 +285,10 @@ class SqlSink:
         if batch:
             self._write(batch)
         if self.queue.abandoned:  # close() spooled what was left; the process is going
+            # let go of the files it claimed or opened since (late records): a
+            # file kept locked would wait for the process to end
+            self._replayer.release()
+            self._spool.close()
             return True
         if stopping and self.queue.depth == 0:
             self._replayer.finish(self._close_deadline)

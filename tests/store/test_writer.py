@@ -11,6 +11,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine
@@ -18,6 +19,7 @@ from sqlalchemy import Engine
 from recorder.store.engine import make_engine
 from recorder.store.identity import StoreIdentity, store_key
 from recorder.store.models import BulkRows
+from recorder.store.record_queue import RecordQueue
 from recorder.store.spool import REJECTED_FILE, header_line, record_line
 from recorder.store.writer import SqlSink
 from tests.kit.databases import (
@@ -363,6 +365,67 @@ def test_a_writer_abandoned_by_close_spools_nothing_twice(tmp_path: Path) -> Non
     assert sorted(spooled) == sorted(r.id for r in records)  # each once, none missing
     assert count_rows(db) == 0
     engine.dispose()
+
+
+def test_a_writer_abandoned_inside_the_replayer_leaves_the_spool_to_the_next(
+    tmp_path: Path,
+) -> None:
+    """The writer, idle, waits on a lock in its spool upkeep (the store's id, read
+    before the first scan) when close gives up on it. Once the lock is gone it
+    claims and replays nothing more, and holds no spool file: the next writer of
+    the store stores every record (a CI failure: the abandoned writer claimed the
+    file close had spooled, replayed one batch, and kept it locked)."""
+    db = migrated_sqlite(tmp_path)
+    spool = tmp_path / "spool"
+    engine = make_engine(db, sqlite_busy_timeout_ms=3_000)
+    records = [simple_record(i) for i in range(100)]
+    with outage(db):
+        sink = SqlSink(db, spool, engine=engine, batch_size=10, flush_interval=0.01)
+        time.sleep(0.2)  # nothing queued: the writer is in its upkeep, on the lock
+        for r in records:
+            sink.submit(r)
+        time.sleep(0.2)
+        sink.close(timeout=0.2)
+        assert sink.stats()["spooled"] == 100
+    time.sleep(0.5)  # the abandoned writer's wait ends
+    again = SqlSink(db, spool)
+    wait_for(lambda: count_rows(db) == 100 and not spool_files(spool), timeout=15)
+    again.close()
+    assert sorted(ids_in_db(db)) == sorted(r.id for r in records)
+    engine.dispose()
+
+
+def test_a_record_the_abandoned_writer_took_late_stays_for_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """close gives up on the writer between its taking a record off the queue and
+    its claiming it for a batch: the writer spools that record itself, into a file
+    it lets go of at once (not one locked until the process ends)."""
+    db = migrated_sqlite(tmp_path)
+    spool = tmp_path / "spool"
+    taken = threading.Event()
+    get = RecordQueue._get
+
+    def slow_get(self: RecordQueue, **kw: Any) -> Any:
+        item = get(self, **kw)
+        if item is not None and not taken.is_set():
+            taken.set()
+            time.sleep(0.5)  # descheduled here: close gives up meanwhile
+        return item
+
+    monkeypatch.setattr(RecordQueue, "_get", slow_get)
+    sink = SqlSink(db, spool, batch_size=10, flush_interval=0.01)
+    records = [simple_record(i) for i in range(5)]
+    for r in records:
+        sink.submit(r)
+    assert taken.wait(5)
+    sink.close(timeout=0.1)
+    monkeypatch.undo()
+    time.sleep(0.8)  # the writer wakes, spools what it took, and ends
+    assert sorted(d["id"] for d in spooled_docs(spool)) == sorted(r.id for r in records)
+    again = SqlSink(db, spool)
+    wait_for(lambda: count_rows(db) == 5 and not spool_files(spool), timeout=15)
+    again.close()
 
 
 def test_two_writers_on_one_database_lose_nothing(db_url: str, tmp_path: Path) -> None:
