@@ -119,4 +119,9 @@ def test_responses_and_realtime_through_the_process_and_a_shutdown_mid_response(
     assert cut["output_source"] == "estimated" and cut["output_tokens"] >= deltas
     assert cut["cost_usd"] is not None
     assert len({r["connection_id"] for r in rows}) == 2  # one per WebSocket connection
+    # a Responses `response.create` carries its prompt: fingerprinted, first attempts;
+    # a Realtime one does not (the conversation lives on the server)
+    assert [r["attempt"] for r in rows] == [None, 1, 1, 1]
+    assert rows[0]["request_fingerprint"] is None
+    assert rows[1]["request_fingerprint"] != rows[2]["request_fingerprint"]
     assert b"sk-ws-route" not in route.db.read_bytes()
