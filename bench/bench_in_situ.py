@@ -22,7 +22,13 @@ the body's facts and its token count; the sweep of waiting pieces; in the comple
 the usage and cost, the unpriced check, the metrics, the live view's line and the
 sink's submit. Then it sends the paced load of ``bench_overhead.py`` (100 streams,
 an event every 20 ms; ``--short``: its short-stream load, 1,000 streams of 5 deltas)
-from the simulator; ``--rounds`` rounds, a fresh proxy each.
+from the simulator; ``--rounds`` rounds, a fresh proxy each. ``--websocket`` sends
+``bench_overhead.py --websocket``'s paced load instead (20 connections, Responses in
+WebSocket mode and Realtime in turn, 10 responses a connection, the deltas shared
+among them) and times the WebSocket steps: holding a message (the hook), metering
+the held ones (per message), a response's beginning (its record made) and its end
+(closed, completed); ``--bedrock`` sends ``bench_overhead.py --bedrock``'s (Amazon
+Bedrock's two streamed APIs, AWS's event stream).
 
 Reported: µs per call of each step (medians of rounds) and the proxy's CPU seconds
 per 10,000 events. A sub-step's figure includes its own timer (a system call: about
@@ -45,8 +51,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench_overhead import SHORT, paced
-from proxybench import Proxy, SimChild, child_sim, exit_status, set_affinity
+import bench_overhead
+from bench_overhead import SHORT, STREAMS_WS, WS_RESPONSES, paced
+from proxybench import BEDROCK, WS_PATHS, Proxy, SimChild, child_sim, exit_status, set_affinity
 
 PROXY_CPU, CLIENT_CPU = 0, 1
 STEPS = (
@@ -67,6 +74,10 @@ STEPS = (
     "response",
     "tap (per piece)",
     "metering (per piece)",
+    "websocket_message (per message)",
+    "metering held messages (per message)",
+    "a WebSocket response begins",
+    "a WebSocket response ends",
     "sweep (per callback)",
     "closing a record",
     "completing a record",
@@ -127,6 +138,20 @@ def child_timed_proxy() -> int:
         finishing.Finishing._close = timed("closing a record", finishing.Finishing._close)  # type: ignore[method-assign]
         walk.Walk._go_on = timed("sweep (per callback)", walk.Walk._go_on)  # type: ignore[method-assign]
         making.RecordMaker.make = timed("making a record (per flow)", making.RecordMaker.make)  # type: ignore[method-assign]
+        try:
+            from recorder.proxy import websocket
+        except ImportError:  # before WebSockets were metered
+            pass
+        else:
+            ws, conn = websocket.WebSockets, websocket.Connection
+            ws.websocket_message = timed("websocket_message (per message)", ws.websocket_message)  # type: ignore[method-assign]
+            conn.meter_waiting = timed(  # type: ignore[method-assign]
+                "metering held messages (per message)",
+                conn.meter_waiting,
+                lambda self: self.waiting,
+            )
+            ws.begin = timed("a WebSocket response begins", ws.begin)  # type: ignore[method-assign]
+            ws.end = timed("a WebSocket response ends", ws.end)  # type: ignore[method-assign]
     if os.environ.get("BENCH_HOOKS_ONLY"):
         return _run_timed(totals)
     if hasattr(addon, "count_request"):
@@ -240,6 +265,17 @@ def main() -> int:
         help=f"bench_overhead's short-stream load: {SHORT[0]} streams x {SHORT[1]} deltas,"
         f" starts spread over {SHORT[2]:.0f} s (where the per-flow work weighs most)",
     )
+    traffic = parser.add_mutually_exclusive_group()
+    traffic.add_argument(
+        "--websocket",
+        action="store_true",
+        help="bench_overhead --websocket's paced load (OpenAI over WebSocket) instead",
+    )
+    traffic.add_argument(
+        "--bedrock",
+        action="store_true",
+        help="bench_overhead --bedrock's paced load (Amazon Bedrock's event stream) instead",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", metavar="FILE", help="cProfile the first round's proxy")
     parser.add_argument(
@@ -257,6 +293,15 @@ def main() -> int:
     if args.hooks_only:
         os.environ["BENCH_HOOKS_ONLY"] = "1"
     streams, deltas, spread = (12, 20, None) if args.quick else (100, 200, None)
+    what = "paced"
+    if args.websocket:
+        bench_overhead.TRAFFIC, bench_overhead.OVER_WEBSOCKET = WS_PATHS, True
+        bench_overhead.WS_RESPONSES = 3 if args.quick else WS_RESPONSES
+        streams = 6 if args.quick else STREAMS_WS
+        what = f"WebSocket, {bench_overhead.WS_RESPONSES} responses a connection"
+    elif args.bedrock:
+        bench_overhead.TRAFFIC = BEDROCK
+        what = "Amazon Bedrock"
     if args.short:
         streams, deltas, spread = (50, SHORT[1], 1.0) if args.quick else SHORT
     rounds = 1 if args.quick else args.rounds
@@ -299,8 +344,11 @@ def main() -> int:
             timings.unlink()
     finally:
         sim.stop()
+    # a renamed step would leave its row empty: say so rather than print dashes
+    wanted = ["a WebSocket response begins"] if args.websocket else ["tap (per piece)"]
+    failures += [f"{step}: not timed (renamed?)" for step in wanted if not steps.get(step)]
     print(
-        f"# bench_in_situ: paced, {streams} streams x {deltas} deltas"
+        f"# bench_in_situ: {what}, {streams} streams x {deltas} deltas"
         + (f", starts spread over {spread:.0f} s" if spread else "")
         + f", {rounds} rounds;"
         f" load average {os.getloadavg()[0]:.1f} at the end"
