@@ -204,8 +204,11 @@ class RecordQueue:
 
     @property
     def idle(self) -> bool:
-        """Nothing queued and nothing in flight."""
-        return self._q.empty() and not self._inflight
+        """Nothing queued and nothing in flight; never once abandoned (what ``close``
+        took is spooled, not committed). Under the hand-over lock: ``abandon``
+        empties both at once."""
+        with self._handoff:
+            return not self._abandoned and self._q.empty() and not self._inflight
 
     @property
     def done_seq(self) -> int:

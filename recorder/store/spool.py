@@ -263,10 +263,12 @@ class Spool:
             return [s for s in self.segments if s.sealed]
 
     def forget(self, seg: Segment, *, remove: bool) -> None:
-        """Drop an owned file from the list and release it."""
+        """Drop an owned file from the list and release it (unless ``close``
+        released it already: its descriptor may be another file's by now)."""
         with self.lock:
-            if seg in self.segments:
-                self.segments.remove(seg)
+            if seg not in self.segments:
+                return
+            self.segments.remove(seg)
             if self.current is seg:
                 self.current = None
         seg.release(remove=remove)

@@ -25,6 +25,9 @@ store's id has been read. Invariants:
   per outage, and once per ``scan_interval``.
 - Other stores' files are never touched (beyond the lock of a look at their
   header); what waits for them is said once, in one line.
+- Once ``close`` gave up on the writer (``RecordQueue.abandon``), nothing is
+  sorted, claimed, replayed or removed: what ``close`` took is spooled, not
+  committed, and every file held is let go of (``release``) for the next writer.
 - The store id is read from the database once, before the first scan (files
   are claimed by it), and from then on named in every new spool file.
 """
@@ -113,11 +116,14 @@ class SpoolReplayer:
                 link.ensure_schema()
             except Unavailable:
                 return
+        # close() may have given up on the writer while it waited on the database:
+        # then sort, claim and replay nothing more (close spooled the rest for the
+        # next writer of the store; the writer lets go of what it holds)
+        if self._queue.abandoned:
+            return
         self._sort_own_files()
         now = self._clock()
-        # close() may have given up on the writer while it waited on the database:
-        # then claim and replay nothing more (close spooled the rest for the next one)
-        if self._scan_due(now) and self._read_identity() and not self._queue.abandoned:
+        if self._scan_due(now) and not self._queue.abandoned and self._read_identity():
             self._scan(now)
         if self._queue.depth < self._cfg.batch_size and not self._queue.abandoned:
             self.replay_batch()
@@ -281,7 +287,7 @@ class SpoolReplayer:
                 break
             self.replay_batch()
         self.release()
-        if self._cfg.spool_first:
+        if self._cfg.spool_first and not self._queue.abandoned:
             spool = self._spool
             spool.seal()
             for seg in spool.sealed():

@@ -27,8 +27,8 @@ server, a lock held elsewhere), ``close`` spools the queue and the batch in
 flight itself, from the caller's thread, without touching the database, and
 the writer is abandoned (``RecordQueue.abandon``: no record is both spooled by
 ``close`` and lost by the writer, or spooled twice). Once its wait ends, an
-abandoned writer claims and replays no spool file and lets go of every one it
-holds, so that the next writer of the store finds them. The writer is a daemon
+abandoned writer sorts, claims, replays and removes no spool file and lets go of
+every one it holds, so that the next writer of the store finds them. The writer is a daemon
 thread, so a call that never returns cannot keep the process alive. A record
 that both commits late and sits in the spool is still stored once.
 
