@@ -258,10 +258,7 @@ def test_a_hostile_value_never_acts_on_a_real_terminal(
 ) -> None:
     """`recorder sessions` on a terminal (tmux): the title is not set, nothing is
     cleared, the model shows escaped."""
-    # the pane is held open once `sessions` ended: tmux's "Pane is dead" line is
-    # written below the last line, scrolling the first one out of the screen
-    held = ["sh", "-c", '"$0" "$@"; exec sleep 60', RECORDER, "sessions", "--db", db_url]
-    screen = tmux(held, width=200)
+    screen = tmux([RECORDER, "sessions", "--db", db_url], width=200, hold=True)
     text = screen.wait_for(lambda s: "completed" in s)
     assert_inert(text)
     assert "PWNED" not in screen.title()

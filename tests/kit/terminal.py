@@ -5,7 +5,8 @@
 - ``Tmux``: one tmux server of our own (its own socket) with one session, of a
   given size, running a command; ``screen``, ``wait_for``, ``title`` (the pane's
   title, which an escape sequence can set), ``alive``, ``close``;
-- the ``tmux`` fixture: ``tmux(command, width=…, height=…)``, closed after the test.
+- the ``tmux`` fixture: ``tmux(command, width=…, height=…, hold=…)``, closed after
+  the test (``hold``: the pane kept open once the command ended).
 """
 
 from __future__ import annotations
@@ -43,9 +44,21 @@ def ensure_tmux() -> str:
 class Tmux:
     """One tmux server of our own (its own socket), one session running a command."""
 
-    def __init__(self, tmux: str, command: list[str], width: int = 180, height: int = 45) -> None:
+    def __init__(
+        self,
+        tmux: str,
+        command: list[str],
+        width: int = 180,
+        height: int = 45,
+        *,
+        hold: bool = False,
+    ) -> None:
         self.tmux = tmux
         self.socket = f"recorder-test-{os.getpid()}-{free_port()}"
+        if hold:
+            # the pane outlives the command: when a pane's command ends, tmux writes
+            # "Pane is dead" below its last line, scrolling the first off the screen
+            command = ["sh", "-c", '"$0" "$@"; exec sleep 600', *command]
         # the screen stays readable after the command ends (`sessions` does, at once):
         # set before the session starts, in the same call
         size = ["-x", str(width), "-y", str(height)]
@@ -96,12 +109,16 @@ class Tmux:
 
 @pytest.fixture
 def tmux() -> Iterator[Callable[..., Tmux]]:
-    """``tmux(command, width=180, height=45)``: a terminal running ``command``."""
+    """``tmux(command, width=180, height=45, hold=False)``: a terminal running
+    ``command`` (``hold``: kept open once the command ended, its screen as it left it;
+    ``alive`` then says True)."""
     path = ensure_tmux()
     opened: list[Tmux] = []
 
-    def start(command: list[str], width: int = 180, height: int = 45) -> Tmux:
-        t = Tmux(path, command, width, height)
+    def start(
+        command: list[str], width: int = 180, height: int = 45, *, hold: bool = False
+    ) -> Tmux:
+        t = Tmux(path, command, width, height, hold=hold)
         opened.append(t)
         return t
 

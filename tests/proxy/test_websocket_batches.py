@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -124,7 +125,6 @@ def test_a_response_create_held_for_its_batch_starts_the_record_at_its_own_time(
     assert addon.open_flows == 0 and not sink.records  # all of it held
     close(addon, flow, by_client=True)
     first, second = sink.records
-    from datetime import datetime
 
     def at(rec: StreamRecord) -> datetime:
         assert rec.started_at is not None
