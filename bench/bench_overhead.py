@@ -449,6 +449,8 @@ def main() -> int:
                 plan_rows(name, streams)
             check(streams, f"paired {name}", {s.sim_id: sim.write_times(s.sim_id) for s in streams})
             events = sum(len(s.arrivals) for s in streams)
+            if not events:  # every stream failed: check() said how; no ratio this round
+                return {}
             per_event[name] = (proxies[name].cpu_seconds() - before[name]) / events
         return {k: v / per_event["mitmproxy"] for k, v in per_event.items() if k != "mitmproxy"}
 
@@ -562,6 +564,8 @@ def main() -> int:
     print()
 
     def fmt(values: list[float], spec: str = ".2f") -> str:
+        if not values:  # no round measured it (its streams failed, listed below)
+            return "none"
         m, lo, hi = median_spread(values)
         return f"{m:{spec}} [{lo:{spec}}-{hi:{spec}}]"
 
