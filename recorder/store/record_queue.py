@@ -51,6 +51,12 @@ class RecordQueue:
         self._abandoned = False
         self._inflight: list[Item] = []
         self._done_seq = 0
+        # The writer gathering a batch sleeps until its flush deadline, woken early
+        # only when the queue could fill the batch (``_wanted`` items) or by
+        # ``wake``: not once per record, which on a virtual machine costs each
+        # thread tens of microseconds of CPU per wake-up (docs/performance.md).
+        self._wanted = 0  # the writer's batch wants this many more (0: not waiting)
+        self._ready = threading.Event()
 
     # -- the caller's side: never blocks ----------------------------------------
 
@@ -70,12 +76,16 @@ class RecordQueue:
             return False
         if size:
             self._bytes_in += size
+        wanted = self._wanted  # read after the put: see take_batch
+        if wanted and self._q.qsize() >= wanted:
+            self._ready.set()
         return True
 
     def wake(self) -> None:
         """Wake the writer if it waits for records (it then stops waiting)."""
         with contextlib.suppress(queue.Full):
             self._q.put_nowait((0, _STOP, 0))
+        self._ready.set()
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait until every record queued is dealt with (``done``); False on timeout."""
@@ -98,27 +108,21 @@ class RecordQueue:
         within ``flush_interval`` of the first. Returns the batch, in flight from
         now on, and the items taken after ``abandon`` (the writer spools those).
         Both are to be passed to ``done`` once dealt with."""
-        q = self._q
         batch: list[Item] = []
         late: list[Item] = []
         self._inflight = batch  # close() spools it if the writer stalls
-        deadline: float | None = None
-        while len(batch) < size:
-            item = self._get(
-                wait=wait and not batch,
-                deadline=deadline if wait else None,
-                flush_interval=flush_interval,
-            )
-            if item is None:
-                break
-            if item[1] is _STOP:
-                q.task_done()
-                wait = False
-                continue
-            with self._handoff:
-                (late if self._abandoned else batch).append(item)
-            if deadline is None and wait:
-                deadline = time.monotonic() + flush_interval
+        if wait:
+            try:
+                first = self._q.get(timeout=flush_interval)
+            except queue.Empty:
+                return batch, late
+            wait = self._keep(first, batch, late)
+            deadline = time.monotonic() + flush_interval
+            wait = self._drain(size, batch, late) and wait
+            remaining = deadline - time.monotonic()
+            if wait and len(batch) < size and remaining > 0:
+                self._gather(size - len(batch), remaining)
+        self._drain(size, batch, late)
         # the batch is gathered: its bodies no longer wait in the queue
         taken = sum(i[2] for i in batch) + sum(i[2] for i in late)
         if taken:
@@ -126,25 +130,40 @@ class RecordQueue:
                 self._bytes_out += taken
         return batch, late
 
-    def _get(self, *, wait: bool, deadline: float | None, flush_interval: float) -> Item | None:
-        """The next item: waiting up to ``flush_interval`` for the first of a batch
-        (``wait``), until ``deadline`` for the others; None when there is none."""
-        q = self._q
+    def _gather(self, wanted: int, timeout: float) -> None:
+        """Sleep until ``timeout`` has passed, ``wanted`` items wait in the queue,
+        or ``wake``. The order matters: ``offer`` puts, then reads ``_wanted``;
+        here ``_wanted`` is set before the queue is looked at, so an item put
+        meanwhile is either seen here or sets the event."""
+        self._wanted = wanted
+        self._ready.clear()
         try:
-            if wait:
-                return q.get(timeout=flush_interval)
-            return q.get_nowait()
-        except queue.Empty:
-            pass
-        if deadline is None:
-            return None
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return None
-        try:
-            return q.get(timeout=remaining)
-        except queue.Empty:
-            return None
+            if self._q.qsize() < wanted:
+                self._ready.wait(timeout)
+        finally:
+            self._wanted = 0
+
+    def _drain(self, size: int, batch: list[Item], late: list[Item]) -> bool:
+        """Take what waits, up to a batch of ``size``; False once ``wake``'s
+        marker was among it (the writer is to stop waiting)."""
+        go_on = True
+        while len(batch) < size:
+            try:
+                item = self._q.get_nowait()
+            except queue.Empty:
+                break
+            go_on = self._keep(item, batch, late) and go_on
+        return go_on
+
+    def _keep(self, item: Item, batch: list[Item], late: list[Item]) -> bool:
+        """One item taken: into the batch, or ``late`` once abandoned; False for
+        ``wake``'s marker (marked done at once)."""
+        if item[1] is _STOP:
+            self._q.task_done()
+            return False
+        with self._handoff:
+            (late if self._abandoned else batch).append(item)
+        return True
 
     def done(self, items: Sequence[Item]) -> None:
         """``items`` are committed or spooled: no longer in flight."""

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
+from recorder.core.record import StreamRecord
 from recorder.store.engine import make_engine
 from recorder.store.identity import StoreIdentity, store_key
 from recorder.store.link import DatabaseLink
@@ -406,16 +407,15 @@ def test_a_record_the_abandoned_writer_took_late_stays_for_the_next(
     db = migrated_sqlite(tmp_path)
     spool = tmp_path / "spool"
     taken = threading.Event()
-    get = RecordQueue._get
+    keep = RecordQueue._keep
 
-    def slow_get(self: RecordQueue, **kw: Any) -> Any:
-        item = get(self, **kw)
-        if item is not None and not taken.is_set():
+    def slow_keep(self: RecordQueue, item: Any, *batches: Any) -> Any:
+        if isinstance(item[1], StreamRecord) and not taken.is_set():
             taken.set()
             time.sleep(0.5)  # descheduled here: close gives up meanwhile
-        return item
+        return keep(self, item, *batches)
 
-    monkeypatch.setattr(RecordQueue, "_get", slow_get)
+    monkeypatch.setattr(RecordQueue, "_keep", slow_keep)
     sink = SqlSink(db, spool, batch_size=10, flush_interval=0.01)
     records = [simple_record(i) for i in range(5)]
     for r in records:
