@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from mitmproxy import http
+from mitmproxy.coretypes.multidict import MultiDict
 
 from recorder.core.attribution import (
     SESSION_HEADERS,
@@ -112,15 +113,28 @@ def wanted_headers(tag_headers: Iterable[str]) -> frozenset[bytes]:
     return REQUEST_HEADERS | {name.lower().encode() for name in tag_headers}
 
 
-def pending_of(request: http.Request, headers: dict[str, str]) -> Pending:
-    """What the record needs of ``request``, read now."""
-    path = request.path
+def query_of(request: http.Request) -> MultiDict[str, str] | None:
+    """The URL's query, read now (None: the path has none). mitmproxy's
+    ``request.query`` is a live view that parses the URL again at every lookup,
+    and a record looks up several names in it (keys some gateways take there)."""
+    if "?" not in request.path:
+        return None
+    return MultiDict(request.query.fields)
+
+
+def pending_of(
+    request: http.Request,
+    headers: dict[str, str],
+    query: MultiDict[str, str] | None = None,
+) -> Pending:
+    """What the record needs of ``request``, read now; ``query``: its
+    :func:`query_of`, when read before (a WebSocket's, once per connection)."""
     return Pending(
         headers,
-        request.query if "?" in path else None,  # some gateways take keys there
+        query if query is not None else query_of(request),
         request.host,
         request.port,
-        path,
+        request.path,
         time.time_ns() // 1_000_000,
     )
 

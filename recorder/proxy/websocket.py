@@ -76,6 +76,7 @@ from recorder.proxy.making import (
     header_text,
     pending_of,
     pick_headers,
+    query_of,
 )
 from recorder.proxy.open_streams import OpenStreams
 from recorder.proxy.state import Ending, FlowState, read_encoded_request
@@ -116,6 +117,7 @@ class Connection:
         "headers",
         "model",
         "peer",
+        "query",
         "request_id",
     )
 
@@ -125,8 +127,8 @@ class Connection:
         self.endpoint = endpoint
         req = flow.request
         self.headers = _credentials(pick_headers(req.headers, _UPGRADE_HEADERS))
-        model = req.query.get("model") if "?" in req.path else None
-        self.model = header_text(model)
+        self.query = query_of(req)
+        self.model = header_text(self.query.get("model") if self.query is not None else None)
         answer = pick_headers(flow.response.headers, RESPONSE_HEADERS) if flow.response else {}
         self.request_id = header_text(answer.get("x-request-id") or answer.get("request-id"))
         self.peer: Any = flow.client_conn.peername
@@ -314,7 +316,7 @@ class WebSockets:
     def begin(self, conn: Connection, now: float, request: bytes | None) -> Exchange | None:
         """A response of ``conn`` begins: NOTED, then made (OPEN) at once."""
         flow, endpoint = conn.flow, conn.endpoint
-        pending = pending_of(flow.request, conn.headers)
+        pending = pending_of(flow.request, conn.headers, conn.query)
         # the message's own wall time (it may be metered a batch later)
         pending.wall_ms = time.time_ns() // 1_000_000 - round((self._clock() - now) * 1000)
         state = FlowState(endpoint, now, pending, self._maker)

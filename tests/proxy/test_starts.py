@@ -202,6 +202,25 @@ async def test_what_requestheaders_read_is_recorded_though_the_request_changes()
     assert rec.project == "proj_1" and rec.upstream == "api.example.com:443"
 
 
+async def test_a_key_in_the_query_is_read_at_requestheaders_too() -> None:
+    """A gateway that takes its key in the URL (``?key=``): the query is read when
+    the headers are, not from mitmproxy's live view of the URL when the record is
+    made (another addon may rewrite it meanwhile); the record fingerprints the
+    key the request was sent with, and masks that one."""
+    addon, sink, clock = make(start_delay=60.0)
+    with taddons.context(addon):
+        flow = make_flow(path=f"/v1/chat/completions?key={KEY}&alt=sse")
+        addon.requestheaders(flow)
+        flow.request.query["key"] = "gwOTHERSECRET0000000000000000"
+        addon.request(flow)
+        flow.response = sse_response()
+        addon.responseheaders(flow)
+        stream_through(flow, pieces_of(CHAT_SSE, 300), clock)
+        addon.response(flow)
+    (rec,) = sink.records
+    assert rec.api_key_id == fingerprint(KEY, SECRET)
+
+
 @pytest.mark.parametrize("in_batch_of", ["starts", "ends", "shutdown"])
 async def test_a_record_that_cannot_be_made_costs_only_its_flow(
     monkeypatch: pytest.MonkeyPatch, in_batch_of: str
