@@ -89,6 +89,55 @@ def test_wake_ends_the_writers_wait_without_a_record() -> None:
     assert batch == late == [] and q.join(timeout=0)
 
 
+def gathering(q: RecordQueue, size: int, flush: float) -> tuple[threading.Thread, list[Item]]:
+    """A writer taking a batch on a thread of its own (its batch, once back)."""
+    out: list[Item] = []
+
+    def take() -> None:
+        batch, late = q.take_batch(size, flush, wait=True)
+        out.extend(batch + late)
+
+    thread = threading.Thread(target=take, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def test_a_gathering_writer_takes_its_batch_once_it_can_fill() -> None:
+    """The writer waits for a batch's flush deadline (a minute here) without being
+    woken by each record; the record that makes the batch full ends the wait."""
+    q = RecordQueue(100, body_budget=1 << 20)
+    records = [simple_record(i) for i in range(5)]
+    thread, out = gathering(q, 5, 60.0)
+    for i, rec in enumerate(records):
+        assert q.offer(rec)
+        thread.join(0.02)
+        assert thread.is_alive() == (i < 4)  # not back before the batch can fill
+    thread.join(5)
+    assert not thread.is_alive() and ids(out) == [r.id for r in records]
+
+
+def test_what_comes_while_the_writer_gathers_joins_its_batch_at_the_deadline() -> None:
+    q = RecordQueue(100, body_budget=1 << 20)
+    thread, out = gathering(q, 50, 0.5)
+    for i in range(3):
+        assert q.offer(simple_record(i))
+        thread.join(0.05)
+    thread.join(5)
+    assert not thread.is_alive() and len(out) == 3  # one batch, not three
+
+
+def test_wake_ends_a_gathering_writers_wait_with_what_it_has() -> None:
+    q = RecordQueue(100, body_budget=1 << 20)
+    rec = simple_record(1)
+    thread, out = gathering(q, 50, 60.0)
+    assert q.offer(rec)
+    thread.join(0.1)
+    assert thread.is_alive()  # gathering, until the deadline a minute away
+    q.wake()
+    thread.join(5)
+    assert not thread.is_alive() and ids(out) == [rec.id]
+
+
 def test_settle_spills_unless_close_took_the_batch() -> None:
     q = RecordQueue(10, body_budget=1 << 20)
     q.offer(simple_record(1))
