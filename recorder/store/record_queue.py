@@ -102,18 +102,19 @@ class RecordQueue:
     # -- the writer's side --------------------------------------------------------
 
     def take_batch(
-        self, size: int, flush_interval: float, *, wait: bool
+        self, size: int, flush_interval: float, *, wait: bool, first_within: float = 0.0
     ) -> tuple[list[Item], list[Item]]:
         """Up to ``size`` records: what is waiting, plus (``wait``) what arrives
-        within ``flush_interval`` of the first. Returns the batch, in flight from
-        now on, and the items taken after ``abandon`` (the writer spools those).
-        Both are to be passed to ``done`` once dealt with."""
+        within ``flush_interval`` of the first, which is waited for up to
+        ``first_within`` seconds (at least ``flush_interval``). Returns the batch,
+        in flight from now on, and the items taken after ``abandon`` (the writer
+        spools those). Both are to be passed to ``done`` once dealt with."""
         batch: list[Item] = []
         late: list[Item] = []
         self._inflight = batch  # close() spools it if the writer stalls
         if wait:
             try:
-                first = self._q.get(timeout=flush_interval)
+                first = self._q.get(timeout=max(flush_interval, first_within))
             except queue.Empty:
                 return batch, late
             wait = self._keep(first, batch, late)

@@ -300,6 +300,11 @@ class Spool:
         with self.lock:
             return sum(1 for s in self.segments if s.dirty)
 
+    def holds_records(self) -> bool:
+        """Whether a file of this spool holds records (to retire, replay or remove)."""
+        with self.lock:
+            return any(s.records for s in self.segments)
+
     def owned_paths(self) -> set[Path]:
         """Paths of the files this spool holds."""
         with self.lock:

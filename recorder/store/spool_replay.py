@@ -105,6 +105,22 @@ class SpoolReplayer:
         """Whether files wait to be replayed."""
         return self._reading is not None or bool(self._waiting)
 
+    def quiet_for(self) -> float:
+        """Seconds this upkeep has nothing to do unless a record comes (0: it has
+        work now: files to replay, retire or remove, the schema or the store id
+        to read, a scan due). The writer waits that long for a record, not one
+        flush interval after another: a thread woken for nothing costs CPU."""
+        if (
+            self.pending
+            or not self._link.schema_checked
+            or not self._identity_read
+            or self._link.resumed != self._seen_resumed
+            or self._queue.abandoned
+            or self._spool.holds_records()
+        ):
+            return 0.0
+        return max(0.0, self._next_scan - self._clock())
+
     def step(self) -> None:
         """The upkeep between two batches: retire own files, scan for orphans when
         due, and replay one batch if the queue leaves room."""

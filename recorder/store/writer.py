@@ -276,8 +276,12 @@ class SqlSink:
         stopping = self._stop.is_set()
         # with spool files to replay, do not idle on an empty queue
         replaying = self._replayer.pending and self._link.may_try()
+        wait = not stopping and not replaying
         batch, late = self.queue.take_batch(
-            self.batch_size, self.flush_interval, wait=not stopping and not replaying
+            self.batch_size,
+            self.flush_interval,
+            wait=wait,
+            first_within=max(self.flush_interval, self._replayer.quiet_for()) if wait else 0.0,
         )
         if late:  # taken after close() gave up on the writer: spooled by the writer
             self._handover.writer_spill(late)

@@ -251,6 +251,49 @@ def test_a_live_process_spool_is_left_alone(db_url: str, tmp_path: Path) -> None
     sink.close()
 
 
+@pytest.mark.parametrize("journal", [False, True])
+def test_an_idle_writer_sleeps_until_a_record_or_its_upkeep_is_due(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, journal: bool
+) -> None:
+    """Nothing to write, nothing in the spool: the writer waits for a record (or its
+    next orphan scan, a minute away here), not one flush interval after another;
+    a record that comes is written at once, and the journal's file is retired and
+    removed as before."""
+    looks = 0
+    take = RecordQueue.take_batch
+
+    def counted(self: RecordQueue, *args: Any, **kw: Any) -> Any:
+        nonlocal looks
+        looks += 1
+        return take(self, *args, **kw)
+
+    monkeypatch.setattr(RecordQueue, "take_batch", counted)
+    spool = tmp_path / "spool"
+    sink = SqlSink(
+        db_url,
+        spool,
+        flush_interval=0.01,
+        orphan_scan_interval=60.0,
+        segment_seconds=0.2,
+        journal=journal,
+    )
+    assert sink.flush(5)
+    time.sleep(0.3)  # settled: schema checked, first scan done
+    before = looks
+    time.sleep(1.0)
+    assert looks - before <= 2  # not 100 looks at an empty queue
+    rec = simple_record(1)
+    sink.submit(rec)
+    wait_for(lambda: count_rows(db_url) == 1)
+    wait_for(lambda: not spool_files(spool))  # the journal's file: retired, removed
+    time.sleep(0.3)
+    before = looks
+    time.sleep(1.0)
+    assert looks - before <= 2  # quiet again
+    sink.close()
+    assert count_rows(db_url) == 1
+
+
 def test_a_sink_closed_while_the_database_is_locked_is_replayed_once_the_lock_clears(
     tmp_path: Path,
 ) -> None:
