@@ -37,10 +37,12 @@ import asyncio
 import os
 import platform
 import queue
+import random
 import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -63,6 +65,11 @@ from recorder.store.writer import SqlSink  # noqa: E402
 TARGET_SQLITE = 5000.0
 DOCS = ROOT / "docs" / "storage.md"
 BEGIN, END = "<!-- bench_store:begin -->", "<!-- bench_store:end -->"
+
+
+# records per second ending at random in the paced measurement: an SSE load's
+# (bench_overhead's default) and a WebSocket load of short responses
+PACED_RATES = (5.0, 40.0)
 
 
 def make_record(i: int) -> StreamRecord:
@@ -203,6 +210,84 @@ def sustained(url: str, spool: Path, recs: list[StreamRecord], queue_size: int) 
     }
 
 
+def paced_schedule(rate: float, seconds: float, seed: int) -> list[float]:
+    """Offsets (seconds) of records that end at random, ``rate`` a second on average
+    (exponential gaps: streams end independently); the same for a seed."""
+    rng = random.Random(seed)
+    at, out = 0.0, []
+    while True:
+        at += rng.expovariate(rate)
+        if at >= seconds:
+            return out
+        out.append(at)
+
+
+def thread_cpu(thread: threading.Thread) -> float:
+    """CPU seconds ``thread`` has used (any thread of this process)."""
+    assert thread.ident is not None
+    return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+
+
+def paced(
+    url: str, spool: Path, recs: list[StreamRecord], schedule: list[float]
+) -> dict[str, float]:
+    """CPU per record of the threads behind ``submit`` at a paced rate, as ``recorder
+    proxy`` runs the sink (journal mode, default flush): the SQL writer and the
+    journal. Anchor: a bare thread handed each record by an ``Event`` (the least a
+    thread woken per record costs on this machine), on the same schedule."""
+
+    def run(submit: Callable[[StreamRecord], None]) -> None:
+        t0 = time.monotonic()
+        for at, rec in zip(schedule, recs, strict=False):
+            pause = t0 + at - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            submit(rec)
+
+    sink = SqlSink(url, spool, journal=True)
+    sink.flush(5)
+    threads = {t.name: t for t in threading.enumerate()}
+    writer, journal = threads["recorder-sql-writer"], threads["recorder-journal"]
+    w0, j0 = thread_cpu(writer), thread_cpu(journal)
+    run(sink.submit)
+    sink.flush(5)
+    w1, j1 = thread_cpu(writer), thread_cpu(journal)
+    sink.close()
+    if count(url) != len(schedule) or sink.stats()["dropped"]:
+        raise SystemExit(f"LOST RECORDS: {count(url)} stored of {len(schedule)}")
+
+    wake, stop = threading.Event(), False
+    taken: list[StreamRecord] = []
+    box: list[StreamRecord] = []
+
+    def bare() -> None:
+        while not stop:
+            wake.wait(1.0)
+            wake.clear()
+            while box:
+                taken.append(box.pop())
+
+    def hand(rec: StreamRecord) -> None:
+        box.append(rec)
+        wake.set()
+
+    anchor = threading.Thread(target=bare, name="bench-bare-wake", daemon=True)
+    anchor.start()
+    a0 = thread_cpu(anchor)
+    run(hand)
+    time.sleep(0.05)
+    a1 = thread_cpu(anchor)
+    stop = True
+    wake.set()
+    anchor.join()
+    n = len(schedule)
+    return {
+        "writer": (w1 - w0) / n * 1e6,
+        "journal": (j1 - j0) / n * 1e6,
+        "bare wake": (a1 - a0) / n * 1e6,
+    }
+
+
 def submit_cost(url: str, spool: Path, n: int) -> dict[str, float]:
     """µs per call on the caller's thread: bare put_nowait vs the three submit paths."""
     recs = records(n)
@@ -317,6 +402,7 @@ def main() -> int:
     n = 5_000 if args.quick else args.records
     reps = 1 if args.quick else args.reps
     lag_seconds = 1.0 if args.quick else 4.0
+    paced_seconds = 2.0 if args.quick else 10.0
 
     pg: str | None = None if args.no_pg else args.pg
     if pg:
@@ -349,11 +435,18 @@ def main() -> int:
         ]
         cost = {k: statistics.median(r[k] for r in cost_runs) for k in cost_runs[0]}
         lag = loop_lag(dbs.fresh("sqlite"), work, lag_seconds, 2000)
+        pace: dict[float, list[dict[str, float]]] = {}
+        for rate in PACED_RATES:
+            for rep in range(reps):
+                schedule = paced_schedule(rate, paced_seconds, seed=rep)
+                pace.setdefault(rate, []).append(
+                    paced(dbs.fresh("sqlite"), work / f"paced{rate}-{rep}", recs, schedule)
+                )
     finally:
         dbs.close()
         shutil.rmtree(work, ignore_errors=True)
 
-    report = render(results, cost, lag, n, reps, kinds, lag_seconds)
+    report = render(results, cost, lag, n, reps, kinds, lag_seconds, pace, paced_seconds)
     print()
     print(report)
     if args.write_docs:
@@ -372,6 +465,8 @@ def render(
     reps: int,
     kinds: list[str],
     lag_seconds: float,
+    pace: dict[float, list[dict[str, float]]],
+    paced_seconds: float,
 ) -> str:
     lines = [
         f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
@@ -408,6 +503,30 @@ def render(
     ]
     for k, v in lag.items():
         lines.append(f"| {k} | {v['p50']:.3f} | {v['p99']:.3f} | {v['max']:.3f} |")
+    lines += [
+        "",
+        f"Records ending at random, {paced_seconds:g} s at each rate, SQLite, the sink as "
+        "`recorder proxy` runs it (journal): CPU µs per record of its threads, median "
+        "[min-max] of the repetitions, and over a bare thread woken per record (anchor):",
+        "",
+        "| records/s | SQL writer | journal | bare wake-up | writer / bare | journal / bare |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def spread(values: list[float], spec: str) -> str:
+        return f"{statistics.median(values):{spec}} [{min(values):{spec}}-{max(values):{spec}}]"
+
+    for rate, runs in pace.items():
+        col = {k: [r[k] for r in runs] for k in runs[0]}
+        over = {
+            k: [r[k] / r["bare wake"] for r in runs if r["bare wake"] > 0]
+            for k in ("writer", "journal")
+        }
+        lines.append(
+            f"| {rate:g} | {spread(col['writer'], '.0f')} | {spread(col['journal'], '.0f')} "
+            f"| {spread(col['bare wake'], '.0f')} | {spread(over['writer'] or [0.0], '.1f')} "
+            f"| {spread(over['journal'] or [0.0], '.1f')} |"
+        )
     return "\n".join(lines)
 
 
