@@ -197,6 +197,10 @@ class Recorder:
             req = flow.request
             endpoint = endpoint_for(req.method, req.path)
             if endpoint is None:
+                # a WebSocket's upgrade: its headers read for its responses' records
+                upgrade = self.websockets.upgrade(flow)
+                if upgrade is not None:
+                    self._strip_tags(req, upgrade)
                 return
             t0 = self.clock()
             headers = pick_headers(req.headers, self._wanted)
@@ -209,16 +213,20 @@ class Recorder:
                 req.stream = RequestKeeper()
             if self.config.strip_accept_encoding and "accept-encoding" in headers:
                 del req.headers["accept-encoding"]
-            if self.config.strip_tag_headers:
-                for name in self._tag_headers:
-                    if name in headers:
-                        del req.headers[name]
+            self._strip_tags(req, headers)
             if self.config.start_delay <= 0 or self._closed:
                 state.make()
             else:
                 self._starts.add(state)
         except Exception:
             self.internal_error("requestheaders")
+
+    def _strip_tags(self, req: http.Request, headers: dict[str, str]) -> None:
+        """``--strip-tag-headers``: the tag headers read (``headers``) go no further."""
+        if self.config.strip_tag_headers:
+            for name in self._tag_headers:
+                if name in headers:
+                    del req.headers[name]
 
     def _open_some(self, batch: list[FlowState]) -> None:
         """NOTED -> OPEN for the exchanges that came first (unless something needed
@@ -339,6 +347,7 @@ class Recorder:
         try:
             state = self.streams.pop(flow.id)
             if state is None:
+                self.websockets.forget(flow)  # an upgrade refused, if it was one
                 return
             now = self.clock()
             tap, resp = state.tap, flow.response
@@ -359,6 +368,7 @@ class Recorder:
         try:
             state = self.streams.pop(flow.id)
             if state is None:
+                self.websockets.forget(flow)  # an upgrade that broke, if it was one
                 return
             msg = flow.error.msg if flow.error is not None else "unknown error"
             how = _ending(flow, msg)

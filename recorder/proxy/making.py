@@ -37,6 +37,7 @@ from recorder.proxy.internal_errors import InternalErrors
 from recorder.proxy.lifecycle import DROPPED
 from recorder.proxy.state import (
     Answer,
+    Caller,
     FlowState,
     Pending,
     apply_facts,
@@ -180,28 +181,47 @@ class RecordMaker:
                 state.move(DROPPED)
                 self._on_drop(state)
 
-    def _make(self, state: FlowState) -> None:
-        pending = state.pending
-        if pending is None:
-            raise RuntimeError("nothing was noted of this exchange")
+    def caller_of(self, pending: Pending, endpoint: str) -> Caller:
+        """Who ``pending``'s request to ``endpoint`` is from (its key fingerprinted,
+        never kept)."""
         headers, query = pending.headers, pending.query
         key = header_text(
             authenticating_key(
-                headers, query, endpoint=state.endpoint, host=pending.host, path=pending.path
+                headers, query, endpoint=endpoint, host=pending.host, path=pending.path
             )
         )
-        record_id, started_at = new_record_start(pending.wall_ms)
-        rec = (CapturedRecord if self.config.capture_bodies else StreamRecord)(
-            id=record_id,
-            started_at=started_at,
+        return Caller(
             upstream=f"{pending.host}:{pending.port}",
+            api_key_id=fingerprint(key, self.config.key_secret) if key else None,
             project=header_text(
                 headers.get("openai-project") or headers.get("anthropic-workspace")
             ),
             organization=header_text(headers.get("openai-organization")),
-            api_key_id=fingerprint(key, self.config.key_secret) if key else None,
             session_id=header_text(header_session(headers)),
             tags=bounded_tags(header_tags(headers, self.config.tag_headers)),
+            mask=KeyMask.of(request_keys(headers, query)),
+            trace=(headers["traceparent"], headers.get("tracestate"))
+            if "traceparent" in headers  # forwarded untouched; read for the span only
+            else None,
+        )
+
+    def _make(self, state: FlowState) -> None:
+        pending = state.pending
+        if pending is None:
+            raise RuntimeError("nothing was noted of this exchange")
+        caller = pending.caller
+        if caller is None:
+            caller = pending.caller = self.caller_of(pending, state.endpoint)
+        record_id, started_at = new_record_start(pending.wall_ms)
+        rec = (CapturedRecord if self.config.capture_bodies else StreamRecord)(
+            id=record_id,
+            started_at=started_at,
+            upstream=caller.upstream,
+            project=caller.project,
+            organization=caller.organization,
+            api_key_id=caller.api_key_id,
+            session_id=caller.session_id,
+            tags=dict(caller.tags) if caller.tags else caller.tags,
         )
         meter = StreamMeter(
             state.endpoint,
@@ -218,9 +238,9 @@ class RecordMaker:
             if provider is not None:
                 rec.provider = provider
             rec.model = header_text(model_in_path(pending.path))
-        state.started(meter, rec, KeyMask.of(request_keys(headers, query)))
-        if "traceparent" in headers:  # forwarded untouched; read for the span only
-            state.trace = (headers["traceparent"], headers.get("tracestate"))
+        state.started(meter, rec, caller.mask)
+        if caller.trace is not None:
+            state.trace = caller.trace
         try:
             self._on_start(rec)  # after the meter, which sets endpoint and provider
         except Exception:

@@ -60,6 +60,25 @@ class Pending:
     wall_ms: int  # Unix milliseconds at requestheaders: the record's id and started_at
     body: bytes | None = None  # the request body, its facts read with the record
     answer: Answer | None = None  # the response's headers, put on the record with it
+    # who the request is from, when read before (a WebSocket connection's responses
+    # share it); the maker reads it from the headers otherwise, and leaves it here
+    caller: Caller | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who a request is from, as its headers, URL and upstream say (never the key
+    itself but in the mask): read once per request, or once per WebSocket connection
+    for all of its responses."""
+
+    upstream: str
+    api_key_id: str | None
+    project: str | None
+    organization: str | None
+    session_id: str | None
+    tags: dict[str, str] | None  # copied onto each record (a record's own to replace)
+    mask: KeyMask | None
+    trace: tuple[str, str | None] | None  # traceparent, tracestate
 
 
 # how an exchange ended that never had an upstream: a request sent to a regular-mode

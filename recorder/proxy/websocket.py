@@ -70,16 +70,16 @@ from recorder.proxy.config import RecorderConfig
 from recorder.proxy.finishing import Finishing
 from recorder.proxy.internal_errors import InternalErrors
 from recorder.proxy.making import (
-    REQUEST_HEADERS,
     RESPONSE_HEADERS,
     RecordMaker,
     header_text,
     pending_of,
     pick_headers,
     query_of,
+    wanted_headers,
 )
 from recorder.proxy.open_streams import OpenStreams
-from recorder.proxy.state import Ending, FlowState, read_encoded_request
+from recorder.proxy.state import Caller, Ending, FlowState, read_encoded_request
 from recorder.proxy.walk import Walk
 from recorder.proxy.ws_pings import PingWatch
 
@@ -111,6 +111,7 @@ class Connection:
         "_hooks",
         "_seq",
         "_waiting",
+        "caller",
         "conversation",
         "endpoint",
         "flow",
@@ -121,13 +122,16 @@ class Connection:
         "request_id",
     )
 
-    def __init__(self, hooks: WebSockets, flow: http.HTTPFlow, endpoint: str) -> None:
+    def __init__(
+        self, hooks: WebSockets, flow: http.HTTPFlow, endpoint: str, headers: dict[str, str]
+    ) -> None:
         self._hooks = hooks
         self.flow = flow
         self.endpoint = endpoint
         req = flow.request
-        self.headers = _credentials(pick_headers(req.headers, _UPGRADE_HEADERS))
+        self.headers = headers  # what the records read of its upgrade request
         self.query = query_of(req)
+        self.caller: Caller | None = None  # who its responses are from, read once
         self.model = header_text(self.query.get("model") if self.query is not None else None)
         answer = pick_headers(flow.response.headers, RESPONSE_HEADERS) if flow.response else {}
         self.request_id = header_text(answer.get("x-request-id") or answer.get("request-id"))
@@ -203,8 +207,11 @@ class Connection:
         return f"{self.flow.id}#{next(self._seq)}"
 
 
-# what a WebSocket's records read of its upgrade request (a browser's key in a subprotocol)
-_UPGRADE_HEADERS = REQUEST_HEADERS | {b"sec-websocket-protocol"}
+# a browser's key rides in a subprotocol: read with the upgrade request's other headers
+_SUBPROTOCOL = b"sec-websocket-protocol"
+# upgrade requests whose headers were read and whose connection has not begun yet
+# (one that is refused never does): the oldest forgotten past this many
+UPGRADES_KEPT = 1024
 
 
 def _credentials(headers: dict[str, str]) -> dict[str, str]:
@@ -247,6 +254,10 @@ class WebSockets:
         self._clock = clock
         self._readers = readers
         self._connections: dict[str, Connection] = {}  # by flow id
+        # what the records of a connection read of its upgrade request, read at its
+        # requestheaders (before --strip-tag-headers takes the tags out), by flow id
+        self._upgrades: dict[str, dict[str, str]] = {}
+        self._wanted = wanted_headers(config.tag_headers) | {_SUBPROTOCOL}
         self._by_peer: dict[Any, Connection] = {}  # by client address, for pings
         self._pings = PingWatch(self._pinged, errors)
         streams.held_by(self.holding)
@@ -267,17 +278,51 @@ class WebSockets:
     def __len__(self) -> int:
         return len(self._connections)
 
+    @property
+    def upgrades_waiting(self) -> int:
+        """Upgrade requests read whose connection has not begun (nor been refused)."""
+        return len(self._upgrades)
+
     def connection(self, flow_id: str) -> Connection | None:
         """The open connection of a flow (None: not one we meter, or over)."""
         return self._connections.get(flow_id)
 
     # -- hooks -----------------------------------------------------------------
 
+    def upgrade(self, flow: http.HTTPFlow) -> dict[str, str] | None:
+        """``requestheaders`` of a request that is no HTTP exchange of ours: one that
+        asks to upgrade to a WebSocket of a metered endpoint has its headers read
+        now, as an HTTP exchange's are (returned, to strip the tag headers); None
+        for any other request."""
+        req = flow.request
+        if (
+            websocket_endpoint_for(req.path) is None
+            or req.headers.get("upgrade", "").lower() != "websocket"
+        ):
+            return None
+        headers = pick_headers(req.headers, self._wanted)
+        upgrades = self._upgrades
+        upgrades[flow.id] = headers
+        if len(upgrades) > UPGRADES_KEPT:
+            del upgrades[next(iter(upgrades))]
+        return headers
+
+    def forget(self, flow: http.HTTPFlow) -> None:
+        """A flow's ``response`` or ``error``: an upgrade refused, or broken before
+        its connection began, has no connection to read its headers. (mitmproxy
+        calls ``response`` for an accepted upgrade too, its ``flow.websocket`` set,
+        before ``websocket_start``.)"""
+        if self._upgrades and (flow.websocket is None or flow.error is not None):
+            self._upgrades.pop(flow.id, None)
+
     def websocket_start(self, flow: http.HTTPFlow) -> None:
+        headers = self._upgrades.pop(flow.id, None)
         endpoint = websocket_endpoint_for(flow.request.path)
         if endpoint is None:
             return
-        conn = Connection(self, flow, endpoint)
+        if headers is None:  # its request went by before this addon was loaded
+            headers = pick_headers(flow.request.headers, self._wanted)
+        conn = Connection(self, flow, endpoint, _credentials(dict(headers)))
         self._connections[flow.id] = conn
         self._by_peer[conn.peer] = conn
         self._pings.watch()
@@ -317,6 +362,7 @@ class WebSockets:
         """A response of ``conn`` begins: NOTED, then made (OPEN) at once."""
         flow, endpoint = conn.flow, conn.endpoint
         pending = pending_of(flow.request, conn.headers, conn.query)
+        pending.caller = conn.caller  # read by the connection's first response
         # the message's own wall time (it may be metered a batch later)
         pending.wall_ms = time.time_ns() // 1_000_000 - round((self._clock() - now) * 1000)
         state = FlowState(endpoint, now, pending, self._maker)
@@ -335,6 +381,7 @@ class WebSockets:
         state.make()
         if not state.made:
             return None
+        conn.caller = pending.caller
         rec = state.record
         state.meter.headers(None, SWITCHING_PROTOCOLS)
         rec.transport = "websocket"

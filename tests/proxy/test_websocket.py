@@ -10,11 +10,12 @@ from collections import deque
 from typing import Any
 
 import pytest
+from mitmproxy.flow import Error
 
 from recorder.core.price_files import shipped_prices
 from recorder.core.record import StreamRecord
 from recorder.proxy.addon import Recorder
-from recorder.proxy.websocket import Connection
+from recorder.proxy.websocket import UPGRADES_KEPT, Connection
 from recorder.proxy.ws_pings import LOGGER
 from tests.kit.flows import Clock, make, timers_of
 from tests.kit.websockets import (
@@ -375,6 +376,103 @@ def test_a_browser_key_in_the_subprotocol_is_fingerprinted_and_masked() -> None:
     (rec,) = _records(sink)
     assert rec.api_key_id is not None and rec.api_key_id.startswith("…6789:")
     assert key not in (rec.error_message or "") and "[api key]" in (rec.error_message or "")
+
+
+def test_every_response_of_a_connection_is_from_its_caller() -> None:
+    """Who a connection's responses are from is read once, from its upgrade request:
+    each record has the key's fingerprint, project, session and tags, the tags its
+    own to replace; the key is masked in the last response as in the first; the
+    upgrade request rewritten later (another addon) changes none of it."""
+    key = "sk-proj-caller-0123456789abcdef"
+    addon, sink, clock = make(tag_headers={"x-team": "team"})
+    flow = ws_flow(
+        "/v1/responses",
+        headers=[
+            (b"authorization", f"Bearer {key}".encode()),
+            (b"openai-project", b"proj_ws"),
+            (b"x-session-id", b"sess_ws"),
+            (b"x-team", b"search"),
+        ],
+    )
+    addon.websocket_start(flow)
+    _responses(addon, flow, clock, "resp_1", ["Hi"])
+    flow.request.headers["authorization"] = "Bearer sk-proj-someone-else-000000000000"
+    flow.request.headers["openai-project"] = "proj_other"
+    _responses(addon, flow, clock, "resp_2", ["A", "B"])
+    send(addon, flow, create(), clock, client=True)
+    refusal = {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "code": "bad", "message": f"{key} is bad"},
+    }
+    send(addon, flow, refusal, clock)
+    close(addon, flow, by_client=True)
+    recs = _records(sink)
+    assert len(recs) == 3 and recs[2].outcome == "error"
+    fingerprint = recs[0].api_key_id
+    assert fingerprint is not None and fingerprint.startswith("…cdef:")
+    for rec in recs:
+        assert (rec.api_key_id, rec.project, rec.session_id) == (fingerprint, "proj_ws", "sess_ws")
+        assert rec.tags == {"team": "search"}
+    assert recs[0].tags is not recs[1].tags
+    assert key not in (recs[2].error_message or "")
+    assert "[api key]" in (recs[2].error_message or "")
+
+
+def test_an_upgrade_s_tag_headers_are_read_then_stripped_as_a_post_s_are() -> None:
+    """``--strip-tag-headers``: the upgrade request goes on without its tag headers,
+    and each response of the connection is tagged by them (read at requestheaders,
+    before they were taken out)."""
+    addon, sink, clock = make(tag_headers={"x-team": "team"}, strip_tag_headers=True)
+    flow = ws_flow(
+        "/v1/responses",
+        headers=[
+            (b"authorization", b"Bearer sk-test-key-1234"),
+            (b"x-team", b"search"),
+            (b"x-recorder-tag", b"app=codex"),
+            (b"upgrade", b"websocket"),
+        ],
+    )
+    addon.requestheaders(flow)
+    assert "x-team" not in flow.request.headers
+    assert "x-recorder-tag" not in flow.request.headers
+    assert flow.request.headers["authorization"] == "Bearer sk-test-key-1234"
+    addon.response(flow)  # the 101, before websocket_start (its flow.websocket set)
+    addon.websocket_start(flow)
+    assert addon.websockets.upgrades_waiting == 0
+    _responses(addon, flow, clock, "resp_1", ["Hi"])
+    _responses(addon, flow, clock, "resp_2", ["A"])
+    close(addon, flow, by_client=True)
+    recs = _records(sink)
+    assert [r.tags for r in recs] == [{"app": "codex", "team": "search"}] * 2
+
+
+@pytest.mark.parametrize("how", ["refused", "broken"])
+def test_an_upgrade_that_never_becomes_a_connection_is_forgotten(how: str) -> None:
+    addon, sink, _clock = make()
+    flows = []
+    for _ in range(3):
+        flow = ws_flow("/v1/realtime?model=gpt-realtime", headers=[(b"upgrade", b"websocket")])
+        flow.websocket = None  # not upgraded (yet)
+        addon.requestheaders(flow)
+        flows.append(flow)
+    assert addon.websockets.upgrades_waiting == 3
+    for flow in flows:
+        if how == "refused":
+            assert flow.response is not None
+            flow.response.status_code = 401
+            addon.response(flow)
+        else:
+            flow.error = Error("connection reset")
+            addon.error(flow)
+    assert addon.websockets.upgrades_waiting == 0 and not sink.records
+
+
+def test_upgrades_waiting_are_bounded() -> None:
+    addon, _sink, _clock = make()
+    for _ in range(UPGRADES_KEPT + 10):
+        flow = ws_flow("/v1/responses", headers=[(b"upgrade", b"websocket")])
+        addon.requestheaders(flow)  # never answered: a client that hangs up silently
+    assert addon.websockets.upgrades_waiting == UPGRADES_KEPT
 
 
 def _deep_size(obj: Any, seen: set[int] | None = None) -> int:
