@@ -39,13 +39,22 @@ class Route:
 
 @pytest.fixture(params=["recorder proxy", "mitmdump -s"])
 def route(request: pytest.FixtureRequest, sim: Simulator, tmp_path: Path) -> Iterator[Route]:
+    # the connections' upgrade requests carry a tag header, read then stripped
     if request.param == "recorder proxy":
-        proc, port, _, _ = start_proxy(tmp_path, sim)
+        proc, port, _, _ = start_proxy(
+            tmp_path, sim, "--tag-header", "x-team=team", "--strip-tag-headers"
+        )
         db = tmp_path / "recorder.db"
     else:
         port, db = free_port(), tmp_path / "mitm.db"
         proc = start_mitmdump(
-            tmp_path, sim.url, port, f"recorder_db=sqlite:///{db}", "recorder_metrics_port=0"
+            tmp_path,
+            sim.url,
+            port,
+            f"recorder_db=sqlite:///{db}",
+            "recorder_metrics_port=0",
+            "recorder_tag_header=x-team=team",
+            "recorder_strip_tag_headers=true",
         )
         wait_listening(port, proc)
     yield Route(proc, port, db)
@@ -69,13 +78,14 @@ def test_responses_and_realtime_through_the_process_and_a_shutdown_mid_response(
 
     async def talk() -> int:
         client = openai.AsyncOpenAI(base_url=route.url(), api_key="sk-ws-route", max_retries=0)
-        async with client.realtime.connect(model="gpt-realtime") as rt:
+        team = {"X-Team": "search"}
+        async with client.realtime.connect(model="gpt-realtime", extra_headers=team) as rt:
             await rt.response.create()
             async for event in rt:
                 if event.type == "response.done":
                     break
         deltas = 0
-        async with client.responses.connect() as conn:
+        async with client.responses.connect(extra_headers=team) as conn:
             for n in range(2):
                 await conn.response.create(model="gpt-5+deltas=4", input=f"Say hello {n}")
                 async for event in conn:
@@ -126,3 +136,4 @@ def test_responses_and_realtime_through_the_process_and_a_shutdown_mid_response(
     assert rows[0]["request_fingerprint"] is None
     assert rows[1]["request_fingerprint"] != rows[2]["request_fingerprint"]
     assert b"sk-ws-route" not in route.db.read_bytes()
+    assert [r["tags"] for r in rows] == ['{"team":"search"}'] * 4
