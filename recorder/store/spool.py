@@ -49,6 +49,7 @@ import contextlib
 import errno
 import fcntl
 import logging
+import math
 import os
 import threading
 import time
@@ -300,10 +301,21 @@ class Spool:
         with self.lock:
             return sum(1 for s in self.segments if s.dirty)
 
-    def holds_records(self) -> bool:
-        """Whether a file of this spool holds records (to retire, replay or remove)."""
+    def next_upkeep(self, retire_after: float | None) -> float:
+        """When (``time.monotonic()``) the writer's upkeep next has work in these
+        files: now for a file with records to replay or to remove; the current
+        file's retirement, ``retire_after`` seconds after it opened, when its
+        records all went to the queue (spool-first: committed or on their way);
+        infinity when no file holds records."""
         with self.lock:
-            return any(s.records for s in self.segments)
+            due = math.inf
+            for seg in self.segments:
+                if not seg.records:
+                    continue
+                if seg.dirty or seg is not self.current or retire_after is None:
+                    return 0.0
+                due = min(due, seg.opened_at + retire_after)
+            return due
 
     def owned_paths(self) -> set[Path]:
         """Paths of the files this spool holds."""

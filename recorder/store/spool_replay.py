@@ -116,10 +116,11 @@ class SpoolReplayer:
             or not self._identity_read
             or self._link.resumed != self._seen_resumed
             or self._queue.abandoned
-            or self._spool.holds_records()
         ):
             return 0.0
-        return max(0.0, self._next_scan - self._clock())
+        cfg = self._cfg
+        files = self._spool.next_upkeep(cfg.segment_seconds if cfg.spool_first else None)
+        return max(0.0, min(self._next_scan - self._clock(), files - time.monotonic()))
 
     def step(self) -> None:
         """The upkeep between two batches: retire own files, scan for orphans when
