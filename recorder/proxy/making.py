@@ -221,7 +221,7 @@ class RecordMaker:
             organization=caller.organization,
             api_key_id=caller.api_key_id,
             session_id=caller.session_id,
-            tags=dict(caller.tags) if caller.tags else caller.tags,
+            tags=dict(caller.tags) if caller.tags is not None else None,
         )
         meter = StreamMeter(
             state.endpoint,

@@ -30,7 +30,9 @@ change: every message keeps the time it arrived.
 
 What a connection holds (:class:`Connection`) is its open responses, the
 messages waiting for their batch, and what every response of it shares (the
-upgrade request's headers, its path and upstream, the session's model):
+upgrade request's headers, read at its ``requestheaders`` as a POST's are, then
+its tag headers stripped if asked; who its responses are from, read once; its path
+and upstream; the session's model):
 nothing per finished response, so a connection that stays open for an hour
 with thousands of responses costs what one with a single response does.
 (mitmproxy itself keeps every message of a connection in

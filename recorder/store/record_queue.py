@@ -76,7 +76,7 @@ class RecordQueue:
             return False
         if size:
             self._bytes_in += size
-        wanted = self._wanted  # read after the put: see take_batch
+        wanted = self._wanted  # read after the put: see _gather
         if wanted and self._q.qsize() >= wanted:
             self._ready.set()
         return True
