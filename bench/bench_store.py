@@ -75,6 +75,8 @@ BEGIN, END = "<!-- bench_store:begin -->", "<!-- bench_store:end -->"
 # records per second ending at random in the paced measurement: an SSE load's
 # (bench_overhead's default) and a WebSocket load of short responses
 PACED_RATES = (5.0, 40.0)
+# the writer's default flush interval: what an idle writer polled at before it slept
+IDLE_TICK = 0.2
 
 
 def make_record(i: int) -> StreamRecord:
@@ -237,6 +239,40 @@ def thread_cpu(thread: threading.Thread) -> float:
     return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
 
 
+def idle(url: str, spool: Path, seconds: float, tick: float) -> dict[str, float]:
+    """CPU per second of the sink's threads with no records at all, against a bare
+    thread that wakes every ``tick`` seconds to find nothing (a writer polling at
+    its flush interval), in the same run."""
+    sink = SqlSink(url, spool, journal=True, flush_interval=tick)
+    sink.flush(5)
+    time.sleep(0.5)  # settled: schema checked, first scan done
+    threads = {t.name: t for t in threading.enumerate()}
+    writer, journal = threads["recorder-sql-writer"], threads["recorder-journal"]
+    w0, j0 = thread_cpu(writer), thread_cpu(journal)
+    time.sleep(seconds)
+    w1, j1 = thread_cpu(writer), thread_cpu(journal)
+    sink.close()
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.wait(tick):
+            pass
+
+    ticker = threading.Thread(target=poll)
+    ticker.start()
+    time.sleep(0.1)
+    t0 = thread_cpu(ticker)
+    time.sleep(seconds)
+    t1 = thread_cpu(ticker)
+    stop.set()
+    ticker.join()
+    return {
+        "writer": (w1 - w0) / seconds * 1e6,
+        "journal": (j1 - j0) / seconds * 1e6,
+        "bare poll": (t1 - t0) / seconds * 1e6,
+    }
+
+
 def paced(
     url: str, spool: Path, recs: list[StreamRecord], schedule: list[float]
 ) -> dict[str, float]:
@@ -258,6 +294,8 @@ def paced(
     threads = {t.name: t for t in threading.enumerate()}
     writer, journal = threads["recorder-sql-writer"], threads["recorder-journal"]
     w0, j0 = thread_cpu(writer), thread_cpu(journal)
+    if len(recs) < len(schedule):
+        raise SystemExit(f"{len(schedule)} records scheduled, {len(recs)} made")
     run(sink.submit)
     sink.flush(5)
     w1, j1 = thread_cpu(writer), thread_cpu(journal)
@@ -449,13 +487,22 @@ def main() -> int:
             for rep in range(reps):
                 schedule = paced_schedule(rate, paced_seconds, seed=rep)
                 pace.setdefault(rate, []).append(
-                    paced(dbs.fresh("sqlite"), work / f"paced{rate}-{rep}", recs, schedule)
+                    paced(
+                        dbs.fresh("sqlite"),
+                        work / f"paced{rate}-{rep}",
+                        recs if len(recs) >= len(schedule) else records(len(schedule)),
+                        schedule,
+                    )
                 )
+        quiet = [
+            idle(dbs.fresh("sqlite"), work / f"idle-{rep}", paced_seconds / 2, IDLE_TICK)
+            for rep in range(reps)
+        ]
     finally:
         dbs.close()
         shutil.rmtree(work, ignore_errors=True)
 
-    report = render(results, cost, lag, n, reps, kinds, lag_seconds, pace, paced_seconds)
+    report = render(results, cost, lag, n, reps, kinds, lag_seconds, pace, paced_seconds, quiet)
     print()
     print(report)
     if args.write_docs:
@@ -476,6 +523,7 @@ def render(
     lag_seconds: float,
     pace: dict[float, list[dict[str, float]]],
     paced_seconds: float,
+    quiet: list[dict[str, float]],
 ) -> str:
     lines = [
         f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
@@ -536,6 +584,20 @@ def render(
             f"| {spread(col['bare wake'], '.0f')} | {spread(over['writer'] or [0.0], '.1f')} "
             f"| {spread(over['journal'] or [0.0], '.1f')} |"
         )
+    col = {k: [r[k] for r in quiet] for k in quiet[0]}
+    ratio = [r["writer"] / r["bare poll"] for r in quiet if r["bare poll"] > 0]
+    lines += [
+        "",
+        f"No records at all ({paced_seconds / 2:g} s): CPU µs per second of the sink's "
+        f"threads, against a bare thread waking every {IDLE_TICK:g} s to find nothing "
+        "(a writer polling at its flush interval):",
+        "",
+        "| SQL writer | journal | bare poll | writer / bare poll |",
+        "|---:|---:|---:|---:|",
+        f"| {spread(col['writer'], '.0f')} | {spread(col['journal'], '.0f')} "
+        f"| {spread(col['bare poll'], '.0f')} "
+        f"| {spread(ratio or [0.0], '.2f')} |",
+    ]
     return "\n".join(lines)
 
 

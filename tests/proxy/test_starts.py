@@ -182,6 +182,15 @@ async def test_records_wait_for_their_batch_and_are_made_in_order() -> None:
     assert len(sink.records) == len(flows) == addon.cut_at_shutdown
 
 
+def answer_and_end(addon: Recorder, flow: http.HTTPFlow, clock: Clock) -> None:
+    """The rest of a noted flow: its request hook, a streamed chat answer, its end."""
+    addon.request(flow)
+    flow.response = sse_response()
+    addon.responseheaders(flow)
+    stream_through(flow, pieces_of(CHAT_SSE, 300), clock)
+    addon.response(flow)
+
+
 async def test_what_requestheaders_read_is_recorded_though_the_request_changes() -> None:
     addon, sink, clock = make(start_delay=60.0)
     with taddons.context(addon):
@@ -192,11 +201,7 @@ async def test_what_requestheaders_read_is_recorded_though_the_request_changes()
         flow.request.headers["authorization"] = "Bearer sk-proj-OTHERKEY0000000000001"
         flow.request.headers["openai-project"] = "proj_other"
         flow.request.host = "elsewhere.example.com"
-        addon.request(flow)
-        flow.response = sse_response()
-        addon.responseheaders(flow)
-        stream_through(flow, pieces_of(CHAT_SSE, 300), clock)
-        addon.response(flow)
+        answer_and_end(addon, flow, clock)
     (rec,) = sink.records
     assert rec.api_key_id == fingerprint(KEY, SECRET)
     assert rec.project == "proj_1" and rec.upstream == "api.example.com:443"
@@ -206,17 +211,13 @@ async def test_a_key_in_the_query_is_read_at_requestheaders_too() -> None:
     """A gateway that takes its key in the URL (``?key=``): the query is read when
     the headers are, not from mitmproxy's live view of the URL when the record is
     made (another addon may rewrite it meanwhile); the record fingerprints the
-    key the request was sent with, and masks that one."""
+    key the request was sent with."""
     addon, sink, clock = make(start_delay=60.0)
     with taddons.context(addon):
         flow = make_flow(path=f"/v1/chat/completions?key={KEY}&alt=sse")
         addon.requestheaders(flow)
         flow.request.query["key"] = "gwOTHERSECRET0000000000000000"
-        addon.request(flow)
-        flow.response = sse_response()
-        addon.responseheaders(flow)
-        stream_through(flow, pieces_of(CHAT_SSE, 300), clock)
-        addon.response(flow)
+        answer_and_end(addon, flow, clock)
     (rec,) = sink.records
     assert rec.api_key_id == fingerprint(KEY, SECRET)
 
