@@ -85,12 +85,28 @@ class Journal:
 
     def _drain(self) -> None:
         with self._lock:
-            while self._pending:
-                records: list[StreamRecord] = []
-                pending = self._pending
-                while pending and len(records) < self.group:
-                    records.append(pending.popleft())
-                self._write(records)
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        """Hand what waits to ``write``, in groups (the lock held)."""
+        while self._pending:
+            records: list[StreamRecord] = []
+            pending = self._pending
+            while pending and len(records) < self.group:
+                records.append(pending.popleft())
+            self._write(records)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Return once every record taken so far is handed to ``write`` (those
+        still waiting are handed over on the caller's thread); False if a group
+        being written did not finish within ``timeout``."""
+        if not self._lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            return False
+        try:
+            self._write_pending()
+        finally:
+            self._lock.release()
+        return True
 
     def stop(self, timeout: float = 2.0) -> None:
         """Write what waits and stop the thread; what it could not write in
@@ -100,9 +116,7 @@ class Journal:
         self._thread.join(timeout)
         if self._lock.acquire(timeout=timeout):
             try:
-                while self._pending:
-                    records = [self._pending.popleft() for _ in range(len(self._pending))]
-                    self._write(records)
+                self._write_pending()
             finally:
                 self._lock.release()
         elif self._pending:

@@ -4,8 +4,9 @@ Theory of operation. ``submit`` runs on mitmproxy's event loop. It puts the
 record on a bounded queue (``put_nowait``: a mutex held for a few instructions)
 and returns. One writer thread takes records off the queue and commits them in
 batches: as soon as ``batch_size`` are waiting, or ``flush_interval`` seconds
-after the first of a batch arrived. Every insert is ``ON CONFLICT (id) DO
-NOTHING``, so writing a record twice stores it once.
+after the first of a batch arrived (0.2 s; 1 s with the journal, below). Every
+insert is ``ON CONFLICT (id) DO NOTHING``, so writing a record twice stores it
+once.
 
 Nothing waits on the database but the writer thread. When the queue is full,
 ``submit`` appends the record to this process's spool file itself (one
@@ -106,6 +107,14 @@ CLOSE_TIMEOUT_S = 5.0
 # How often the writer looks for spool files left by dead processes of its store,
 # besides right after writing resumed (docs/storage.md, "The spool directory").
 ORPHAN_SCAN_INTERVAL_S = 10.0
+# How long a batch gathers after its first record. Without the journal, what a
+# kill -9 can lose (below): kept short. With it, records are on disk before they
+# are queued, so only how soon rows show in SQL depends on it, and a commit costs
+# the writer's thread about as much for one record as for twenty (a wake-up and a
+# transaction on a cold cache): a longer batch halves its CPU per record at the
+# rates streams end (docs/performance.md).
+FLUSH_INTERVAL_S = 0.2
+JOURNAL_FLUSH_INTERVAL_S = 1.0
 
 
 class SqlSink:
@@ -118,7 +127,7 @@ class SqlSink:
         spool_dir: str | Path,
         *,
         batch_size: int = 500,
-        flush_interval: float = 0.2,
+        flush_interval: float | None = None,
         queue_size: int = 10_000,
         spool_first: bool = False,
         upgrade: bool = True,
@@ -132,6 +141,8 @@ class SqlSink:
         journal: bool = False,
         journal_interval: float = DEFAULT_INTERVAL,
     ) -> None:
+        if flush_interval is None:
+            flush_interval = JOURNAL_FLUSH_INTERVAL_S if journal else FLUSH_INTERVAL_S
         if batch_size < 1 or queue_size < 1 or flush_interval <= 0:
             raise ValueError("batch_size and queue_size must be >= 1, flush_interval > 0")
         self.spool_dir = Path(spool_dir)
@@ -205,8 +216,15 @@ class SqlSink:
             )
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every queued record is committed or spooled; False on timeout."""
-        return self.queue.join(timeout)
+        """Commit (or spool) every record submitted so far, now, and wait for it;
+        False on timeout. (With the journal, what it holds is journaled first, on
+        the caller's thread if its own has not taken it yet.)"""
+        end = None if timeout is None else time.monotonic() + timeout
+        journal = self._journal
+        if journal is not None and not journal.flush(timeout):
+            return False
+        self.queue.wake()  # a batch gathering is written at once, not at its deadline
+        return self.queue.join(None if end is None else max(0.0, end - time.monotonic()))
 
     def close(self, timeout: float = CLOSE_TIMEOUT_S) -> None:
         """Write or spool everything submitted, stop the writer, release the spool;

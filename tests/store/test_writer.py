@@ -59,6 +59,25 @@ def test_writes_in_batches(db_url: str, tmp_path: Path) -> None:
     assert spool_files(tmp_path / "spool") == []
 
 
+@pytest.mark.parametrize("journal", [False, True])
+def test_flush_returns_once_every_record_submitted_is_stored(
+    db_url: str, tmp_path: Path, journal: bool
+) -> None:
+    """``flush`` waits for every record submitted before it, not only for those in
+    the queue: with the journal, records still with the journal thread count too
+    (before, flush returned at once, with the queue still empty)."""
+    sink = SqlSink(db_url, tmp_path / "spool", journal=journal, journal_interval=60.0)
+    try:
+        for burst in range(3):
+            records = [simple_record(burst * 1000 + i) for i in range(300)]
+            for r in records:
+                sink.submit(r)
+            assert sink.flush(30.0)
+            assert count_rows(db_url, "streams") == 300 * (burst + 1)
+    finally:
+        sink.close()
+
+
 def test_commits_after_the_flush_interval(db_url: str, tmp_path: Path) -> None:
     sink = SqlSink(db_url, tmp_path / "spool", batch_size=1000, flush_interval=0.05)
     sink.submit(simple_record())
