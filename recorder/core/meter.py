@@ -241,9 +241,11 @@ class StreamMeter(Rhythm):
         framer = self.framer
         limit = framer.piece_limit
         if not limit:  # a framer without the batch path's shortcuts (a binary wire's)
-            for data, now in pairs:
-                self.feed(data, now)
-            return
+            while True:
+                slow = self._one_event_pieces(pairs)
+                if slow is None:
+                    return
+                self.feed(*slow)
         while True:
             slow = self._whole_pieces(pairs, limit)
             if slow is None:
@@ -286,6 +288,58 @@ class StreamMeter(Rhythm):
                 last_byte = now
                 events += 1
                 if n:
+                    if last_output is None:
+                        self._first(now)
+                    else:
+                        gap = now - last_output
+                        if top is None or gap > top or gap >= stall_after:
+                            self._output_gap(last_output, gap)
+                            top = self._max_out_gap
+                        if room > 0:
+                            append(gap)
+                            room -= 1
+                    last_output = now
+            return None
+        finally:
+            self._last_byte = last_byte
+            self._max_silence = max_silence
+            self._silence_at = silence_at
+            self.events = events
+            self._last_output = last_output
+
+    def _one_event_pieces(self, pairs: Pairs) -> tuple[bytes, float | None] | None:
+        """:meth:`_whole_pieces` for a framer without a piece reader (AWS's event
+        stream, whose messages no byte template reads): while each piece is one
+        whole message (``Framer.feed_one``), its event goes to the interpreter
+        here, with the rhythm in locals (what ``feed`` does for such a piece);
+        return the first piece that is not, not metered (None: the pairs ran out)."""
+        feed_one = self.framer.feed_one
+        handle = self.interpreter.handle
+        last_byte = self._last_byte
+        assert last_byte is not None  # feed_many checked: a timed stream
+        max_silence = self._max_silence
+        silence_at = self._silence_at
+        events = self.events
+        last_output = self._last_output
+        top = self._max_out_gap
+        stall_after = self.stall_after
+        intervals = self.output_intervals
+        append = intervals.append
+        room = MAX_INTERVALS - len(intervals)
+        started = self._first_event is not None  # (feed times the first event)
+        try:
+            for data, now in pairs:
+                if now is None or not started:
+                    return data, now
+                event = feed_one(data)  # consumes nothing when it returns None
+                if event is None:
+                    return data, now
+                if now - last_byte > max_silence:
+                    max_silence = now - last_byte
+                    silence_at = last_byte
+                last_byte = now
+                events += 1
+                if handle(event):
                     if last_output is None:
                         self._first(now)
                     else:

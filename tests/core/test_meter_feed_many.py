@@ -224,3 +224,110 @@ def test_a_settled_framer_frames_as_one_that_never_settled(pieces: list[bytes], 
         assert got == plain.feed(piece)
         assert settled.pending_bytes == plain.pending_bytes
         assert settled.last_event_id == plain.last_event_id
+
+
+# AWS's event stream (Amazon Bedrock): the real captures, one message a piece as
+# the proxy's tap sees them, or cut anywhere, some damaged; its framer has no
+# piece reader, so feed_many's own loop for one whole message a piece is held to
+# feed here
+BEDROCK = sorted((framing.FIXTURES / "bedrock").glob("*.bin"))
+
+
+def es_messages(body: bytes) -> list[bytes]:
+    """The body's messages, each as it is written (a 4-byte total length first)."""
+    out, pos = [], 0
+    while pos + 4 <= len(body):
+        size = int.from_bytes(body[pos : pos + 4], "big")
+        if size < 16:
+            break
+        out.append(body[pos : pos + size])
+        pos += size
+    return out
+
+
+@st.composite
+def es_streams(draw: st.DrawFn) -> tuple[str, list[bytes], list[float | None], list[int]]:
+    path = draw(st.sampled_from(BEDROCK))
+    endpoint = "invoke_model" if path.name.startswith("invoke") else "converse"
+    pieces = es_messages(path.read_bytes())
+    if len(pieces) > 2 and draw(st.booleans()):  # the deltas again
+        pieces = [*pieces[:1], *pieces[1:-1] * draw(st.integers(1, 4)), *pieces[-1:]]
+    how = draw(st.sampled_from(["message", "message", "cut", "damaged"]))
+    if how == "damaged":  # a byte flipped in one message (a CRC then fails)
+        i = draw(st.integers(0, len(pieces) - 1))
+        raw = bytearray(pieces[i])
+        raw[draw(st.integers(0, len(raw) - 1))] ^= 1 << draw(st.integers(0, 7))
+        pieces[i] = bytes(raw)
+    if how == "cut":
+        joined = b"".join(pieces)
+        cuts = sorted(set(draw(st.lists(st.integers(1, len(joined) - 1), max_size=40))))
+        bounds = [0, *cuts, len(joined)]
+        pieces = [joined[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+    if draw(st.booleans()):  # an empty piece, or a stray byte, somewhere
+        pieces.insert(draw(st.integers(0, len(pieces))), draw(st.sampled_from([b"", b"\x00"])))
+    steps = st.sampled_from([0.0, 0.0, 0.001, 0.002, 0.3, 0.6, 2.0])
+    stamps: list[float | None] = []
+    now = 0.02
+    for _ in pieces:
+        now += draw(steps)
+        stamps.append(now)
+    if draw(st.integers(0, 9)) == 0:  # a piece without a time
+        stamps[draw(st.integers(0, len(stamps) - 1))] = None
+    batches = draw(st.lists(st.integers(1, 40), max_size=20))
+    return endpoint, pieces, stamps, batches
+
+
+def es_state(meter: StreamMeter) -> dict[str, Any]:
+    obs = meter.interpreter.obs
+    return {
+        "events": meter.events,
+        "last_output_at": meter.last_output_at,
+        "first_output_at": meter.first_output_at,
+        "intervals": list(meter.output_intervals),
+        "pending": meter.framer.pending_bytes,
+        "obs": {name: getattr(obs, name) for name in Observations.__slots__},
+    }
+
+
+def es_run(
+    endpoint: str,
+    pieces: list[bytes],
+    stamps: list[float | None],
+    batches: list[int],
+    *,
+    many: bool,
+    stall_after: float,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    meter = StreamMeter(endpoint, start=0.0, stall_after=stall_after)
+    meter.headers(0.01, 200)
+    seen = []
+    i = 0
+    sizes = iter(batches)
+    while i < len(pieces):
+        j = min(len(pieces), i + max(1, next(sizes, 32)))
+        if many:
+            meter.feed_many(pieces[i:j], stamps[i:j])
+        else:
+            for piece, now in zip(pieces[i:j], stamps[i:j], strict=True):
+                meter.feed(piece, now)
+        seen.append(es_state(meter))
+        i = j
+    rec = meter.finish((stamps[-1] or 0.0) + 3.0).to_dict(with_gaps=True)
+    rec["_state"] = es_state(meter)
+    return rec, seen
+
+
+def test_the_bedrock_captures_are_here() -> None:
+    assert len(BEDROCK) >= 5
+    assert all(len(es_messages(p.read_bytes())) >= 1 for p in BEDROCK)
+
+
+@SETTINGS
+@given(stream=es_streams(), stall_after=st.sampled_from([0.0, 0.5, 1.5, 30.0]))
+def test_feed_many_is_feed_piece_by_piece_on_an_aws_event_stream(
+    stream: tuple[str, list[bytes], list[float | None], list[int]], stall_after: float
+) -> None:
+    endpoint, pieces, stamps, batches = stream
+    one = es_run(endpoint, pieces, stamps, batches, many=False, stall_after=stall_after)
+    many = es_run(endpoint, pieces, stamps, batches, many=True, stall_after=stall_after)
+    assert many == one
