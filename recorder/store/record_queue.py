@@ -57,6 +57,7 @@ class RecordQueue:
         # thread tens of microseconds of CPU per wake-up (docs/performance.md).
         self._wanted = 0  # the writer's batch wants this many more (0: not waiting)
         self._ready = threading.Event()
+        self._hurried = False  # hurry: the next gathering does not wait
 
     # -- the caller's side: never blocks ----------------------------------------
 
@@ -85,6 +86,12 @@ class RecordQueue:
         """Wake the writer if it waits for records (it then stops waiting)."""
         with contextlib.suppress(queue.Full):
             self._q.put_nowait((0, _STOP, 0))
+        self._ready.set()
+
+    def hurry(self) -> None:
+        """Have the writer take what is queued now, not at its batch's deadline:
+        the batch it is gathering, or else the next it gathers."""
+        self._hurried = True
         self._ready.set()
 
     def join(self, timeout: float | None = None) -> bool:
@@ -133,16 +140,18 @@ class RecordQueue:
 
     def _gather(self, wanted: int, timeout: float) -> None:
         """Sleep until ``timeout`` has passed, ``wanted`` items wait in the queue,
-        or ``wake``. The order matters: ``offer`` puts, then reads ``_wanted``;
+        or ``wake`` or ``hurry``. The order matters: ``offer`` puts, then reads ``_wanted``;
         here ``_wanted`` is set before the queue is looked at, so an item put
         meanwhile is either seen here or sets the event."""
         self._wanted = wanted
         self._ready.clear()
         try:
-            if self._q.qsize() < wanted:
+            # (hurry sets the flag, then the event: one of the two is seen here)
+            if not self._hurried and self._q.qsize() < wanted:
                 self._ready.wait(timeout)
         finally:
             self._wanted = 0
+            self._hurried = False
 
     def _drain(self, size: int, batch: list[Item], late: list[Item]) -> bool:
         """Take what waits, up to a batch of ``size``; False once ``wake``'s

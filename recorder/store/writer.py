@@ -111,8 +111,8 @@ ORPHAN_SCAN_INTERVAL_S = 10.0
 # kill -9 can lose (below): kept short. With it, records are on disk before they
 # are queued, so only how soon rows show in SQL depends on it, and a commit costs
 # the writer's thread about as much for one record as for twenty (a wake-up and a
-# transaction on a cold cache): a longer batch halves its CPU per record at the
-# rates streams end (docs/performance.md).
+# transaction on a cold cache): at the rates streams end, a longer batch costs it
+# much less per record (docs/performance.md).
 FLUSH_INTERVAL_S = 0.2
 JOURNAL_FLUSH_INTERVAL_S = 1.0
 
@@ -223,7 +223,7 @@ class SqlSink:
         journal = self._journal
         if journal is not None and not journal.flush(timeout):
             return False
-        self.queue.wake()  # a batch gathering is written at once, not at its deadline
+        self.queue.hurry()  # a batch gathering is written at once, not at its deadline
         return self.queue.join(None if end is None else max(0.0, end - time.monotonic()))
 
     def close(self, timeout: float = CLOSE_TIMEOUT_S) -> None:
