@@ -33,7 +33,8 @@ from recorder.core.eventstream import EventStreamFramer
 from recorder.core.framing import Comment, Event, Framer, FramingIssue, IssueKind
 from recorder.core.json_array import JSONArrayFramer
 from recorder.core.protocols import EVENTSTREAM_ENDPOINTS, PROVIDERS, interpreter_for
-from recorder.core.record import INTERRUPTED_OUTCOMES, StreamRecord, combine_sources, ending_outcome
+from recorder.core.record import INTERRUPTED_OUTCOMES, StreamRecord, ending_outcome
+from recorder.core.record_observed import put_observed
 from recorder.core.rhythm import (
     DEFAULT_STALL_AFTER_S,
     KEEPALIVE_GAPS_KEPT,
@@ -42,11 +43,9 @@ from recorder.core.rhythm import (
     Rhythm,
 )
 from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES, SSEFramer
-from recorder.core.usage import usage_parts
 
 if TYPE_CHECKING:
     from recorder.core.framing import EventReader, EventRun, Framer, Item
-    from recorder.core.protocols.observations import Observations
 
 __all__ = [
     "DEFAULT_STALL_AFTER_S",
@@ -66,19 +65,6 @@ SWITCHING_PROTOCOLS = 101
 _DAMAGED = frozenset({IssueKind.BAD_CRC, IssueKind.MALFORMED})
 
 Pairs = Iterator[tuple[bytes, float | None]]
-# the figures of the reported usage (``Usage``) that the record takes as they are
-_REPORTED = (
-    "input_tokens",
-    "output_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "reasoning_tokens",
-    "input_audio_tokens",
-    "cache_read_audio_tokens",
-    "input_image_tokens",
-    "cache_read_image_tokens",
-    "output_audio_tokens",
-)
 
 
 class StreamMeter(Rhythm):
@@ -503,30 +489,6 @@ class StreamMeter(Rhythm):
             rec.keepalives = self.keepalives
         rec.oversized_events = self.oversized_events
         rec.partial_event_at_end = self.partial_event_at_end
-        _observed(rec, obs)
+        put_observed(rec, obs)
         self.interpreter.annotate(rec)
         return rec
-
-
-def _observed(rec: StreamRecord, obs: Observations) -> None:
-    """What the interpreter observed, onto the record."""
-    rec.output_chars = obs.output_chars
-    rec.tool_calls = obs.tool_calls
-    rec.finish_reason = obs.finish_reason
-    rec.response_model = obs.response_model
-    rec.response_id = obs.response_id
-    rec.parse_issues = obs.parse_issues
-    if obs.error_type or obs.error_code or obs.error_message:
-        # an in-stream error; otherwise keep what the edge read from an error body
-        rec.error_type = obs.error_type
-        rec.error_code = obs.error_code
-        rec.error_message = obs.error_message
-    usage = obs.usage
-    if usage is not None:
-        for name in _REPORTED:
-            setattr(rec, name, getattr(usage, name))
-        rec.raw_usage = obs.raw_usage
-        rec.usage_parts = usage_parts(usage.parts)
-    rec.input_source = "reported" if rec.input_tokens is not None else "none"
-    rec.output_source = "reported" if rec.output_tokens is not None else "none"
-    rec.usage_source = combine_sources(rec.input_source, rec.output_source)
