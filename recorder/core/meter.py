@@ -298,7 +298,11 @@ class StreamMeter(Rhythm):
         stream, whose messages no byte template reads): while each piece is one
         whole message (``Framer.feed_one``), its event goes to the interpreter
         here, with the rhythm in locals (what ``feed`` does for such a piece);
-        return the first piece that is not, not metered (None: the pairs ran out)."""
+        return the first piece that is not, not metered (None: the pairs ran out).
+        Its timing is ``_whole_pieces``'s, written out again on purpose: passing
+        that loop a reader made of ``feed_one`` and ``handle`` would cost a call an
+        event, and would count an event after the interpreter, where ``feed``
+        counts it before (an interpreter that raises would leave another count)."""
         feed_one = self.framer.feed_one
         handle = self.interpreter.handle
         last_byte = self._last_byte

@@ -107,14 +107,25 @@ def streams(draw: st.DrawFn) -> tuple[str, list[bytes], list[float | None], list
         middle = pieces[1:-1] * repeat
         pieces = [*pieces[:1], *middle, *pieces[-1:]]
     if draw(st.integers(0, 3)) == 0:  # cut at random points instead
-        joined = b"".join(pieces)
-        cuts = sorted(set(draw(st.lists(st.integers(1, max(1, len(joined) - 1)), max_size=40))))
-        bounds = [0, *cuts, len(joined)]
-        pieces = [joined[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+        pieces = cut_anywhere(draw, pieces)
     if draw(st.booleans()):  # junk, an empty piece, a keepalive, a CRLF event in between
         extra = st.sampled_from([b"", b": ping\n\n", b"data: {\r\n\r\n", b"id: 7\n", b"junk"])
         for _ in range(draw(st.integers(0, 3))):
             pieces.insert(draw(st.integers(0, len(pieces))), draw(extra))
+    return endpoint, pieces, *timed(draw, pieces)
+
+
+def cut_anywhere(draw: st.DrawFn, pieces: list[bytes]) -> list[bytes]:
+    """The pieces' bytes cut again at up to 40 random points."""
+    joined = b"".join(pieces)
+    cuts = sorted(set(draw(st.lists(st.integers(1, max(1, len(joined) - 1)), max_size=40))))
+    bounds = [0, *cuts, len(joined)]
+    return [joined[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+
+
+def timed(draw: st.DrawFn, pieces: list[bytes]) -> tuple[list[float | None], list[int]]:
+    """Arrival times that make gaps, stalls and silences (now and then a piece
+    without one), and the sizes of the batches the pieces are fed in."""
     steps = st.sampled_from([0.0, 0.0, 0.001, 0.002, 0.3, 0.6, 2.0])
     stamps: list[float | None] = []
     now = 0.02
@@ -123,8 +134,7 @@ def streams(draw: st.DrawFn) -> tuple[str, list[bytes], list[float | None], list
         stamps.append(now)
     if draw(st.integers(0, 9)) == 0 and stamps:  # a piece without a time
         stamps[draw(st.integers(0, len(stamps) - 1))] = None
-    batches = draw(st.lists(st.integers(1, 40), max_size=20))
-    return endpoint, pieces, stamps, batches
+    return stamps, draw(st.lists(st.integers(1, 40), max_size=20))
 
 
 @SETTINGS
@@ -262,22 +272,10 @@ def es_streams(draw: st.DrawFn) -> tuple[str, list[bytes], list[float | None], l
         raw[draw(st.integers(0, len(raw) - 1))] ^= 1 << draw(st.integers(0, 7))
         pieces[i] = bytes(raw)
     if how == "cut":
-        joined = b"".join(pieces)
-        cuts = sorted(set(draw(st.lists(st.integers(1, len(joined) - 1), max_size=40))))
-        bounds = [0, *cuts, len(joined)]
-        pieces = [joined[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+        pieces = cut_anywhere(draw, pieces)
     if draw(st.booleans()):  # an empty piece, or a stray byte, somewhere
         pieces.insert(draw(st.integers(0, len(pieces))), draw(st.sampled_from([b"", b"\x00"])))
-    steps = st.sampled_from([0.0, 0.0, 0.001, 0.002, 0.3, 0.6, 2.0])
-    stamps: list[float | None] = []
-    now = 0.02
-    for _ in pieces:
-        now += draw(steps)
-        stamps.append(now)
-    if draw(st.integers(0, 9)) == 0:  # a piece without a time
-        stamps[draw(st.integers(0, len(stamps) - 1))] = None
-    batches = draw(st.lists(st.integers(1, 40), max_size=20))
-    return endpoint, pieces, stamps, batches
+    return endpoint, pieces, *timed(draw, pieces)
 
 
 def test_the_bedrock_captures_are_here() -> None:

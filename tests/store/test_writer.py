@@ -81,6 +81,33 @@ def test_flush_returns_once_every_record_submitted_is_stored(
         sink.close()
 
 
+def test_flush_with_the_writer_stuck_in_a_locked_database_gives_up_in_time(
+    tmp_path: Path,
+) -> None:
+    """The writer hangs in a locked database (a minute's busy timeout): ``flush``
+    returns False once its timeout has passed, not after the lock, with every record
+    journaled to disk meanwhile; once the lock clears, ``flush`` returns True and
+    every record is stored once."""
+    db = migrated_sqlite(tmp_path)
+    engine = make_engine(db, sqlite_busy_timeout_ms=60_000)
+    spool = tmp_path / "spool"
+    sink = SqlSink(db, spool, engine=engine, journal=True, retry_min=0.05)
+    records = [simple_record(i) for i in range(50)]
+    try:
+        with outage(db):
+            for r in records:
+                sink.submit(r)
+            t0 = time.monotonic()
+            assert not sink.flush(1.0)
+            assert time.monotonic() - t0 < 30  # not the busy timeout's minute
+            assert len(spooled_docs(spool)) == 50  # on disk, whatever the database does
+        assert sink.flush(90.0)
+        assert sorted(ids_in_db(db)) == sorted(r.id for r in records)
+    finally:
+        sink.close()
+        engine.dispose()
+
+
 def test_commits_after_the_flush_interval(db_url: str, tmp_path: Path) -> None:
     sink = SqlSink(db_url, tmp_path / "spool", batch_size=1000, flush_interval=0.05)
     sink.submit(simple_record())
