@@ -42,7 +42,10 @@ Where a C compiler was there at install, the sound messages are framed in C
 whole message whose CRCs match, under the cap, whose header block this framer
 has named already, in one call, up to the first message that is anything else,
 which the Python code below frames (reports its damage, names its block, keeps
-what is cut) before it hands the rest of the piece back. The C code decides
+what is cut) before it hands the rest of the piece back. The meter's batch path
+reads a piece that is one whole delta in one call there too
+(:meth:`EventStreamFramer.message_reader`): the message framed, its payload
+handed to the interpreter's template reader. The C code decides
 nothing the Python code would decide otherwise; the Python framer
 (``in_c=False``, or no compiler) stays the reference, and the tests compare both
 on bodies cut anywhere and damaged (tests/core/protocols/test_native_eventstream.py).
@@ -159,8 +162,9 @@ def _naming(block: bytes) -> tuple[str, str, bytes | None]:
 
 class EventStreamFramer:
     """Incremental event-stream parser. Call :meth:`feed` with each received piece.
-    Implements :class:`recorder.core.framing.Framer` (without the batch path's
-    shortcuts, which are SSE's)."""
+    Implements :class:`recorder.core.framing.Framer`; of the batch path's
+    shortcuts, it has the reader of a whole message (:meth:`message_reader`), not
+    the text wire's templates and runs."""
 
     __slots__ = (
         "_buf",
@@ -215,10 +219,19 @@ class EventStreamFramer:
 
     @property
     def piece_limit(self) -> int:
-        return 0
+        return self._max  # (a whole message, read by message_reader)
 
     def whole_event[T: Wrappable](self, template: T, name: str) -> T | None:
         return None
+
+    def message_reader(self, read: EventReader, name: str) -> EventReader | None:
+        """``read`` of the payload of a piece that is exactly one whole, sound
+        message under the cap whose header block this framer has named an event
+        ``name`` with its payload as data (what :meth:`feed_one` returns for it),
+        in one call to C; -1 for any other piece, nothing framed. None where the
+        C framer is not built."""
+        scan = self._scan
+        return None if scan is None else scan.reader(name, read, self._max)
 
     def runner(self, read: EventReader) -> EventRun:
         def run(data: bytes, pos: int, limit: int) -> tuple[int, int, int]:

@@ -10,7 +10,8 @@ each event and hands over its payload as ``data``.
 :class:`Framer` is all the meter uses of one. Beside ``feed`` it has the batch
 path's part: a framer says when nothing of an event is pending (``settle``),
 how one whole event is written as a piece (``whole_event``, so that an
-interpreter's byte template reads such a piece without framing it), and where
+interpreter's byte template reads such a piece without framing it; a binary
+wire's framer reads such a piece itself, ``message_reader``), and where
 the events of a piece end (``runner``, ``feed_next``). A framer that has no
 such shortcut answers None and False there, and every piece goes through
 ``feed``.
@@ -121,6 +122,14 @@ class Framer(Protocol):
         """The template of a piece that is exactly one event named ``name`` whose
         data ``template`` reads, taken whole when the framer is idle; None if
         this framer has no such piece."""
+        ...
+
+    def message_reader(self, read: EventReader, name: str) -> EventReader | None:
+        """A reader of a piece that is exactly one whole event named ``name``,
+        taken whole when the framer is idle: ``read`` of its data, or -1 (nothing
+        read, nothing framed) when the piece is not one; None if this framer has
+        none. A binary wire's, whose framing (lengths, checksums) no byte
+        template covers: :meth:`whole_event` serves a text wire."""
         ...
 
     def runner(self, read: EventReader) -> EventRun:

@@ -130,6 +130,9 @@ class JSONArrayFramer:
             return None
         return template.enclosed(_LEAD, b"")
 
+    def message_reader(self, read: EventReader, name: str) -> EventReader | None:
+        return None  # (a text wire: whole_event's template reads a piece)
+
     def runner(self, read: EventReader) -> EventRun:
         """``run(data, pos, limit)`` for a reader of :meth:`whole_event`'s template:
         read the elements of ``data`` from ``pos`` on, each past the framing

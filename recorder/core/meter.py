@@ -20,7 +20,8 @@ one whole event the interpreter's byte template reads (the usual output delta,
 one per piece on an HTTP/1 chunked stream) is read in one call, with no Event
 and no framing; a piece of several such events is read a run at a time
 (``Framer.runner``). The framer says how an event is written whole
-(``Framer.whole_event``), the interpreter gives the template
+(``Framer.whole_event``; a binary wire's framer reads such a piece itself,
+``Framer.message_reader``), the interpreter gives the template
 (``Interpreter.piece_reader``); docs/performance.md has the figures.
 """
 
@@ -45,7 +46,7 @@ from recorder.core.rhythm import (
 from recorder.core.sse import DEFAULT_MAX_EVENT_BYTES, SSEFramer
 
 if TYPE_CHECKING:
-    from recorder.core.framing import EventReader, EventRun, Framer, Item
+    from recorder.core.framing import EventReader, EventRun, Item
 
 __all__ = [
     "DEFAULT_STALL_AFTER_S",
@@ -226,12 +227,6 @@ class StreamMeter(Rhythm):
             return
         framer = self.framer
         limit = framer.piece_limit
-        if not limit:  # a framer without the batch path's shortcuts (a binary wire's)
-            while True:
-                slow = self._one_event_pieces(pairs)
-                if slow is None:
-                    return
-                self.feed(*slow)
         while True:
             slow = self._whole_pieces(pairs, limit)
             if slow is None:
@@ -274,62 +269,6 @@ class StreamMeter(Rhythm):
                 last_byte = now
                 events += 1
                 if n:
-                    if last_output is None:
-                        self._first(now)
-                    else:
-                        gap = now - last_output
-                        if top is None or gap > top or gap >= stall_after:
-                            self._output_gap(last_output, gap)
-                            top = self._max_out_gap
-                        if room > 0:
-                            append(gap)
-                            room -= 1
-                    last_output = now
-            return None
-        finally:
-            self._last_byte = last_byte
-            self._max_silence = max_silence
-            self._silence_at = silence_at
-            self.events = events
-            self._last_output = last_output
-
-    def _one_event_pieces(self, pairs: Pairs) -> tuple[bytes, float | None] | None:
-        """:meth:`_whole_pieces` for a framer without a piece reader (AWS's event
-        stream, whose messages no byte template reads): while each piece is one
-        whole message (``Framer.feed_one``), its event goes to the interpreter
-        here, with the rhythm in locals (what ``feed`` does for such a piece);
-        return the first piece that is not, not metered (None: the pairs ran out).
-        Its timing is ``_whole_pieces``'s, written out again on purpose: passing
-        that loop a reader made of ``feed_one`` and ``handle`` would cost a call an
-        event, and would count an event after the interpreter, where ``feed``
-        counts it before (an interpreter that raises would leave another count)."""
-        feed_one = self.framer.feed_one
-        handle = self.interpreter.handle
-        last_byte = self._last_byte
-        assert last_byte is not None  # feed_many checked: a timed stream
-        max_silence = self._max_silence
-        silence_at = self._silence_at
-        events = self.events
-        last_output = self._last_output
-        top = self._max_out_gap
-        stall_after = self.stall_after
-        intervals = self.output_intervals
-        append = intervals.append
-        room = MAX_INTERVALS - len(intervals)
-        started = self._first_event is not None  # (feed times the first event)
-        try:
-            for data, now in pairs:
-                if now is None or not started:
-                    return data, now
-                event = feed_one(data)  # consumes nothing when it returns None
-                if event is None:
-                    return data, now
-                if now - last_byte > max_silence:
-                    max_silence = now - last_byte
-                    silence_at = last_byte
-                last_byte = now
-                events += 1
-                if handle(event):
                     if last_output is None:
                         self._first(now)
                     else:

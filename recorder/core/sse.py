@@ -151,6 +151,9 @@ class SSEFramer(SSELines):
             return None
         return template.enclosed(lead, eol + eol)
 
+    def message_reader(self, read: EventReader, name: str) -> EventReader | None:
+        return None  # (a text wire: whole_event's template reads a piece)
+
     def runner(self, read: EventReader) -> EventRun:
         """``run(data, pos, limit)`` for a reader of :meth:`whole_event`'s
         template: read the whole events of ``data`` from ``pos`` on while each is

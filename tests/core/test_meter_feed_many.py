@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recorder.core import StreamMeter, rhythm
+from recorder.core import StreamMeter, eventstream, rhythm
 from recorder.core import meter as meter_module
 from recorder.core.framing import Event
 from recorder.core.protocols.observations import Observations
@@ -308,3 +308,31 @@ def test_an_aws_event_stream_past_the_intervals_kept(
     stamps: list[float | None] = [0.02 + 0.01 * i for i in range(len(pieces))]
     one = run(endpoint, pieces, stamps, [7], many=False)
     assert run(endpoint, pieces, stamps, [7], many=True) == one
+
+
+@pytest.mark.parametrize(
+    "name", ["converse_stream_nova_micro.bin", "invoke_stream_claude_3_5_sonnet_max_tokens.bin"]
+)
+def test_the_batch_path_reads_whole_messages(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the template is learned, a Bedrock delta a piece never reaches ``feed``:
+    the framer's message reader reads it (where the C framer is built)."""
+    if eventstream.native is None:
+        pytest.skip("the C framer is not built")
+    path = framing.FIXTURES / "bedrock" / name
+    endpoint = "invoke_model" if name.startswith("invoke") else "converse"
+    pieces = es_messages(path.read_bytes())
+    pieces = [*pieces[:1], *pieces[1:-1] * 6, *pieces[-1:]]
+    stamps: list[float | None] = [0.02 + 0.01 * i for i in range(len(pieces))]
+    calls = []
+    feed = StreamMeter.feed
+
+    def counted(self: StreamMeter, data: bytes, now: float | None = None) -> None:
+        calls.append(data)
+        feed(self, data, now)
+
+    monkeypatch.setattr(StreamMeter, "feed", counted)
+    one = run(endpoint, pieces, stamps, [32], many=False)
+    calls.clear()
+    assert run(endpoint, pieces, stamps, [32], many=True) == one
+    assert len(pieces) > 120
+    assert len(calls) < len(pieces) // 4  # the other events, and those before the template

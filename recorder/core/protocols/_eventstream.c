@@ -14,6 +14,15 @@
  * them on bodies cut anywhere and damaged). Without this module (no C compiler
  * at install) the Python framer frames every message.
  *
+ * A MessageReader (Scanner.reader) reads a piece that is one whole message for
+ * the meter's batch path: the message framed as above, its header block named an
+ * event of the reader's name, its payload handed to the interpreter's template
+ * reader; anything else is -1, nothing read, and the piece goes the long way
+ * (feed_one, then the interpreter), which decides the same. A ChunkReader does
+ * InvokeModelInterpreter.handle's shortcut for such a payload (a Bedrock chunk:
+ * its base64 decoded, the Anthropic event inside handed to the Messages
+ * template's reader).
+ *
  * The CRC is the CRC-32 of zlib (and of binascii.crc32), computed here by
  * tables (slicing by 8) so that no zlib header is needed to build.
  */
@@ -368,13 +377,8 @@ b64_init(void)
  * ignores the bits a last group leaves over); anything else is None, and the
  * interpreter's Python path reads the chunk (invoke_model.py). */
 static PyObject *
-chunk_bytes(PyObject *module, PyObject *data)
+decode_chunk(PyObject *data)
 {
-    (void)module;
-    if (!PyBytes_Check(data)) {
-        PyErr_SetString(PyExc_TypeError, "the data must be bytes");
-        return NULL;
-    }
     const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data);
     Py_ssize_t size = PyBytes_GET_SIZE(data);
     if (size < (Py_ssize_t)BYTES_AT || memcmp(buf, BYTES_KEY, BYTES_AT) != 0) {
@@ -423,6 +427,279 @@ chunk_bytes(PyObject *module, PyObject *data)
     return out;
 }
 
+static PyObject *
+chunk_bytes(PyObject *module, PyObject *data)
+{
+    (void)module;
+    if (!PyBytes_Check(data)) {
+        PyErr_SetString(PyExc_TypeError, "the data must be bytes");
+        return NULL;
+    }
+    return decode_chunk(data);
+}
+
+#define MESSAGES_START "{\"type\":\""
+#define METRICS_KEY "amazon-bedrock-invocationMetrics"
+
+static int
+holds(const unsigned char *hay, Py_ssize_t size, const char *needle, Py_ssize_t len)
+{
+    for (Py_ssize_t i = 0; i + len <= size; i++) {
+        const unsigned char *at = memchr(hay + i, needle[0], (size_t)(size - len - i + 1));
+        if (at == NULL) {
+            return 0;
+        }
+        i = at - hay;
+        if (memcmp(at, needle, (size_t)len) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* A reader of one event's data, made of another (``read``): the data is a Bedrock
+ * chunk, and ``read`` is given the Anthropic event inside it. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *read;
+} ChunkReader;
+
+/* chunk_reader(data) -> read(the event inside), or -1 (nothing read) when the
+ * chunk is not the usual one: InvokeModelInterpreter.handle's shortcut, whose
+ * other cases (base64 written otherwise, the metrics' chunk, another family's
+ * JSON) it leaves to that method. */
+static PyObject *
+ChunkReader_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (PyVectorcall_NARGS(nargsf) != 1 || kwnames != NULL || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "chunk_reader(data: bytes)");
+        return NULL;
+    }
+    PyObject *inner = decode_chunk(args[0]);
+    if (inner == NULL) {
+        return NULL;
+    }
+    if (inner == Py_None) {
+        Py_DECREF(inner);
+        return PyLong_FromLong(-1);
+    }
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(inner);
+    Py_ssize_t size = PyBytes_GET_SIZE(inner);
+    Py_ssize_t start = (Py_ssize_t)sizeof(MESSAGES_START) - 1;
+    if (size < start || memcmp(buf, MESSAGES_START, (size_t)start) != 0 ||
+        holds(buf, size, METRICS_KEY, (Py_ssize_t)sizeof(METRICS_KEY) - 1)) {
+        Py_DECREF(inner);
+        return PyLong_FromLong(-1);
+    }
+    PyObject *out = PyObject_Vectorcall(((ChunkReader *)self)->read, &inner, 1, NULL);
+    Py_DECREF(inner);
+    return out;
+}
+
+static PyObject *
+ChunkReader_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *read;
+    if (kwds != NULL && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "ChunkReader takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O:ChunkReader", &read)) {
+        return NULL;
+    }
+    if (!PyCallable_Check(read)) {
+        PyErr_SetString(PyExc_TypeError, "read must be callable");
+        return NULL;
+    }
+    ChunkReader *r = (ChunkReader *)type->tp_alloc(type, 0);
+    if (r == NULL) {
+        return NULL;
+    }
+    r->vectorcall = ChunkReader_vectorcall;
+    r->read = Py_NewRef(read);
+    return (PyObject *)r;
+}
+
+static int
+ChunkReader_traverse(ChunkReader *r, visitproc visit, void *arg)
+{
+    Py_VISIT(r->read);
+    return 0;
+}
+
+static int
+ChunkReader_clear(ChunkReader *r)
+{
+    Py_CLEAR(r->read);
+    return 0;
+}
+
+static void
+ChunkReader_dealloc(ChunkReader *r)
+{
+    PyObject_GC_UnTrack(r);
+    ChunkReader_clear(r);
+    Py_TYPE(r)->tp_free((PyObject *)r);
+}
+
+PyDoc_STRVAR(ChunkReader_doc,
+"ChunkReader(read)\n\n"
+"Called as chunk_reader(data): data is a Bedrock chunk's payload; if it is the\n"
+"usual one (chunk_bytes decodes it to an Anthropic event, not the metrics'),\n"
+"read(that event), else -1 (nothing read).");
+
+static PyTypeObject ChunkReaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "recorder.core.protocols._eventstream.ChunkReader",
+    .tp_basicsize = sizeof(ChunkReader),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = ChunkReader_doc,
+    .tp_new = ChunkReader_new,
+    .tp_dealloc = (destructor)ChunkReader_dealloc,
+    .tp_traverse = (traverseproc)ChunkReader_traverse,
+    .tp_clear = (inquiry)ChunkReader_clear,
+    .tp_vectorcall_offset = offsetof(ChunkReader, vectorcall),
+    .tp_call = PyVectorcall_Call,
+};
+
+/* A reader of a piece that is exactly one whole, sound message whose event is
+ * ``name`` (an event message whose data is its payload): what the meter's batch
+ * path does for such a piece (Scanner.one, then the interpreter's template
+ * reader of its data), in one call. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    Scanner *scanner; /* names the header blocks (its cache, the framer's heads) */
+    PyObject *name;   /* str */
+    PyObject *read;   /* the reader of an event's data: data -> int */
+    Py_ssize_t limit; /* the framer's cap on a message */
+} MessageReader;
+
+/* message_reader(data) -> read(its payload), or -1 (nothing read) when data is
+ * not exactly one whole, sound message under the cap whose header block the
+ * framer has named an event ``name`` with the payload as data. */
+static PyObject *
+MessageReader_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                         PyObject *kwnames)
+{
+    MessageReader *r = (MessageReader *)self;
+    if (PyVectorcall_NARGS(nargsf) != 1 || kwnames != NULL) {
+        PyErr_SetString(PyExc_TypeError, "message_reader(data)");
+        return NULL;
+    }
+    const unsigned char *buf;
+    Py_ssize_t size;
+    if (take_buffer(args[0], &buf, &size) < 0) {
+        return NULL;
+    }
+    if (size < MIN_MESSAGE || (Py_ssize_t)be32(buf) != size ||
+        sound(buf, size, r->limit) != size) {
+        return PyLong_FromLong(-1);
+    }
+    Py_ssize_t head = (Py_ssize_t)be32(buf + 4);
+    PyObject *named = naming(r->scanner, buf + PRELUDE, head);
+    if (named == NULL) {
+        return PyErr_Occurred() ? NULL : PyLong_FromLong(-1);
+    }
+    PyObject *name = PyTuple_GET_ITEM(named, 0), *mtype = PyTuple_GET_ITEM(named, 1);
+    if (PyTuple_GET_ITEM(named, 2) != Py_None ||
+        PyUnicode_CompareWithASCIIString(mtype, "event") != 0) {
+        return PyLong_FromLong(-1);
+    }
+    if (name != r->name) {
+        int same = PyUnicode_Compare(name, r->name);
+        if (same == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (same != 0) {
+            return PyLong_FromLong(-1);
+        }
+    }
+    PyObject *payload =
+        PyBytes_FromStringAndSize((const char *)buf + PRELUDE + head, size - PRELUDE - head - 4);
+    if (payload == NULL) {
+        return NULL;
+    }
+    PyObject *out = PyObject_Vectorcall(r->read, &payload, 1, NULL);
+    Py_DECREF(payload);
+    return out;
+}
+
+static int
+MessageReader_traverse(MessageReader *r, visitproc visit, void *arg)
+{
+    Py_VISIT(r->scanner);
+    Py_VISIT(r->name);
+    Py_VISIT(r->read);
+    return 0;
+}
+
+static int
+MessageReader_clear(MessageReader *r)
+{
+    Py_CLEAR(r->scanner);
+    Py_CLEAR(r->name);
+    Py_CLEAR(r->read);
+    return 0;
+}
+
+static void
+MessageReader_dealloc(MessageReader *r)
+{
+    PyObject_GC_UnTrack(r);
+    MessageReader_clear(r);
+    Py_TYPE(r)->tp_free((PyObject *)r);
+}
+
+PyDoc_STRVAR(MessageReader_doc,
+"Made by Scanner.reader(name, read, limit); called as message_reader(data):\n"
+"read(the payload) if data is exactly one whole, sound message no longer than\n"
+"limit whose header block the framer has named an event called name, else -1.");
+
+static PyTypeObject MessageReaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "recorder.core.protocols._eventstream.MessageReader",
+    .tp_basicsize = sizeof(MessageReader),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = MessageReader_doc,
+    .tp_dealloc = (destructor)MessageReader_dealloc,
+    .tp_traverse = (traverseproc)MessageReader_traverse,
+    .tp_clear = (inquiry)MessageReader_clear,
+    .tp_vectorcall_offset = offsetof(MessageReader, vectorcall),
+    .tp_call = PyVectorcall_Call,
+};
+
+/* scanner.reader(name, read, limit) -> a MessageReader sharing this scanner's names */
+static PyObject *
+Scanner_reader(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyUnicode_Check(args[0]) || !PyCallable_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "reader(name: str, read, limit: int)");
+        return NULL;
+    }
+    Py_ssize_t limit = PyLong_AsSsize_t(args[2]);
+    if (limit == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    MessageReader *r = PyObject_GC_New(MessageReader, &MessageReaderType);
+    if (r == NULL) {
+        return NULL;
+    }
+    r->vectorcall = MessageReader_vectorcall;
+    r->scanner = (Scanner *)Py_NewRef(self);
+    r->name = Py_NewRef(args[0]);
+    r->read = Py_NewRef(args[1]);
+    r->limit = limit;
+    PyObject_GC_Track(r);
+    return (PyObject *)r;
+}
+
+PyDoc_STRVAR(reader_doc,
+"reader(name, read, limit) -> MessageReader\n\n"
+"A reader of a piece that is one whole message named name, as the batch path\n"
+"reads it: read(its payload), or -1 when it is not such a piece.");
+
 PyDoc_STRVAR(one_doc,
 "one(data, limit) -> Event | None\n\n"
 "The Event of data if data is exactly one whole, sound message no longer than\n"
@@ -430,6 +707,7 @@ PyDoc_STRVAR(one_doc,
 
 static PyMethodDef Scanner_methods[] = {
     {"one", (PyCFunction)(void (*)(void))Scanner_one, METH_FASTCALL, one_doc},
+    {"reader", (PyCFunction)(void (*)(void))Scanner_reader, METH_FASTCALL, reader_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -477,14 +755,17 @@ PyInit__eventstream(void)
 {
     crc_init();
     b64_init();
-    if (PyType_Ready(&ScannerType) < 0) {
+    if (PyType_Ready(&ScannerType) < 0 || PyType_Ready(&ChunkReaderType) < 0 ||
+        PyType_Ready(&MessageReaderType) < 0) {
         return NULL;
     }
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) {
         return NULL;
     }
-    if (PyModule_AddObjectRef(m, "Scanner", (PyObject *)&ScannerType) < 0) {
+    if (PyModule_AddObjectRef(m, "Scanner", (PyObject *)&ScannerType) < 0 ||
+        PyModule_AddObjectRef(m, "ChunkReader", (PyObject *)&ChunkReaderType) < 0 ||
+        PyModule_AddObjectRef(m, "MessageReader", (PyObject *)&MessageReaderType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

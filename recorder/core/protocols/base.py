@@ -11,7 +11,8 @@ the events that miss it reach the protocol's own :meth:`Interpreter.interpret`.
 The meter's batch path also reads whole pieces with the template, framed as
 the stream's framer writes one event (:meth:`Interpreter.piece_reader`): the
 interpreter knows the template and the event's name, the framer how an event
-is written (``recorder.core.framing``).
+is written (``recorder.core.framing``), or, for a binary wire, how to read one
+to its data.
 """
 
 from __future__ import annotations
@@ -141,9 +142,12 @@ class Interpreter:
     def piece_reader(self, framer: Framer) -> EventReader | None:
         """What :meth:`handle` does for a whole piece that is one event read by the
         template, as ``framer`` writes it (``Framer.whole_event``), without the
-        framing. None if there is no template, or ``framer`` has no such piece."""
+        framing, or as a binary framer reads it (``Framer.message_reader``). None
+        if there is no template, or ``framer`` has no such piece."""
         template = self._template
-        if template is None:
+        if template is None or self._read is None:
             return None
         whole = framer.whole_event(template, self._name)
-        return None if whole is None else whole.reader(self.obs, self._kind)
+        if whole is not None:
+            return whole.reader(self.obs, self._kind)
+        return framer.message_reader(self._read, self._name)

@@ -23,7 +23,9 @@ The usual chunk (``{"bytes":"<base64>",…}``, an Anthropic event inside) is rea
 at once (:meth:`InvokeModelInterpreter.handle`): its base64 decoded in C where
 built (``_eventstream.chunk_bytes``, which decodes only what ``a2b_base64``
 decodes alike and leaves the rest to it), the event inside handed to the
-Messages interpreter's template.
+Messages interpreter's template. The meter's batch path does all of it for a
+piece that is one whole chunk message in one call to C
+(:meth:`InvokeModelInterpreter.piece_reader`).
 """
 
 from __future__ import annotations
@@ -32,17 +34,19 @@ import binascii
 from binascii import a2b_base64
 from typing import Any
 
-from recorder.core.framing import Event
+from recorder.core.framing import Event, EventReader, Framer
 from recorder.core.protocols.base import Interpreter
 from recorder.core.protocols.converse import read_error
 from recorder.core.protocols.messages import AnthropicMessagesInterpreter
+from recorder.core.protocols.template import Template
 from recorder.core.record import StreamRecord
 from recorder.core.usage import from_bedrock_metrics
 
 try:  # a chunk's base64 decoded in C (_eventstream.c), built at install with a C compiler
-    from recorder.core.protocols._eventstream import chunk_bytes
+    from recorder.core.protocols._eventstream import ChunkReader, chunk_bytes
 except ImportError:  # pragma: no cover - an install without a compiler
     chunk_bytes = None  # type: ignore[assignment]
+    ChunkReader = None  # type: ignore[assignment,misc]
 
 _new = tuple.__new__  # builds an Event without NamedTuple's Python-level __new__
 METRICS = "amazon-bedrock-invocationMetrics"
@@ -137,6 +141,21 @@ class InvokeModelInterpreter(Interpreter):
             ):
                 return self.messages.handle_data(inner)
         return self.interpret(event)
+
+    @property
+    def template(self) -> Template | None:
+        """The Messages interpreter's: it reads the usual chunk's event."""
+        return self.messages.template
+
+    def piece_reader(self, framer: Framer) -> EventReader | None:
+        """:meth:`handle`'s shortcut for a piece that is one whole ``chunk``
+        message, in C: the message framed, its base64 decoded, the Messages
+        template's reader given the event inside (``ChunkReader``); None before
+        that template is learned, or without the C framer."""
+        read = self.messages.quick  # (the Messages template's reader)
+        if read is None or ChunkReader is None:
+            return None
+        return framer.message_reader(ChunkReader(read), "chunk")
 
     def interpret(self, event: Event) -> int:
         if event.id is not None and event.id != "event":

@@ -161,11 +161,12 @@ def test_what_an_encoder_writes_is_decoded_in_c(payload: bytes) -> None:
     assert native.chunk_bytes(data) == payload
 
 
-def chunk(obj: object) -> bytes:
-    raw = base64.b64encode(json.dumps(obj).encode()).decode()
+def chunk(obj: object, separators: tuple[str, str] = (",", ":")) -> bytes:
+    """A chunk as Bedrock writes one (compact JSON, inside and out)."""
+    raw = base64.b64encode(json.dumps(obj, separators=separators).encode()).decode()
     return encode_message(
         {":event-type": "chunk", ":content-type": "application/json", ":message-type": "event"},
-        json.dumps({"bytes": raw, "p": "ab"}).encode(),
+        json.dumps({"bytes": raw, "p": "ab"}, separators=(",", ":")).encode(),
     )
 
 
@@ -213,6 +214,7 @@ def odd_chunks(rng: random.Random, msgs: list[bytes]) -> list[bytes]:
         encode_message(head, b'{"p":"a","bytes":"eyJ0eXBlIjoicGluZyJ9"}'),
         chunk({"outputText": "titan text", "completionReason": "FINISH"}),
         chunk({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta"}}),
+        chunk({"type": "ping"}, separators=(", ", ": ")),  # (JSON written with spaces)
         encode_message(
             {":exception-type": "throttlingException", ":message-type": "exception"},
             b'{"message":"slow down"}',
@@ -225,9 +227,9 @@ def odd_chunks(rng: random.Random, msgs: list[bytes]) -> list[bytes]:
 
 
 def record(endpoint: str, pieces: list[bytes], in_c: bool) -> dict[str, object]:
-    saved = eventstream.native, invoke_model.chunk_bytes
+    saved = eventstream.native, invoke_model.chunk_bytes, invoke_model.ChunkReader
     if not in_c:  # the reference: framed and decoded in Python
-        eventstream.native, invoke_model.chunk_bytes = None, None
+        eventstream.native, invoke_model.chunk_bytes, invoke_model.ChunkReader = None, None, None
     try:
         meter = StreamMeter(endpoint, start=0.0)
         meter.headers(0.001, 200)
@@ -237,7 +239,7 @@ def record(endpoint: str, pieces: list[bytes], in_c: bool) -> dict[str, object]:
         meter.feed_many(pieces[half:], [0.5 + 0.01 * i for i in range(len(pieces) - half)])
         return meter.finish(2.0).to_dict(with_gaps=True)
     finally:
-        eventstream.native, invoke_model.chunk_bytes = saved
+        eventstream.native, invoke_model.chunk_bytes, invoke_model.ChunkReader = saved
 
 
 @needs_c
@@ -268,3 +270,109 @@ def test_the_framer_uses_the_c_run_where_built() -> None:
     c.feed(body)
     assert eventstream.native is not None and c.scans_in_c
     assert not EventStreamFramer(in_c=False).scans_in_c
+
+
+class Recorded:
+    """A reader of an event's data that says what it was given: the data's length,
+    or -1 (nothing read) for data holding ``b"!"``."""
+
+    def __init__(self) -> None:
+        self.given: list[bytes] = []
+
+    def __call__(self, data: bytes) -> int:
+        self.given.append(data)
+        return -1 if b"!" in data else len(data)
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(
+    seed=st.integers(0, 2**32),
+    n=st.integers(1, 20),
+    damaged=st.booleans(),
+    cap=st.sampled_from([16, 60, 1 << 20]),
+    name=st.sampled_from(["contentBlockDelta", "chunk", "e1"]),
+)
+def test_a_message_reader_reads_what_feed_one_hands_the_interpreter(
+    seed: int, n: int, damaged: bool, cap: int, name: str
+) -> None:
+    """``message_reader(read, name)(piece)`` is ``read(event.data)`` exactly when
+    ``feed_one`` would return an event of that name (an event message, its payload
+    as data), and -1 otherwise, having given ``read`` nothing; framing nothing."""
+    rng = random.Random(seed)
+    msgs = [message(rng, [-1, 3][rng.randrange(2)]) for _ in range(n)]
+    # an exception and an error message named as the events read are (neither is one)
+    msgs += [
+        encode_message({":exception-type": name, ":message-type": "exception"}, b"{}"),
+        encode_message({":error-code": name, ":message-type": "error"}, b""),
+    ]
+    framer = EventStreamFramer(cap)
+    for piece in msgs:  # (the framer names the header blocks as it frames them)
+        framer.feed(piece)
+    pieces = [damage(rng, m) if damaged and rng.random() < 0.3 else m for m in msgs]
+    pieces += [m[:-1] for m in msgs[:2]] + [msgs[0] + msgs[-1], b"", b"\x00" * 20]
+    read = Recorded()
+    reader = framer.message_reader(read, name)
+    assert reader is not None
+    reference = EventStreamFramer(cap, in_c=False)
+    for piece in msgs:
+        reference.feed(piece)
+    for piece in pieces:
+        read.given.clear()
+        got = reader(piece)
+        event = reference.feed_one(piece)
+        if event is None or event.event != name or event.id != "event":
+            assert (got, read.given) == (-1, [])
+        else:
+            assert read.given == [event.data]
+            assert got == (-1 if b"!" in event.data else len(event.data))
+        assert framer.idle and framer.pending_bytes == 0
+
+
+@needs_c
+def test_a_message_reader_gives_the_payload_whole() -> None:
+    payload = b'{"contentBlockIndex":0,"delta":{"text":"hi"},"p":"abc"}'
+    head = {":event-type": "contentBlockDelta", ":message-type": "event"}
+    piece = encode_message(head, payload)
+    framer = EventStreamFramer()
+    framer.feed(piece)
+    read = Recorded()
+    reader = framer.message_reader(read, "contentBlockDelta")
+    assert reader is not None
+    assert reader(piece) == len(payload)
+    assert read.given == [payload]
+    assert framer.message_reader(read, "messageStop") is not None
+    assert framer.message_reader(read, "messageStop")(piece) == -1  # another event's
+    assert EventStreamFramer(in_c=False).message_reader(read, "x") is None
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 2**32))
+def test_a_chunk_reader_reads_what_handle_hands_the_messages_template(seed: int) -> None:
+    """``ChunkReader(read)(payload)`` is ``read`` of the Anthropic event inside the
+    usual chunk (as ``InvokeModelInterpreter.handle`` hands it to the Messages
+    template: base64 as Bedrock writes it, not the metrics' chunk), else -1."""
+    rng = random.Random(seed)
+    compact = [  # as Bedrock writes them: no spaces; the last chunk with the metrics
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "a"}},
+        {"type": "message_stop", "amazon-bedrock-invocationMetrics": {"inputTokenCount": 3}},
+        {"outputText": "titan", "amazon-bedrock-invocationMetrics": {"inputTokenCount": 3}},
+    ]
+    msgs = odd_chunks(rng, invoke_body(rng)) + [chunk(c) for c in compact]
+    framer = EventStreamFramer()
+    for piece in msgs:
+        event = framer.feed_one(piece)
+        assert event is not None
+        data = event.data
+        read = Recorded()
+        got = native.ChunkReader(read)(data)
+        inner = native.chunk_bytes(data)
+        usual = (
+            event.event == "chunk"
+            and inner is not None
+            and inner.startswith(b'{"type":"')
+            and invoke_model.METRICS_BYTES not in inner
+        )
+        assert read.given == ([inner] if usual else [])
+        assert got == (len(inner) if usual and inner is not None else -1)
