@@ -45,7 +45,7 @@ ensure_venv() {
         "$py" -m venv "$VENV"
     fi
     # (the C sources too: the install compiles them, so an edited one must reinstall)
-    want="$(cat "$ROOT/pyproject.toml" "$VENV/pyvenv.cfg" "$ROOT"/recorder/core/protocols/*.c |
+    want="$(cat "$ROOT/pyproject.toml" "$VENV/pyvenv.cfg" "$ROOT"/recorder/core/protocols/*.c "$ROOT"/recorder/proxy/*.c |
         sha256sum | cut -d' ' -f1)-${1:-run}"
     have="$(cat "$VENV/.recorder-stamp-${1:-run}" 2>/dev/null || true)"
     if [ "$want" != "$have" ]; then

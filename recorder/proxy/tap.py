@@ -43,6 +43,7 @@ from recorder.core.captured import CapturedBody
 from recorder.core.meter import StreamMeter
 from recorder.proxy.decoding import Decoder
 from recorder.proxy.internal_errors import InternalErrors
+from recorder.proxy.piece_tap import Taker, new_taker
 from recorder.proxy.scheduling import Handle, Scheduler
 
 BATCH_PIECES = 128
@@ -116,7 +117,6 @@ class Tap:
     what the body is, the capture, and whether the tap has given up."""
 
     __slots__ = (
-        "_buffered",
         "_decoded",
         "_decoding",
         "_errors",
@@ -125,12 +125,10 @@ class Tap:
         "_last_stamp",
         "_meter",
         "_scheduler",
-        "_seen",
-        "broken",
+        "_taker",
         "capture",
         "content_type",
         "decoder",
-        "ended_at",
         "kind",
         "mismatch",
         "pieces",
@@ -162,15 +160,25 @@ class Tap:
         self.capture: CapturedBody | None = None
         self.pieces: list[bytes] = []
         self.stamps: list[float] = []
-        self._buffered = 0  # bytes in pieces
-        self._seen = False  # whether a piece came through the tap
+        # what mitmproxy calls with each piece (callable): it keeps them in these
+        # lists, and knows whether one came, their bytes, the body's end, and
+        # whether the tap has given up (broken)
+        self._taker: Taker = new_taker(self.pieces, self.stamps, self.failed)
         self._decoded = 0  # bytes the decoder gave, in all
         self._last_stamp = 0.0  # of the last piece taken in (for a decoder's backlog)
         self._head: list[tuple[bytes, float]] = []  # read before the kind is known
         self._json = bytearray()
-        self.broken = False  # given up: still forwards, meters nothing
-        self.unmetered: str | None = None  # why, for the record
-        self.ended_at: float | None = None  # when mitmproxy ended the body (b"")
+        self.unmetered: str | None = None  # why the tap gave up, for the record
+
+    @property
+    def broken(self) -> bool:
+        """Given up: still forwards, meters nothing."""
+        return self._taker.broken
+
+    @property
+    def ended_at(self) -> float | None:
+        """When mitmproxy ended the body (an empty piece), or None."""
+        return self._taker.ended_at
 
     @property
     def waiting(self) -> bool:
@@ -190,7 +198,7 @@ class Tap:
 
     def give_up(self, why: Unmetered, detail: str = "") -> None:
         """Meter no more of this body; the record will say why."""
-        self.broken = True
+        self._taker.broken = True
         self.unmetered = why.say(detail)
         self._json.clear()
 
@@ -214,7 +222,7 @@ class Tap:
         finally:
             pieces.clear()
             stamps.clear()
-            self._buffered = 0
+            self._taker.buffered = 0
 
     def _take(self, pieces: list[bytes], stamps: list[float], budget: int) -> None:
         """Decode (bounded) what came, and pass it on by kind."""
@@ -311,8 +319,9 @@ class Tap:
     def take_whole(self, body: bytes, at: float) -> None:
         """The whole body, had it not come through the tap (an addon after the
         recorder had mitmproxy buffer it after all): metered as one piece."""
-        if not self._seen and body and not self.broken:
-            self._seen = True
+        taker = self._taker
+        if not taker.seen and body and not taker.broken:
+            taker.seen = True
             self.pieces.append(body)
             self.stamps.append(at)
 
@@ -344,34 +353,18 @@ class Tap:
         (a piece arriving after the end, at shutdown, must not touch it)."""
         if self.capture is not None:
             self.capture.end(now, ending, damaged=self.broken)
-        self.broken = True
+        self._taker.broken = True
 
     def callable(self, clock: Callable[[], float]) -> Callable[[bytes], bytes]:
-        """The function mitmproxy calls with each piece (``response.stream``)."""
-        pieces, stamps = self.pieces, self.stamps
+        """What mitmproxy calls with each piece (``response.stream``): the taker
+        (``recorder.proxy.piece_tap``), which keeps it and its time and hands it
+        back unchanged, at once, whatever happens."""
         # a compressed body is decoded in callbacks of its own, never in the tap
         meter_waiting = self._decode_soon if self.decoder is not None else self.meter_waiting
         # with a capture every piece is metered (and kept) as it comes
         batch_pieces = 1 if self.capture is not None else BATCH_PIECES
-
-        def tap(data: bytes) -> bytes:
-            # Runs on the event loop for every piece of every stream: keep it lean,
-            # and whatever happens, hand the bytes on unchanged.
-            try:
-                if not data:
-                    self.ended_at = clock()
-                elif not self.broken:
-                    pieces.append(data)
-                    stamps.append(clock())
-                    self._seen = True
-                    self._buffered += len(data)
-                    if len(pieces) >= batch_pieces or self._buffered >= BATCH_BYTES:
-                        meter_waiting()
-            except Exception as e:
-                self.failed(e)
-            return data
-
-        return tap
+        self._taker.start(clock, meter_waiting, batch_pieces, BATCH_BYTES)
+        return self._taker
 
 
 class RequestKeeper:
