@@ -10,6 +10,7 @@ in docs/performance.md.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -63,6 +64,19 @@ def test_bench_runs_and_its_checks_hold(argv: list[str]) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "FAILED" not in proc.stdout
     assert "|" in proc.stdout or "record:" in proc.stdout  # it reported figures
+
+
+@pytest.mark.skipif(shutil.which("perf") is None, reason="Linux's perf is not installed")
+def test_the_sampled_share_runs_and_finds_the_recorder() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "bench_share.py"), "--quick", "--bedrock"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=BENCH.parent,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "the recorder" in proc.stdout and "|" in proc.stdout
 
 
 def test_estimator_measurement_runs_on_every_capture() -> None:
