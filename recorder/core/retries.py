@@ -19,7 +19,10 @@ is never chained; a request sent while an identical one is still under way is a
 request of its own, not its retry.
 
 The table is in memory, bounded (:data:`MAX_OPEN`, the oldest let go first), and
-holds only attempts that did not complete within the window: chains are
+holds only attempts that did not complete, for two windows at most after they
+ended (the second for a request that started earlier than the one recorded before
+it, which finished first; one that started more than a window earlier may miss its
+head): chains are
 resolved in one proxy process, not across proxies sharing a store. Times are the
 caller's monotonic clock, given as arguments.
 """
@@ -161,12 +164,19 @@ class RetryChains:
         return retry_of, attempt
 
     def _expire(self, now: float) -> None:
-        """Let go of the attempts whose window is over (oldest first; an attempt
-        is at the end when it was remembered, so the front ended first, but for
-        records completed out of order, which only stay a little longer)."""
-        horizon = now - self.window
+        """Let go of the attempts whose window is over by another window (oldest
+        first; an attempt is at the end when it was remembered, so the front ended
+        first, but for records completed out of order, which only stay a little
+        longer)."""
+        # Records come in the order their requests finish, not started: a request
+        # that started before the one linked last may come next and still be
+        # within an attempt's window. So an attempt is kept a second window (the
+        # margin for such a request), and the test is ``link``'s own sum
+        # (``now - window`` would round otherwise, and let go of an attempt
+        # ``link`` counts as within its window).
+        keep = 2 * self.window
         while self._open:
             first = next(iter(self._open.values()))
-            if first.ended >= horizon:
+            if not first.ended + keep < now:
                 break
             self._open.popitem(last=False)

@@ -3,8 +3,9 @@
 It stamps the piece with the clock, keeps it and returns the bytes unchanged, at
 once: the client receives exactly what the upstream sent, as it arrives, whatever
 the body is. That call, the one made for every piece, is the tap's piece taker
-(``recorder.proxy.piece_tap``: in C where the install built it). The kept pieces are metered in batches (``BATCH_PIECES`` pieces or
-``BATCH_BYTES`` bytes, whichever comes first), by the recorder's periodic walk
+(``recorder.proxy.piece_tap``: in C where the install built it). The kept pieces
+are metered in batches (``BATCH_PIECES`` pieces or ``BATCH_BYTES`` bytes,
+whichever comes first), by the recorder's periodic walk
 (``recorder.proxy.walk``) once a second, and when the exchange ends: the meter's
 code then runs hot, several events in a row, instead of once between each two of
 mitmproxy's own steps (docs/performance.md). Times are kept per piece, so no
